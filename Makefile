@@ -1,0 +1,166 @@
+# Makefile: builds fosd, the fos CLI, libfos and the numerics library into build/.
+#   make            build everything (the CUDA backend too where nvcc exists; CUDA=0 to skip)
+#   make run        install missing dependencies, build, start fosd in the foreground
+#   make test       the whole CPU test suite (ends with "N passed, N failed")
+#   make test-gpu   GPU tests (skip cleanly without a GPU)
+#   make bench      benchmarks; results go to bench/BENCHMARKS.md by hand
+# Files are picked up by name: kernels/*.c (+ *.cu) -> libfosnum.a, proto/*.proto -> libfosproto.a,
+# server/*.c -> libfosd.a + fosd (main in server/fosd_main.c), client/libfos_*.c -> libfos,
+# client/cli_*.c + client/npy.c -> fos, tests/test_*.c -> one cmocka binary each,
+# tests/gpu_*.c -> GPU test binaries, bench/bench_*.c -> benchmark binaries.
+
+BUILD     ?= build
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
+CUDA      ?= $(if $(and $(NVCC),$(wildcard kernels/*.cu)),1,0)
+LIBDIR    ?= /usr/lib/x86_64-linux-gnu
+SAN       ?=
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
+           -Ikernels -Iclient -Iserver -I$(BUILD)/gen $(SAN)
+LDFLAGS += -pthread $(SAN)
+# nng, protobuf-c and libuv are linked statically so the same binaries run on machines that do not
+# have them (the GPU host); cuBLASLt and the CUDA runtime dynamically.
+STATIC_LIBS = $(LIBDIR)/libnng.a $(LIBDIR)/libmbedtls.a $(LIBDIR)/libmbedx509.a \
+              $(LIBDIR)/libmbedcrypto.a $(LIBDIR)/libprotobuf-c.a $(LIBDIR)/libuv_a.a
+SYS_LIBS    = -lm -ldl -lrt -latomic
+
+ifeq ($(CUDA),1)
+NVCCFLAGS ?= -O3 -gencode=arch=compute_90,code=sm_90 --fmad=false -std=c++17 \
+             -Xcompiler -ffp-contract=off,-fPIC,-Wall -Ikernels
+CFLAGS    += -DFOS_HAVE_CUDA=1
+CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+else
+CUDA_LIBS  =
+endif
+
+KERNEL_C   := $(wildcard kernels/*.c)
+KERNEL_CU  := $(if $(filter 1,$(CUDA)),$(wildcard kernels/*.cu))
+SERVER_C   := $(filter-out server/fosd_main.c,$(wildcard server/*.c))
+LIBFOS_C   := $(wildcard client/libfos_*.c)
+CLI_C      := $(wildcard client/cli_*.c) $(wildcard client/npy.c)
+PROTO      := $(wildcard proto/*.proto)
+PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTO))
+TEST_C     := $(wildcard tests/test_*.c)
+GPUTEST_C  := $(wildcard tests/gpu_*.c)
+BENCH_C    := $(wildcard bench/bench_*.c)
+TESTLIB_C  := $(wildcard tests/support_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
+
+LIBNUM   = $(BUILD)/libfosnum.a
+LIBPROTO = $(BUILD)/libfosproto.a
+LIBFOSD  = $(BUILD)/libfosd.a
+LIBFOS   = $(BUILD)/libfos.a
+LIBFOSSO = $(BUILD)/libfos.so
+LIBCLI   = $(BUILD)/libfoscli.a
+LIBTEST  = $(BUILD)/libfostest.a
+
+TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))
+GPUTESTS = $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPUTEST_C))
+BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
+
+BINS = $(BUILD)/fos $(if $(wildcard server/fosd_main.c),$(BUILD)/fosd)
+
+.PHONY: all deps run test test-gpu bench tests benches clean install fuzz
+all: deps-check $(BINS) $(LIBFOS) $(if $(LIBFOS_C),$(LIBFOSSO))
+
+# ---- dependencies ----------------------------------------------------------------------------
+DEPS_OK := $(shell test -f $(LIBDIR)/libnng.a -a -f $(LIBDIR)/libprotobuf-c.a -a -f $(LIBDIR)/libuv_a.a \
+             -a -f /usr/include/cmocka.h -a -f $(LIBDIR)/libmbedtls.a && command -v protoc-c >/dev/null && echo 1)
+deps-check:
+ifneq ($(DEPS_OK),1)
+	@sh deploy/install-deps.sh
+endif
+deps:
+	@sh deploy/install-deps.sh
+
+# ---- generated protobuf-c code ---------------------------------------------------------------
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
+
+# every C object may include the generated headers
+$(call obj,$(SERVER_C) $(LIBFOS_C) $(CLI_C) $(TEST_C) $(TESTLIB_C) $(GPUTEST_C) $(BENCH_C) server/fosd_main.c): $(PROTO_C)
+
+# ---- objects ---------------------------------------------------------------------------------
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- libraries -------------------------------------------------------------------------------
+$(LIBNUM): $(call obj,$(KERNEL_C)) $(call cuobj,$(KERNEL_CU))
+	@rm -f $@; ar rcs $@ $^
+$(LIBPROTO): $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
+	@rm -f $@; ar rcs $@ $^
+$(LIBFOSD): $(call obj,$(SERVER_C))
+	@rm -f $@; ar rcs $@ $^
+$(LIBFOS): $(call obj,$(LIBFOS_C))
+	@rm -f $@; ar rcs $@ $^
+$(LIBFOSSO): $(call obj,$(LIBFOS_C)) $(LIBPROTO)
+	$(CC) -shared -o $@ $(call obj,$(LIBFOS_C)) $(LIBPROTO) $(STATIC_LIBS) $(LDFLAGS) $(SYS_LIBS)
+$(LIBCLI): $(call obj,$(CLI_C))
+	@rm -f $@; ar rcs $@ $^
+$(LIBTEST): $(call obj,$(TESTLIB_C))
+	@rm -f $@; ar rcs $@ $^
+
+ALL_LIBS = $(LIBCLI) $(LIBFOSD) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
+LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+
+# ---- programs --------------------------------------------------------------------------------
+$(BUILD)/fos: $(ALL_LIBS)
+	$(CC) -o $@ -Wl,--whole-archive $(LIBCLI) -Wl,--no-whole-archive $(ALL_LIBS) $(LINK)
+$(BUILD)/fosd: $(call obj,server/fosd_main.c) $(ALL_LIBS)
+	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBTEST) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBTEST) $(ALL_LIBS) -lcmocka $(LINK)
+# GPU tests run on the GPU host, which has no cmocka: they find a copy in $(BUILD)/lib.
+$(BUILD)/lib/libcmocka.so.0:
+	@mkdir -p $(dir $@)
+	cp -L $(LIBDIR)/libcmocka.so.0 $@
+$(GPUTESTS): $(BUILD)/tests/gpu_%: $(BUILD)/obj/tests/gpu_%.o $(LIBTEST) $(ALL_LIBS) $(BUILD)/lib/libcmocka.so.0
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBTEST) $(ALL_LIBS) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../lib' $(LINK)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
+
+tests: all $(TESTS)
+benches: all $(BENCHES)
+
+# ---- the commands ----------------------------------------------------------------------------
+run: all
+	@sh deploy/run-fosd.sh $(BUILD)
+
+test: tests
+	@sh tests/run-tests.sh $(BUILD) $(TESTS)
+
+test-gpu: all $(GPUTESTS)
+	@sh tests/run-tests.sh $(BUILD) $(GPUTESTS)
+
+bench: benches
+	@sh bench/run-bench.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/usr/local/lib $(DESTDIR)/usr/local/include
+	install -m 755 $(BINS) $(DESTDIR)/usr/local/bin/
+	install -m 644 $(LIBFOS) $(DESTDIR)/usr/local/lib/
+	install -m 644 client/fos.h $(DESTDIR)/usr/local/include/
+
+clean:
+	rm -rf $(BUILD)

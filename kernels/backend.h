@@ -1,0 +1,225 @@
+/* backend.h: the one interface every numerics backend (cpu, cuda) implements, and the linear layer
+ * (forward / backward under every override) composed from it in linear.c.
+ *
+ * Memory model: every pointer passed to a backend op lives in that backend's memory (host memory
+ * for cpu, device memory for cuda), allocated with be->alloc. Move bytes in and out with be->h2d /
+ * be->d2h (for cpu these are memcpy). Ops may be asynchronous on the backend's stream; d2h and
+ * sync wait for completion. All ops return FOS_OK or an error code with err->msg filled; they never
+ * print and never abort. Shapes are row-major; "cols" is the contiguous dimension. */
+#ifndef FOS_BACKEND_H
+#define FOS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fos_rc {
+	FOS_OK = 0,
+	FOS_EINVAL = 1,      /* bad shape / option / argument: a caller error */
+	FOS_ENOMEM = 2,      /* allocation failed */
+	FOS_EINTERNAL = 3,   /* backend failure (CUDA error, ...) */
+	FOS_EUNSUPPORTED = 4 /* backend cannot do this (e.g. no GPU) */
+};
+
+typedef struct fos_err {
+	int rc;
+	char msg[256];
+} fos_err;
+
+/* Sets err (if non-NULL) and returns rc. */
+int fos_seterr(fos_err *err, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+	__attribute__((format(printf, 3, 4)))
+#endif
+	;
+
+enum fos_dtype { FOS_BF16 = 0, FOS_F32 = 1 };
+enum fos_recipe { FOS_RECIPE_4OVER6 = 0, FOS_RECIPE_NVFP4 = 1 }; /* NVFP4 = gradient quantizer */
+enum fos_block { FOS_BLOCK_1X16 = 0, FOS_BLOCK_16X16 = 1 };
+enum fos_errmode { FOS_ERR_MAE = 0, FOS_ERR_MSE = 1 };
+enum fos_override {
+	FOS_OVR_DEFAULT = 0,
+	FOS_OVR_QUANTIZED = 1,
+	FOS_OVR_HIGH_PRECISION = 2,
+	FOS_OVR_DEQUANTIZED = 3
+};
+
+static inline size_t fos_dtype_size(int dt) { return dt == FOS_F32 ? 4 : 2; }
+
+/* How to quantize. Defaults (fos_qcfg_default): 4over6, 1x16, MAE, bound 256, per-tensor. */
+typedef struct fos_qcfg {
+	int recipe;     /* enum fos_recipe; NVFP4 forces bound 448, 1x16, per-tensor */
+	int block;      /* enum fos_block; 16x16 only for 4over6 per-tensor */
+	int err_mode;   /* enum fos_errmode */
+	int bound;      /* 256 or 448 */
+	int row_scaled; /* 1: one amax per row (4over6, 1x16 only) */
+} fos_qcfg;
+
+fos_qcfg fos_qcfg_default(void);
+/* Checks cfg and the shape (cols % 16, rows % 16 for 16x16); message names the bad value. */
+int fos_qcfg_check(const fos_qcfg *cfg, int64_t rows, int64_t cols, fos_err *err);
+
+/* A quantized tensor in backend memory: codes (rows, cols/2), scales (rows, cols/16),
+ * amax (1 float, or rows floats when row_scaled). */
+typedef struct fos_qtensor {
+	int64_t rows, cols;
+	int bound;
+	int row_scaled;
+	uint8_t *codes;
+	uint8_t *scales;
+	float *amax;
+} fos_qtensor;
+
+typedef struct fos_backend fos_backend;
+
+/* GEMM epilogue (NUMERICS.md section 7), all pointers in backend memory:
+ *   ga = a_amax ? rn(a_amax[0] * a_dinv) : a_dinv;  gb likewise;  alpha = rn(ga * gb)
+ *   t = rn(acc * alpha); if row_scale: t = rn(t * row_scale[m]); y = bf16(t)
+ *   if bias: y = bf16(float(y) + float(bias[n]))
+ * A plain bf16 GEMM uses a_amax = b_amax = NULL, a_dinv = b_dinv = 1 (alpha = 1, exact). */
+typedef struct fos_gemm_epi {
+	const float *a_amax;
+	float a_dinv;
+	const float *b_amax;
+	float b_dinv;
+	const float *row_scale; /* M floats or NULL */
+	const uint16_t *bias;    /* N bf16 or NULL */
+} fos_gemm_epi;
+
+static inline fos_gemm_epi fos_gemm_epi_plain(void)
+{
+	fos_gemm_epi e = {0, 1.0f, 0, 1.0f, 0, 0};
+	return e;
+}
+
+struct fos_backend {
+	const char *name; /* "cpu" or "cuda" */
+	char device[128]; /* human description, e.g. "NVIDIA H200 (sm_90)" or "2 CPU threads" */
+	void *impl;
+
+	void (*destroy)(fos_backend *be);
+
+	/* ---- memory ---- */
+	void *(*alloc)(fos_backend *be, size_t bytes); /* NULL on failure; 64-byte aligned */
+	void (*free)(fos_backend *be, void *p);
+	int (*h2d)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err);
+	int (*d2h)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err); /* waits */
+	int (*d2d)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err);
+	int (*sync)(fos_backend *be, fos_err *err);
+
+	/* ---- elementwise / layout ---- */
+	/* amax of x (rows, cols) of dtype: out[0] per tensor, or out[r] per row when per_row. */
+	int (*amax)(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, int per_row,
+		    float *out, fos_err *err);
+	/* dst (cols, rows) = src (rows, cols)^T, element size esize (2 or 4). */
+	int (*transpose)(fos_backend *be, const void *src, void *dst, int64_t rows, int64_t cols,
+			 size_t esize, fos_err *err);
+
+	/* ---- quantize / dequantize ---- */
+	/* Quantizes x (rows, cols) into q (q->codes, q->scales, q->amax preallocated by the caller;
+	 * q->rows/cols/bound/row_scaled are set by the op). amax_in: NULL to compute the amax (per
+	 * tensor or per row), else a backend pointer to the amax to use (1 or rows floats); it is
+	 * copied into q->amax. decoded: optional (rows, cols) bf16 output of e2m1 value * e4m3 scale
+	 * (no amax), the exact GEMM operand of section 7. */
+	int (*quantize)(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols,
+			const fos_qcfg *cfg, const float *amax_in, fos_qtensor *q, uint16_t *decoded,
+			fos_err *err);
+	/* out (rows, cols) of out_dtype = dequantize(q) (section 6). */
+	int (*dequantize)(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
+	/* out (rows, cols) bf16 = e2m1 value * e4m3 scale, no amax (exact in bf16). */
+	int (*decode)(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
+
+	/* ---- GEMM ---- */
+	/* y (M, N) bf16 = epilogue( sum_k a[m,k] * b[n,k] ), a (M, K) bf16, b (N, K) bf16, FP32
+	 * accumulation in an order that depends on nothing but K (deterministic). See fos_gemm_epi. */
+	int (*gemm)(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
+		    const struct fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+	/* db (N) bf16 = bf16( sum over m of float(dy[m, n]) ), dy (M, N) bf16, fixed order. */
+	int (*colsum)(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
+};
+
+/* Backend constructors. fos_backend_cuda returns NULL (with err) when built without CUDA or when
+ * no GPU is usable. threads <= 0 means one per online CPU. */
+fos_backend *fos_backend_cpu(int threads, fos_err *err);
+fos_backend *fos_backend_cuda(int device, fos_err *err);
+/* "cpu", "cuda" or "auto" (cuda if usable, else cpu). */
+fos_backend *fos_backend_open(const char *name, fos_err *err);
+
+/* ---- quantized-tensor helpers (linear.c) ---- */
+/* Allocates codes/scales/amax for a (rows, cols) tensor in backend memory. */
+int fos_qtensor_alloc(fos_backend *be, fos_qtensor *q, int64_t rows, int64_t cols, int row_scaled,
+		      fos_err *err);
+void fos_qtensor_free(fos_backend *be, fos_qtensor *q);
+size_t fos_qtensor_bytes(int64_t rows, int64_t cols, int row_scaled);
+
+/* ---- the linear layer (linear.c), all pointers in backend memory ---- */
+
+/* Options of one linear layer. */
+typedef struct fos_linear_opts {
+	int override;     /* enum fos_override */
+	int weight_block; /* enum fos_block, default 16x16 */
+	int err_mode;     /* enum fos_errmode */
+	int bound;        /* 256 or 448 */
+	int row_scaled;   /* row-scaled activations */
+} fos_linear_opts;
+
+fos_linear_opts fos_linear_opts_default(void);
+/* Validates shapes (M, N, K divisible by 128) and option combinations; resolves DEFAULT. */
+int fos_linear_check(const fos_linear_opts *o, int64_t m, int64_t n, int64_t k, int *resolved_override,
+		     fos_err *err);
+
+/* A quantized weight, as the cache keeps it: rowwise 4/6 codes (forward, dequantized backward),
+ * its exact bf16 decoding (GEMM operand), and lazily the columnwise copy (quantized backward) and
+ * the bf16 master (high_precision backward). */
+typedef struct fos_qweight {
+	int64_t n, k;
+	fos_linear_opts opts;
+	fos_qtensor q;       /* (N, K) rowwise */
+	uint16_t *decoded;   /* (N, K) bf16 value*scale */
+	fos_qtensor qcol;    /* (K, N) columnwise, codes NULL until needed */
+	uint16_t *col_decoded; /* (K, N) */
+	uint16_t *master;    /* (N, K) bf16 original, NULL unless kept */
+} fos_qweight;
+
+/* Quantizes w (N, K) bf16 (backend memory) with o's weight_block, err_mode and bound (o's override
+ * and row_scaled are ignored). keep_master: keep a bf16 copy (needed by high_precision backward and
+ * to build the columnwise copy later); want_col: build the columnwise copy now. A quantized backward
+ * needs one of the two. */
+int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
+		     int keep_master, int want_col, fos_qweight *qw, fos_err *err);
+void fos_qweight_free(fos_backend *be, fos_qweight *qw);
+size_t fos_qweight_bytes(const fos_qweight *qw);
+
+/* What a forward keeps for the backward of its resolved override (section 8). */
+typedef struct fos_saved {
+	int override; /* resolved */
+	int64_t m, n, k;
+	int has_bias;
+	fos_qtensor xq;       /* dequantized: rowwise x; (codes NULL otherwise) */
+	fos_qtensor xcol;     /* quantized: columnwise x (K, M) */
+	uint16_t *xcol_decoded;
+	uint16_t *x;          /* high_precision: bf16 X (M, K) */
+	float *x_amax;        /* quantized: x amax (1 float) */
+} fos_saved;
+
+/* y (M, N) bf16 = forward(x (M, K) bf16, qw) [+ bias (N) bf16]. o gives the call's override and
+ * row_scaled; its weight_block, err_mode and bound must equal qw->opts (X is quantized with the
+ * same err_mode and bound as the weight). If saved is non-NULL it is filled with what the backward
+ * of the resolved override needs (free with fos_saved_free). */
+int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw,
+		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved,
+		       fos_err *err);
+/* dx (M, K), dw (N, K), db (N, optional) bf16 from dy (M, N) bf16 and what forward saved.
+ * qw must be the same weight (its columnwise copy / master are made here if missing). */
+int fos_linear_backward(fos_backend *be, const fos_saved *saved, fos_qweight *qw, const uint16_t *dy,
+			uint16_t *dx, uint16_t *dw, uint16_t *db, fos_err *err);
+void fos_saved_free(fos_backend *be, fos_saved *s);
+size_t fos_saved_bytes(const fos_saved *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,92 @@
+/* config_check.c: error helper, defaults and validation of quantize configs and linear options
+ * (NUMERICS.md sections 3, 4, 8 and 9: every bad value is named in the message). */
+#include "backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int fos_seterr(fos_err *err, int rc, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		va_end(ap);
+		err->rc = rc;
+	}
+	return rc;
+}
+
+fos_qcfg fos_qcfg_default(void)
+{
+	fos_qcfg c = {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0};
+	return c;
+}
+
+int fos_qcfg_check(const fos_qcfg *c, int64_t rows, int64_t cols, fos_err *err)
+{
+	if (c->recipe != FOS_RECIPE_4OVER6 && c->recipe != FOS_RECIPE_NVFP4)
+		return fos_seterr(err, FOS_EINVAL, "unknown recipe %d", c->recipe);
+	if (c->bound != 256 && c->bound != 448)
+		return fos_seterr(err, FOS_EINVAL, "bound %d is not 256 or 448", c->bound);
+	if (c->block != FOS_BLOCK_1X16 && c->block != FOS_BLOCK_16X16)
+		return fos_seterr(err, FOS_EINVAL, "unknown block mode %d", c->block);
+	if (c->err_mode != FOS_ERR_MAE && c->err_mode != FOS_ERR_MSE)
+		return fos_seterr(err, FOS_EINVAL, "unknown error mode %d", c->err_mode);
+	if (c->recipe == FOS_RECIPE_NVFP4) {
+		if (c->bound != 448)
+			return fos_seterr(err, FOS_EINVAL, "the nvfp4 gradient recipe uses bound 448, not %d", c->bound);
+		if (c->block != FOS_BLOCK_1X16)
+			return fos_seterr(err, FOS_EINVAL, "the nvfp4 gradient recipe uses 1x16 blocks, not 16x16");
+		if (c->row_scaled)
+			return fos_seterr(err, FOS_EINVAL, "the nvfp4 gradient recipe is per-tensor, not row-scaled");
+	}
+	if (c->row_scaled && c->block == FOS_BLOCK_16X16)
+		return fos_seterr(err, FOS_EINVAL, "row-scaled quantize needs 1x16 blocks, not 16x16");
+	if (rows <= 0 || cols <= 0)
+		return fos_seterr(err, FOS_EINVAL, "shape (%lld, %lld) is empty", (long long)rows, (long long)cols);
+	if (cols % 16)
+		return fos_seterr(err, FOS_EINVAL, "columns %lld not divisible by 16", (long long)cols);
+	if (c->block == FOS_BLOCK_16X16 && rows % 16)
+		return fos_seterr(err, FOS_EINVAL, "rows %lld not divisible by 16 (16x16 blocks)", (long long)rows);
+	return FOS_OK;
+}
+
+fos_linear_opts fos_linear_opts_default(void)
+{
+	fos_linear_opts o = {FOS_OVR_DEFAULT, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0};
+	return o;
+}
+
+static const char *dim_name(int i)
+{
+	return i == 0 ? "M" : (i == 1 ? "N" : "K");
+}
+
+int fos_linear_check(const fos_linear_opts *o, int64_t m, int64_t n, int64_t k, int *resolved, fos_err *err)
+{
+	int64_t d[3] = {m, n, k};
+	for (int i = 0; i < 3; i++) {
+		if (d[i] <= 0)
+			return fos_seterr(err, FOS_EINVAL, "%s = %lld must be positive", dim_name(i), (long long)d[i]);
+		if (d[i] % 128)
+			return fos_seterr(err, FOS_EINVAL, "%s = %lld not divisible by 128", dim_name(i),
+					  (long long)d[i]);
+	}
+	if (o->bound != 256 && o->bound != 448)
+		return fos_seterr(err, FOS_EINVAL, "bound %d is not 256 or 448", o->bound);
+	if (o->weight_block != FOS_BLOCK_1X16 && o->weight_block != FOS_BLOCK_16X16)
+		return fos_seterr(err, FOS_EINVAL, "unknown weight block mode %d", o->weight_block);
+	if (o->err_mode != FOS_ERR_MAE && o->err_mode != FOS_ERR_MSE)
+		return fos_seterr(err, FOS_EINVAL, "unknown error mode %d", o->err_mode);
+	int ovr = o->override;
+	if (ovr < FOS_OVR_DEFAULT || ovr > FOS_OVR_DEQUANTIZED)
+		return fos_seterr(err, FOS_EINVAL, "unknown backward override %d", ovr);
+	if (ovr == FOS_OVR_DEFAULT)
+		ovr = o->row_scaled ? FOS_OVR_HIGH_PRECISION : FOS_OVR_QUANTIZED;
+	if (ovr == FOS_OVR_QUANTIZED && o->row_scaled)
+		return fos_seterr(err, FOS_EINVAL, "backward override quantized cannot be used with row-scaled X");
+	if (resolved)
+		*resolved = ovr;
+	return FOS_OK;
+}

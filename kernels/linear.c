@@ -1,0 +1,375 @@
+/* linear.c: quantized tensors and weights, and the linear layer (forward, and backward under each
+ * override, NUMERICS.md sections 4, 7 and 8), composed from the backend ops so every backend gets
+ * the same data flow. All buffers live in backend memory. */
+#include "backend.h"
+#include "fos_format.h"
+
+#include <string.h>
+
+/* ---- scratch buffers freed together -------------------------------------------------------- */
+
+typedef struct {
+	fos_backend *be;
+	void *p[16];
+	int n;
+} scratch;
+
+static void *scr_alloc(scratch *s, size_t bytes)
+{
+	if (s->n == 16)
+		return 0;
+	void *p = s->be->alloc(s->be, bytes);
+	if (p)
+		s->p[s->n++] = p;
+	return p;
+}
+
+static void scr_free(scratch *s)
+{
+	for (int i = 0; i < s->n; i++)
+		s->be->free(s->be, s->p[i]);
+	s->n = 0;
+}
+
+/* ---- quantized tensors --------------------------------------------------------------------- */
+
+size_t fos_qtensor_bytes(int64_t rows, int64_t cols, int row_scaled)
+{
+	return (size_t)(rows * cols / 2 + rows * cols / 16) + sizeof(float) * (size_t)(row_scaled ? rows : 1);
+}
+
+int fos_qtensor_alloc(fos_backend *be, fos_qtensor *q, int64_t rows, int64_t cols, int row_scaled, fos_err *err)
+{
+	memset(q, 0, sizeof *q);
+	q->rows = rows;
+	q->cols = cols;
+	q->row_scaled = row_scaled;
+	q->bound = 256;
+	q->codes = be->alloc(be, (size_t)(rows * cols / 2));
+	q->scales = be->alloc(be, (size_t)(rows * cols / 16));
+	q->amax = be->alloc(be, sizeof(float) * (size_t)(row_scaled ? rows : 1));
+	if (!q->codes || !q->scales || !q->amax) {
+		fos_qtensor_free(be, q);
+		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for a quantized (%lld, %lld) tensor",
+				  (long long)rows, (long long)cols);
+	}
+	return FOS_OK;
+}
+
+void fos_qtensor_free(fos_backend *be, fos_qtensor *q)
+{
+	if (q->codes)
+		be->free(be, q->codes);
+	if (q->scales)
+		be->free(be, q->scales);
+	if (q->amax)
+		be->free(be, q->amax);
+	q->codes = q->scales = 0;
+	q->amax = 0;
+}
+
+/* Quantizes x (rows, cols) into a fresh q (+ its bf16 decoding when dec is non-NULL). */
+static int quantize_new(fos_backend *be, const void *x, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+			const float *amax_in, fos_qtensor *q, uint16_t **dec, fos_err *err)
+{
+	int rc = fos_qtensor_alloc(be, q, rows, cols, cfg->row_scaled, err);
+	if (rc)
+		return rc;
+	if (dec) {
+		*dec = be->alloc(be, (size_t)(rows * cols) * 2);
+		if (!*dec) {
+			fos_qtensor_free(be, q);
+			return fos_seterr(err, FOS_ENOMEM, "out of backend memory for a (%lld, %lld) bf16 operand",
+					  (long long)rows, (long long)cols);
+		}
+	}
+	rc = be->quantize(be, x, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
+	if (rc) {
+		fos_qtensor_free(be, q);
+		if (dec) {
+			be->free(be, *dec);
+			*dec = 0;
+		}
+	}
+	return rc;
+}
+
+static fos_qcfg cfg_46(int block, int err_mode, int bound, int row_scaled)
+{
+	fos_qcfg c = {FOS_RECIPE_4OVER6, block, err_mode, bound, row_scaled};
+	return c;
+}
+
+/* ---- weights ------------------------------------------------------------------------------- */
+
+/* The columnwise copy: 4/6(W^T (K x N), w_amax, weight_block), re-quantized from the master. */
+static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w, fos_err *err)
+{
+	scratch s = {be, {0}, 0};
+	uint16_t *wt = scr_alloc(&s, (size_t)(qw->n * qw->k) * 2);
+	if (!wt)
+		return fos_seterr(err, FOS_ENOMEM, "out of backend memory transposing the weight");
+	int rc = be->transpose(be, w, wt, qw->n, qw->k, 2, err);
+	fos_qcfg c = cfg_46(qw->opts.weight_block, qw->opts.err_mode, qw->opts.bound, 0);
+	if (!rc)
+		rc = quantize_new(be, wt, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, &qw->col_decoded, err);
+	if (!rc)
+		rc = be->sync(be, err);
+	scr_free(&s);
+	return rc;
+}
+
+int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
+		     int keep_master, int want_col, fos_qweight *qw, fos_err *err)
+{
+	memset(qw, 0, sizeof *qw);
+	int rc = fos_linear_check(o, 128, n, k, 0, err);
+	if (rc)
+		return rc;
+	qw->n = n;
+	qw->k = k;
+	qw->opts = *o;
+	qw->opts.override = FOS_OVR_DEFAULT;
+	qw->opts.row_scaled = 0;
+	fos_qcfg c = cfg_46(o->weight_block, o->err_mode, o->bound, 0);
+	rc = quantize_new(be, w, n, k, &c, 0, &qw->q, &qw->decoded, err);
+	if (!rc && keep_master) {
+		qw->master = be->alloc(be, (size_t)(n * k) * 2);
+		rc = qw->master ? be->d2d(be, qw->master, w, (size_t)(n * k) * 2, err)
+				: fos_seterr(err, FOS_ENOMEM, "out of backend memory for the weight master copy");
+	}
+	if (!rc && want_col)
+		rc = qweight_make_col(be, qw, w, err);
+	if (!rc)
+		rc = be->sync(be, err);
+	if (rc)
+		fos_qweight_free(be, qw);
+	return rc;
+}
+
+void fos_qweight_free(fos_backend *be, fos_qweight *qw)
+{
+	fos_qtensor_free(be, &qw->q);
+	fos_qtensor_free(be, &qw->qcol);
+	if (qw->decoded)
+		be->free(be, qw->decoded);
+	if (qw->col_decoded)
+		be->free(be, qw->col_decoded);
+	if (qw->master)
+		be->free(be, qw->master);
+	qw->decoded = qw->col_decoded = qw->master = 0;
+}
+
+size_t fos_qweight_bytes(const fos_qweight *qw)
+{
+	size_t nk = (size_t)(qw->n * qw->k);
+	size_t b = fos_qtensor_bytes(qw->n, qw->k, 0) + 2 * nk;
+	if (qw->qcol.codes)
+		b += fos_qtensor_bytes(qw->k, qw->n, 0) + 2 * nk;
+	if (qw->master)
+		b += 2 * nk;
+	return b;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+static int opts_match(const fos_linear_opts *o, const fos_qweight *qw, fos_err *err)
+{
+	if (o->weight_block != qw->opts.weight_block || o->err_mode != qw->opts.err_mode ||
+	    o->bound != qw->opts.bound)
+		return fos_seterr(err, FOS_EINVAL,
+				  "options (block %s, err %s, bound %d) differ from the weight's (block %s, err %s, bound %d)",
+				  o->weight_block ? "16x16" : "1x16", o->err_mode ? "mse" : "mae", o->bound,
+				  qw->opts.weight_block ? "16x16" : "1x16", qw->opts.err_mode ? "mse" : "mae",
+				  qw->opts.bound);
+	return FOS_OK;
+}
+
+void fos_saved_free(fos_backend *be, fos_saved *s)
+{
+	fos_qtensor_free(be, &s->xq);
+	fos_qtensor_free(be, &s->xcol);
+	if (s->xcol_decoded)
+		be->free(be, s->xcol_decoded);
+	if (s->x)
+		be->free(be, s->x);
+	if (s->x_amax)
+		be->free(be, s->x_amax);
+	memset(s, 0, sizeof *s);
+}
+
+size_t fos_saved_bytes(const fos_saved *s)
+{
+	size_t mk = (size_t)(s->m * s->k), b = 0;
+	if (s->xq.codes)
+		b += fos_qtensor_bytes(s->m, s->k, s->xq.row_scaled);
+	if (s->xcol.codes)
+		b += fos_qtensor_bytes(s->k, s->m, 0) + 2 * mk;
+	if (s->x)
+		b += 2 * mk;
+	return b;
+}
+
+int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw,
+		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved, fos_err *err)
+{
+	int ovr;
+	int rc = fos_linear_check(o, m, qw->n, qw->k, &ovr, err);
+	if (!rc)
+		rc = opts_match(o, qw, err);
+	if (rc)
+		return rc;
+	int64_t n = qw->n, k = qw->k;
+	float dinv = 1.0f / fos_bound_d(o->bound);
+	fos_qtensor xq;
+	uint16_t *xdec = 0;
+	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
+	if ((rc = quantize_new(be, x, m, k, &c, 0, &xq, &xdec, err)))
+		return rc;
+	fos_gemm_epi epi = {xq.amax, dinv, qw->q.amax, dinv, 0, bias};
+	if (o->row_scaled) {
+		epi.a_amax = 0;
+		epi.row_scale = xq.amax;
+	}
+	rc = be->gemm(be, xdec, qw->decoded, m, n, k, &epi, y, err);
+	be->free(be, xdec);
+	if (!rc && saved) {
+		memset(saved, 0, sizeof *saved);
+		saved->override = ovr;
+		saved->m = m;
+		saved->n = n;
+		saved->k = k;
+		saved->has_bias = bias != 0;
+		if (ovr == FOS_OVR_DEQUANTIZED) {
+			saved->xq = xq; /* the rowwise forward operand, kept as is */
+			memset(&xq, 0, sizeof xq);
+		} else if (ovr == FOS_OVR_HIGH_PRECISION) {
+			saved->x = be->alloc(be, (size_t)(m * k) * 2);
+			rc = saved->x ? be->d2d(be, saved->x, x, (size_t)(m * k) * 2, err)
+				      : fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X");
+		} else {
+			/* x_col = 4/6(X^T (K x M), x_amax, 1x16) */
+			scratch s = {be, {0}, 0};
+			uint16_t *xt = scr_alloc(&s, (size_t)(m * k) * 2);
+			saved->x_amax = be->alloc(be, sizeof(float));
+			if (!xt || !saved->x_amax)
+				rc = fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X's columnwise copy");
+			if (!rc)
+				rc = be->d2d(be, saved->x_amax, xq.amax, sizeof(float), err);
+			if (!rc)
+				rc = be->transpose(be, x, xt, m, k, 2, err);
+			fos_qcfg cc = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, 0);
+			if (!rc)
+				rc = quantize_new(be, xt, k, m, &cc, xq.amax, &saved->xcol, &saved->xcol_decoded, err);
+			if (!rc)
+				rc = be->sync(be, err);
+			scr_free(&s);
+		}
+		if (rc)
+			fos_saved_free(be, saved);
+	}
+	fos_qtensor_free(be, &xq);
+	if (!rc)
+		rc = be->sync(be, err);
+	return rc;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight *qw, const uint16_t *dy,
+			      uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
+{
+	int64_t m = sv->m, n = sv->n, k = sv->k;
+	int rc;
+	if (!qw->qcol.codes) {
+		if (!qw->master)
+			return fos_seterr(err, FOS_EINVAL,
+					  "the weight keeps neither its columnwise copy nor its master: no quantized backward");
+		if ((rc = qweight_make_col(be, qw, qw->master, err)))
+			return rc;
+	}
+	fos_qcfg g = {FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0};
+	float *dy_amax = scr_alloc(s, sizeof(float));
+	uint16_t *dyt = scr_alloc(s, (size_t)(m * n) * 2);
+	if (!dy_amax || !dyt)
+		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the gradient");
+	if ((rc = be->amax(be, dy, FOS_BF16, m, n, 0, dy_amax, err)))
+		return rc;
+	float g_dinv = 1.0f / 2688.0f, dinv = 1.0f / fos_bound_d(qw->opts.bound);
+	fos_qtensor dq;
+	uint16_t *ddec = 0;
+	/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
+	if ((rc = quantize_new(be, dy, m, n, &g, dy_amax, &dq, &ddec, err)))
+		return rc;
+	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, dinv, 0, 0};
+	rc = be->gemm(be, ddec, qw->col_decoded, m, k, n, &e1, dx, err);
+	fos_qtensor_free(be, &dq);
+	be->free(be, ddec);
+	if (rc)
+		return rc;
+	/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
+	if ((rc = be->transpose(be, dy, dyt, m, n, 2, err)))
+		return rc;
+	if ((rc = quantize_new(be, dyt, n, m, &g, dy_amax, &dq, &ddec, err)))
+		return rc;
+	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, dinv, 0, 0};
+	rc = be->gemm(be, ddec, sv->xcol_decoded, n, k, m, &e2, dw, err);
+	fos_qtensor_free(be, &dq);
+	be->free(be, ddec);
+	return rc;
+}
+
+/* dX = dY @ Wop, dW = dY^T @ Xop with plain bf16 GEMMs; wop (N, K), xop (M, K). */
+static int backward_bf16(fos_backend *be, const fos_saved *sv, const uint16_t *wop, const uint16_t *xop,
+			 const uint16_t *dy, uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
+{
+	int64_t m = sv->m, n = sv->n, k = sv->k;
+	uint16_t *wt = scr_alloc(s, (size_t)(n * k) * 2), *xt = scr_alloc(s, (size_t)(m * k) * 2);
+	uint16_t *dyt = scr_alloc(s, (size_t)(m * n) * 2);
+	if (!wt || !xt || !dyt)
+		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the backward operands");
+	fos_gemm_epi plain = fos_gemm_epi_plain();
+	int rc = be->transpose(be, wop, wt, n, k, 2, err);
+	if (!rc)
+		rc = be->gemm(be, dy, wt, m, k, n, &plain, dx, err);
+	if (!rc)
+		rc = be->transpose(be, dy, dyt, m, n, 2, err);
+	if (!rc)
+		rc = be->transpose(be, xop, xt, m, k, 2, err);
+	if (!rc)
+		rc = be->gemm(be, dyt, xt, n, k, m, &plain, dw, err);
+	return rc;
+}
+
+int fos_linear_backward(fos_backend *be, const fos_saved *sv, fos_qweight *qw, const uint16_t *dy, uint16_t *dx,
+			uint16_t *dw, uint16_t *db, fos_err *err)
+{
+	if (sv->n != qw->n || sv->k != qw->k)
+		return fos_seterr(err, FOS_EINVAL, "saved context is for a (%lld, %lld) weight, not (%lld, %lld)",
+				  (long long)sv->n, (long long)sv->k, (long long)qw->n, (long long)qw->k);
+	scratch s = {be, {0}, 0};
+	int rc;
+	if (sv->override == FOS_OVR_QUANTIZED) {
+		rc = backward_quantized(be, sv, qw, dy, dx, dw, &s, err);
+	} else if (sv->override == FOS_OVR_HIGH_PRECISION) {
+		rc = qw->master ? backward_bf16(be, sv, qw->master, sv->x, dy, dx, dw, &s, err)
+				: fos_seterr(err, FOS_EINVAL, "high_precision backward needs the weight's master copy");
+	} else if (sv->override == FOS_OVR_DEQUANTIZED) {
+		uint16_t *wd = scr_alloc(&s, (size_t)(sv->n * sv->k) * 2), *xd = scr_alloc(&s, (size_t)(sv->m * sv->k) * 2);
+		rc = (!wd || !xd) ? fos_seterr(err, FOS_ENOMEM, "out of backend memory dequantizing operands") : 0;
+		if (!rc)
+			rc = be->dequantize(be, &qw->q, FOS_BF16, wd, err);
+		if (!rc)
+			rc = be->dequantize(be, &sv->xq, FOS_BF16, xd, err);
+		if (!rc)
+			rc = backward_bf16(be, sv, wd, xd, dy, dx, dw, &s, err);
+	} else {
+		rc = fos_seterr(err, FOS_EINVAL, "saved context has no resolved override (%d)", sv->override);
+	}
+	if (!rc && db)
+		rc = be->colsum(be, dy, sv->m, sv->n, db, err);
+	if (!rc)
+		rc = be->sync(be, err);
+	scr_free(&s);
+	return rc;
+}
