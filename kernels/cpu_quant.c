@@ -76,6 +76,7 @@ typedef struct {
 	const float *amax; /* 1 or rows */
 	fos_qtensor *q;
 	uint16_t *decoded;
+	volatile int oom; /* a worker could not get its row buffer */
 } quant_job;
 
 /* Codes of 16 elements under scale byte sf; returns the candidate error (section 3). */
@@ -109,8 +110,10 @@ static void quant_rows_1x16(void *ctx, int64_t r0, int64_t r1)
 {
 	quant_job *j = ctx;
 	float *row = malloc((size_t)j->cols * sizeof(float));
-	if (!row)
-		return; /* cannot happen for sane sizes; output stays zeroed by the caller's check */
+	if (!row) {
+		j->oom = 1;
+		return;
+	}
 	float d = fos_bound_d(j->cfg.bound);
 	int mse = j->cfg.err_mode == FOS_ERR_MSE;
 	for (int64_t r = r0; r < r1; r++) {
@@ -150,8 +153,10 @@ static void quant_tiles_16x16(void *ctx, int64_t t0, int64_t t1)
 	quant_job *j = ctx;
 	int64_t cols = j->cols;
 	float *rows = malloc((size_t)cols * 16 * sizeof(float));
-	if (!rows)
+	if (!rows) {
+		j->oom = 1;
 		return;
+	}
 	float a = j->amax[0];
 	float d = fos_bound_d(j->cfg.bound);
 	float s_enc = fos_s_enc(a, d);
@@ -201,11 +206,14 @@ int cpu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 	q->cols = cols;
 	q->bound = cfg->bound;
 	q->row_scaled = cfg->row_scaled;
-	quant_job j = {x, dtype, rows, cols, *cfg, q->amax, q, decoded};
+	quant_job j = {x, dtype, rows, cols, *cfg, q->amax, q, decoded, 0};
 	if (cfg->block == FOS_BLOCK_16X16)
 		fos_parallel_for(cpu_threads(be), rows / 16, 1 + 4096 / cols, quant_tiles_16x16, &j);
 	else
 		fos_parallel_for(cpu_threads(be), rows, 1 + 16384 / cols, quant_rows_1x16, &j);
+	if (j.oom)
+		return fos_seterr(err, FOS_ENOMEM, "out of memory for quantize row buffers (%lld columns)",
+				  (long long)cols);
 	return FOS_OK;
 }
 
