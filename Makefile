@@ -110,8 +110,9 @@ $(LIBFOSD): $(call obj,$(SERVER_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBFOS): $(call obj,$(LIBFOS_C))
 	@rm -f $@; ar rcs $@ $^
+# Debian's libnng.a is not position-independent: the shared libfos links the shared nng/protobuf-c.
 $(LIBFOSSO): $(call obj,$(LIBFOS_C)) $(LIBPROTO)
-	$(CC) -shared -o $@ $(call obj,$(LIBFOS_C)) $(LIBPROTO) $(STATIC_LIBS) $(LDFLAGS) $(SYS_LIBS)
+	$(CC) -shared -o $@ $(call obj,$(LIBFOS_C)) $(LIBPROTO) -lnng -lprotobuf-c $(LDFLAGS) $(SYS_LIBS)
 $(LIBCLI): $(call obj,$(CLI_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBTEST): $(call obj,$(TESTLIB_C))

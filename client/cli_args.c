@@ -1,0 +1,188 @@
+/* cli_args.c: the fos flag parser (--flag VALUE, --flag=VALUE, switches, positionals, --help), the
+ * per-command help printer, and the parsers of option values shared by several subcommands. */
+#include "cli.h"
+
+#include <string.h>
+
+cli_flag *cli_flag_of(cli_cmd *c, const char *name)
+{
+	for (int i = 0; i < c->nflags; i++)
+		if (!strcmp(c->flags[i].name, name))
+			return &c->flags[i];
+	return NULL;
+}
+
+static cli_flag *cli_find_flag(cli_cmd *c, const char *arg, size_t len)
+{
+	for (int i = 0; i < c->nflags; i++)
+		if (strlen(c->flags[i].name) == len && !strncmp(c->flags[i].name, arg, len))
+			return &c->flags[i];
+	return NULL;
+}
+
+int cli_parse(cli_cmd *c, int argc, char **argv, fos_err *err)
+{
+	int npos = 0, only_pos = 0;
+	for (int i = 0; i < c->nflags; i++) {
+		c->flags[i].given = 0;
+		c->flags[i].value = NULL;
+	}
+	for (int i = 0; i < CLI_MAX_POS; i++)
+		c->pos[i] = NULL;
+	/* --help anywhere before "--" wins over everything else on the line */
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			cli_print_help(c, stdout);
+			return CLI_HELP_SHOWN;
+		}
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
+			if (npos >= c->npos)
+				return cli_errf(err, "%s: unexpected argument '%s' (see 'fos %s --help')", c->name, a,
+						c->name);
+			c->pos[npos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_pos = 1;
+			continue;
+		}
+		const char *eq = strchr(a, '=');
+		size_t len = eq ? (size_t)(eq - a) : strlen(a);
+		cli_flag *f = a[1] == '-' ? cli_find_flag(c, a, len) : NULL;
+		if (!f)
+			return cli_errf(err, "%s: unknown option '%.*s' (see 'fos %s --help')", c->name, (int)len, a,
+					c->name);
+		if (f->given)
+			return cli_errf(err, "%s: option %s given twice", c->name, f->name);
+		f->given = 1;
+		if (!f->metavar) {
+			if (eq)
+				return cli_errf(err, "%s: option %s takes no value", c->name, f->name);
+			continue;
+		}
+		if (eq) {
+			f->value = eq + 1;
+		} else {
+			if (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
+				return cli_errf(err, "%s: option %s needs a value (%s)", c->name, f->name, f->metavar);
+			f->value = argv[++i];
+		}
+		if (!f->value[0])
+			return cli_errf(err, "%s: option %s has an empty value (expected %s)", c->name, f->name,
+					f->metavar);
+	}
+	if (npos < c->npos)
+		return cli_errf(err, "%s: missing argument %s (see 'fos %s --help')", c->name, c->pos_names[npos],
+				c->name);
+	return FOS_OK;
+}
+
+/* Prints text with every line after a newline indented by indent spaces. */
+static void cli_print_indented(FILE *f, const char *text, int indent)
+{
+	for (const char *p = text; *p; p++) {
+		fputc(*p, f);
+		if (*p == '\n' && p[1])
+			fprintf(f, "%*s", indent, "");
+	}
+}
+
+void cli_print_help(const cli_cmd *c, FILE *f)
+{
+	const int col = 24;
+	fprintf(f, "usage: fos [global options] %s %s\n\n", c->name, c->synopsis);
+	fprintf(f, "%s\n", c->summary);
+	if (c->about)
+		fprintf(f, "\n%s\n", c->about);
+	if (c->npos) {
+		fprintf(f, "\nArguments:\n");
+		for (int i = 0; i < c->npos; i++) {
+			int w = fprintf(f, "  %s", c->pos_names[i]);
+			fprintf(f, "%*s", w < col ? col - w : 1, "");
+			cli_print_indented(f, c->pos_help[i], col);
+			fputc('\n', f);
+		}
+	}
+	fprintf(f, "\nOptions:\n");
+	for (int i = 0; i < c->nflags; i++) {
+		const cli_flag *fl = &c->flags[i];
+		int w = fl->metavar ? fprintf(f, "  %s %s", fl->name, fl->metavar) : fprintf(f, "  %s", fl->name);
+		if (w >= col) {
+			fprintf(f, "\n%*s", col, "");
+		} else {
+			fprintf(f, "%*s", col - w, "");
+		}
+		cli_print_indented(f, fl->help, col);
+		fputc('\n', f);
+	}
+	int w = fprintf(f, "  -h, --help");
+	fprintf(f, "%*sthis help\n", col - w, "");
+	if (c->footer)
+		fprintf(f, "\n%s\n", c->footer);
+}
+
+int cli_choice(const cli_flag *f, int n, const char *const *names, const int *values, int *out, fos_err *err)
+{
+	if (!f->given)
+		return FOS_OK;
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(f->value, names[i])) {
+			*out = values[i];
+			return FOS_OK;
+		}
+	}
+	char list[160];
+	size_t used = 0;
+	list[0] = 0;
+	for (int i = 0; i < n && used < sizeof list; i++) {
+		int w = snprintf(list + used, sizeof list - used, "%s%s", i == 0 ? "" : (i == n - 1 ? " or " : ", "),
+				 names[i]);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+	return cli_errf(err, "bad value '%s' for %s (expected %s)", f->value, f->name, list);
+}
+
+int cli_opt_backend(const cli_flag *f, const char **out, fos_err *err)
+{
+	static const char *const names[] = {"cpu", "cuda", "auto"};
+	static const int vals[] = {0, 1, 2};
+	int v = 2;
+	int rc = cli_choice(f, 3, names, vals, &v, err);
+	if (rc == FOS_OK)
+		*out = names[v];
+	return rc;
+}
+
+int cli_opt_err_mode(const cli_flag *f, int *out, fos_err *err)
+{
+	static const char *const names[] = {"mae", "mse"};
+	static const int vals[] = {FOS_ERR_MAE, FOS_ERR_MSE};
+	return cli_choice(f, 2, names, vals, out, err);
+}
+
+int cli_opt_bound(const cli_flag *f, int *out, fos_err *err)
+{
+	static const char *const names[] = {"256", "448"};
+	static const int vals[] = {256, 448};
+	return cli_choice(f, 2, names, vals, out, err);
+}
+
+int cli_opt_block(const cli_flag *f, int *out, fos_err *err)
+{
+	static const char *const names[] = {"1x16", "16x16"};
+	static const int vals[] = {FOS_BLOCK_1X16, FOS_BLOCK_16X16};
+	return cli_choice(f, 2, names, vals, out, err);
+}
+
+int cli_opt_override(const cli_flag *f, int *out, fos_err *err)
+{
+	static const char *const names[] = {"default", "quantized", "high_precision", "dequantized"};
+	static const int vals[] = {FOS_OVR_DEFAULT, FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION,
+				   FOS_OVR_DEQUANTIZED};
+	return cli_choice(f, 4, names, vals, out, err);
+}
