@@ -51,7 +51,7 @@ static inline size_t fos_dtype_size(int dt) { return dt == FOS_F32 ? 4 : 2; }
 
 /* How to quantize. Defaults (fos_qcfg_default): 4over6, 1x16, MAE, bound 256, per-tensor. */
 typedef struct fos_qcfg {
-	int recipe;     /* enum fos_recipe; NVFP4 forces bound 448, 1x16, per-tensor */
+	int recipe;     /* enum fos_recipe; NVFP4 requires bound 448, 1x16, per-tensor (else EINVAL) */
 	int block;      /* enum fos_block; 16x16 only for 4over6 per-tensor */
 	int err_mode;   /* enum fos_errmode */
 	int bound;      /* 256 or 448 */
