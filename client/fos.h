@@ -1,0 +1,264 @@
+/* fos.h: libfos, the C client of fosd (build/libfos.a and build/libfos.so).
+ *
+ * Connect once, then call from any number of threads: every call is one request/reply on its own
+ * nng context, so several requests of one handle are in flight at once. Requests are never resent
+ * by the transport (a slow forward is not run twice); each carries an id unique to the handle, and
+ * the server does not execute a repeated id again.
+ *
+ * Errors: every call returns a status code (enum fos_code, the gRPC codes, FOS_CODE_OK = 0) and,
+ * when st is not NULL, fills st with the code and a message. libfos never prints and never aborts.
+ * Codes made on the client side: UNAVAILABLE (no server / connection lost), DEADLINE_EXCEEDED
+ * (the handle's timeout passed), INVALID_ARGUMENT (a bad argument, caught before sending),
+ * RESOURCE_EXHAUSTED (the request is over the server's message limit), OUT_OF_RANGE (an output
+ * buffer is too small), DATA_LOSS (a malformed reply).
+ *
+ * Tensors (struct fos_tensor) are row-major bytes + dtype + shape. Inputs are read from data and
+ * copied once into the request message. For an output, set data = NULL to have libfos malloc the
+ * buffer (free it with free()), or point data at size bytes of your own; on return dtype, ndim,
+ * shape and size describe what was written (ndim = 0 and size = 0 for an output the reply does not
+ * have, like db without a bias).
+ *
+ * Recomputing an expired context: a forward with save_context fills a struct fos_context, which
+ * records the weight name and version and the options. If the context has expired or was evicted
+ * when fos_backward runs, the server answers NOT_FOUND; when the caller passes the forward's X
+ * (and bias) in fos_backward_opts, libfos re-runs that forward against the same weight version
+ * (without sending Y back), saves a new context and retries the backward, bit-identically. If the
+ * weight was replaced by another version meanwhile, the recompute fails FAILED_PRECONDITION. */
+#ifndef FOS_CLIENT_H
+#define FOS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: the gRPC codes (the wire's fos.Code). */
+enum fos_code {
+	FOS_CODE_OK = 0,
+	FOS_CODE_CANCELLED = 1,
+	FOS_CODE_UNKNOWN = 2,
+	FOS_CODE_INVALID_ARGUMENT = 3,
+	FOS_CODE_DEADLINE_EXCEEDED = 4,
+	FOS_CODE_NOT_FOUND = 5,
+	FOS_CODE_ALREADY_EXISTS = 6,
+	FOS_CODE_PERMISSION_DENIED = 7,
+	FOS_CODE_RESOURCE_EXHAUSTED = 8,
+	FOS_CODE_FAILED_PRECONDITION = 9,
+	FOS_CODE_ABORTED = 10,
+	FOS_CODE_OUT_OF_RANGE = 11,
+	FOS_CODE_UNIMPLEMENTED = 12,
+	FOS_CODE_INTERNAL = 13,
+	FOS_CODE_UNAVAILABLE = 14,
+	FOS_CODE_DATA_LOSS = 15,
+	FOS_CODE_UNAUTHENTICATED = 16
+};
+
+typedef struct fos_status {
+	int code;
+	char message[512];
+} fos_status;
+
+/* "NOT_FOUND" etc. */
+const char *fos_code_name(int code);
+
+/* Element types (the wire's fos.DType). */
+enum fos_wire_dtype {
+	FOS_DTYPE_BF16 = 1, /* bfloat16 bit patterns, 2 bytes */
+	FOS_DTYPE_F32 = 2,  /* float, 4 bytes */
+	FOS_DTYPE_U8 = 3,   /* packed E2M1 codes, two per byte (element 2j in the low nibble) */
+	FOS_DTYPE_E4M3 = 4  /* float8_e4m3fn scales */
+};
+
+/* Option values (the wire's enums; 0 is always the default). */
+enum fos_override_opt {
+	FOS_OVERRIDE_DEFAULT = 0, /* quantized, or high_precision with row-scaled X */
+	FOS_OVERRIDE_QUANTIZED = 1,
+	FOS_OVERRIDE_HIGH_PRECISION = 2,
+	FOS_OVERRIDE_DEQUANTIZED = 3
+};
+enum fos_block_opt { FOS_BLOCKS_DEFAULT = 0, FOS_BLOCKS_1X16 = 1, FOS_BLOCKS_16X16 = 2 };
+enum fos_errmode_opt { FOS_ERRMODE_MAE = 0, FOS_ERRMODE_MSE = 1 };
+enum fos_recipe_opt { FOS_QRECIPE_4OVER6 = 0, FOS_QRECIPE_NVFP4 = 1 };
+
+#define FOS_TENSOR_MAX_DIMS 2
+
+typedef struct fos_tensor {
+	int dtype;                          /* enum fos_wire_dtype */
+	int ndim;                           /* 1 or 2 */
+	int64_t shape[FOS_TENSOR_MAX_DIMS];
+	void *data;                         /* see the header comment: inputs and outputs */
+	size_t size;                        /* bytes: capacity of a caller's output buffer; set on return */
+} fos_tensor;
+
+/* Input tensor helpers (data is only read). */
+fos_tensor fos_tensor_1d(int dtype, int64_t n, const void *data);
+fos_tensor fos_tensor_2d(int dtype, int64_t rows, int64_t cols, const void *data);
+/* An output to be allocated by libfos (data = NULL). */
+fos_tensor fos_tensor_out(void);
+/* Bytes of a tensor's shape and dtype (0 for an unknown dtype). */
+size_t fos_tensor_bytes(const fos_tensor *t);
+
+typedef struct fos_client fos_client;
+
+/* Connects to url ("ipc:///tmp/fosd.sock", "tcp://host:port") and checks the server answers a
+ * Health request within timeout_ms (<= 0: 30000). token: the auth token sent with every request
+ * (NULL: none). The timeout also bounds every later call. On failure *out is NULL and the code is
+ * UNAVAILABLE (nothing listening), DEADLINE_EXCEEDED or INVALID_ARGUMENT (a bad URL). The handle
+ * reconnects by itself if the connection drops. */
+int fos_connect(const char *url, const char *token, int timeout_ms, fos_client **out, fos_status *st);
+/* Closes the handle; no call may be in progress on it. NULL is fine. */
+void fos_close(fos_client *c);
+/* Changes the timeout of later calls (milliseconds, > 0). */
+void fos_set_timeout(fos_client *c, int timeout_ms);
+/* The server's message size limit as reported at connect. */
+uint64_t fos_max_message_bytes(const fos_client *c);
+
+/* ---- health and stats ---------------------------------------------------------------------- */
+
+typedef struct fos_health_info {
+	char version[32];
+	char backend[16];
+	char device[128];
+	uint64_t uptime_ms;
+	uint64_t max_message_bytes;
+	int draining;
+} fos_health_info;
+
+int fos_health(fos_client *c, fos_health_info *out, fos_status *st);
+
+#define FOS_STATS_MAX_OPS 16
+#define FOS_STATS_CODES 17
+
+typedef struct fos_op_stats {
+	char op[32];                      /* "forward", "backward", ..., "invalid" */
+	uint64_t requests;
+	uint64_t by_code[FOS_STATS_CODES]; /* requests by status code */
+	uint64_t lat_count;               /* OK requests, receipt to reply */
+	double lat_mean_us;
+	uint64_t lat_p50_us, lat_p90_us, lat_p99_us, lat_p999_us, lat_max_us;
+	uint64_t bytes_in, bytes_out;
+} fos_op_stats;
+
+typedef struct fos_stats_info {
+	uint64_t uptime_ms;
+	char backend[16];
+	char device[128];
+	int n_ops;
+	fos_op_stats ops[FOS_STATS_MAX_OPS];
+	uint64_t cache_bytes, cache_budget, cache_entries, cache_hits, cache_misses, cache_evictions;
+	uint64_t contexts, context_bytes, context_budget, contexts_expired, contexts_evicted;
+	uint64_t inflight, queued, duplicates, bad_messages, workers;
+} fos_stats_info;
+
+int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st);
+
+/* ---- the weight cache ---------------------------------------------------------------------- */
+
+typedef struct fos_weight_config {
+	int weight_block;     /* enum fos_block_opt (default 16x16) */
+	int err_mode;         /* enum fos_errmode_opt */
+	int bound;            /* 256 or 448; 0 = 256 */
+	int pin;              /* never evicted by LRU */
+	int drop_master;      /* keep no bf16 copy of W (no high_precision backward) */
+	int eager_columnwise; /* build the columnwise copy (quantized backward) now */
+} fos_weight_config;
+
+#define FOS_NAME_MAX 128
+
+typedef struct fos_weight_info {
+	char name[FOS_NAME_MAX + 1];
+	uint64_t version;
+	int64_t n, k;
+	int weight_block, err_mode, bound;
+	uint64_t bytes;
+	int pinned, has_master, has_columnwise;
+	uint64_t uses, idle_ms;
+} fos_weight_info;
+
+/* Quantizes w (N, K) bf16 once and caches it as (name, version); a new version replaces the old
+ * one. cfg NULL: defaults. info may be NULL. Names: 1..128 bytes of [A-Za-z0-9._:/-]. */
+int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st);
+int fos_drop_weight(fos_client *c, const char *name, fos_status *st);
+/* *list is malloc'd (free() it), *count entries, most recently used first. */
+int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st);
+
+/* ---- forward / backward through the cache --------------------------------------------------- */
+
+typedef struct fos_forward_opts {
+	uint64_t weight_version; /* 0: whatever is cached; else it must match */
+	int override;            /* enum fos_override_opt */
+	int row_scaled;
+	int save_context;        /* keep what the backward needs; fills *ctx */
+} fos_forward_opts;
+
+typedef struct fos_context {
+	uint64_t id;             /* 0: none (released, consumed, or not saved) */
+	int resolved_override;
+	uint64_t ttl_ms;
+	int recomputed;          /* times fos_backward recomputed it */
+	/* what a recompute needs */
+	char weight[FOS_NAME_MAX + 1];
+	uint64_t weight_version;
+	int override, row_scaled;
+	int64_t m, n, k;
+	int has_bias;
+} fos_context;
+
+/* y (M, N) bf16 = x (M, K) bf16 W^T [+ bias (N) bf16], W the cached weight. o NULL: defaults
+ * (no context). ctx may be NULL unless o->save_context. */
+int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		const fos_forward_opts *o, fos_tensor *y, fos_context *ctx, fos_status *st);
+
+typedef struct fos_backward_opts {
+	int keep_context;                 /* keep the context for another backward */
+	const fos_tensor *recompute_x;    /* the forward's X: recompute an expired context */
+	const fos_tensor *recompute_bias; /* the forward's bias, when it had one */
+} fos_backward_opts;
+
+/* dx (M, K), dw (N, K), db (N, when the forward had a bias) bf16 from dy (M, N) bf16. The context
+ * is consumed (ctx->id = 0) unless o->keep_context. o may be NULL. db may be NULL. */
+int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fos_backward_opts *o,
+		 fos_tensor *dx, fos_tensor *dw, fos_tensor *db, fos_status *st);
+/* Frees a saved context on the server now (ctx->id = 0). */
+int fos_release(fos_client *c, fos_context *ctx, fos_status *st);
+
+/* ---- stateless operations ------------------------------------------------------------------ */
+
+typedef struct fos_quant_config {
+	int recipe;     /* enum fos_recipe_opt */
+	int block;      /* enum fos_block_opt (default 1x16) */
+	int err_mode;   /* enum fos_errmode_opt */
+	int bound;      /* 256 or 448; 0 = 256 (448 for nvfp4) */
+	int row_scaled;
+} fos_quant_config;
+
+/* x (rows, cols) bf16 or f32 -> codes u8 (rows, cols/2), scales e4m3 (rows, cols/16), amax_out
+ * f32 (1) or (rows). amax_in: NULL, or the amax to use instead of max|x| (same shape). cfg NULL:
+ * defaults. */
+int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg, const fos_tensor *amax_in,
+		 fos_tensor *codes, fos_tensor *scales, fos_tensor *amax_out, fos_status *st);
+/* out (rows, cols) of out_dtype (FOS_DTYPE_BF16 or FOS_DTYPE_F32) from codes, scales, amax. */
+int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *scales, const fos_tensor *amax,
+		   int bound, int row_scaled, int out_dtype, fos_tensor *out, fos_status *st);
+
+typedef struct fos_linear_config {
+	int override;     /* enum fos_override_opt */
+	int weight_block; /* enum fos_block_opt (default 16x16) */
+	int err_mode;     /* enum fos_errmode_opt */
+	int bound;        /* 0 = 256 */
+	int row_scaled;
+} fos_linear_config;
+
+/* One linear layer without the cache: y = x w^T [+ bias]; with dy also dx, dw (and db with a
+ * bias). bias, dy, dx, dw, db may be NULL. cfg NULL: defaults. */
+int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fos_tensor *bias,
+	       const fos_tensor *dy, const fos_linear_config *cfg, fos_tensor *y, fos_tensor *dx, fos_tensor *dw,
+	       fos_tensor *db, fos_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,340 @@
+/* libfos_client.c: libfos's handle (connect, close, timeout) and the request/reply machinery:
+ * one nng context and aio per call, resend disabled, inputs copied once into the message, the
+ * reply's tensors checked before they are copied out. */
+#include "libfos_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <nng/protocol/reqrep0/req.h>
+
+const char *fos_code_name(int code)
+{
+	return fosw_code_name(code);
+}
+
+int fosc_status(fos_status *st, int code, const char *fmt, ...)
+{
+	if (st) {
+		st->code = code;
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(st->message, sizeof st->message, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+fos_tensor fos_tensor_1d(int dtype, int64_t n, const void *data)
+{
+	fos_tensor t;
+	memset(&t, 0, sizeof t);
+	t.dtype = dtype;
+	t.ndim = 1;
+	t.shape[0] = n;
+	t.data = (void *)data;
+	t.size = fos_tensor_bytes(&t);
+	return t;
+}
+
+fos_tensor fos_tensor_2d(int dtype, int64_t rows, int64_t cols, const void *data)
+{
+	fos_tensor t;
+	memset(&t, 0, sizeof t);
+	t.dtype = dtype;
+	t.ndim = 2;
+	t.shape[0] = rows;
+	t.shape[1] = cols;
+	t.data = (void *)data;
+	t.size = fos_tensor_bytes(&t);
+	return t;
+}
+
+fos_tensor fos_tensor_out(void)
+{
+	fos_tensor t;
+	memset(&t, 0, sizeof t);
+	return t;
+}
+
+size_t fos_tensor_bytes(const fos_tensor *t)
+{
+	size_t n = fosw_dtype_size(t->dtype);
+	for (int i = 0; i < t->ndim && i < FOS_TENSOR_MAX_DIMS; i++)
+		n *= t->shape[i] > 0 ? (size_t)t->shape[i] : 0;
+	return n;
+}
+
+/* nng error -> status code */
+static int fosc_code_of_nng(int rv)
+{
+	switch (rv) {
+	case NNG_ETIMEDOUT:
+		return FOS_CODE_DEADLINE_EXCEEDED;
+	case NNG_EINVAL:
+	case NNG_EADDRINVAL:
+	case NNG_ENOTSUP:
+		return FOS_CODE_INVALID_ARGUMENT;
+	case NNG_ENOMEM:
+	case NNG_EMSGSIZE:
+		return FOS_CODE_RESOURCE_EXHAUSTED;
+	case NNG_ECANCELED:
+		return FOS_CODE_CANCELLED;
+	default:
+		return FOS_CODE_UNAVAILABLE;
+	}
+}
+
+static uint64_t fosc_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int fos_connect(const char *url, const char *token, int timeout_ms, fos_client **out, fos_status *st)
+{
+	*out = NULL;
+	if (!url || !*url)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no server URL");
+	fos_client *c = calloc(1, sizeof *c);
+	if (!c)
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
+	atomic_init(&c->next_id, 1);
+	atomic_init(&c->timeout_ms, timeout_ms > 0 ? timeout_ms : 30000);
+	if (getrandom(&c->client_id, sizeof c->client_id, 0) != (ssize_t)sizeof c->client_id)
+		c->client_id = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
+	if (!c->client_id)
+		c->client_id = 1;
+	c->url = strdup(url);
+	c->token = token ? strdup(token) : NULL;
+	if (!c->url || (token && !c->token)) {
+		fos_close(c);
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	int rv = nng_req0_open(&c->sock);
+	if (rv) {
+		free(c->url);
+		free(c->token);
+		free(c);
+		return fosc_status(st, FOS_CODE_INTERNAL, "cannot open a REQ socket: %s", nng_strerror(rv));
+	}
+	/* never resend: a slow request must not run twice */
+	if ((rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) ||
+	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50)) ||
+	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 2000))) {
+		fos_close(c);
+		return fosc_status(st, FOS_CODE_INTERNAL, "cannot configure the REQ socket: %s", nng_strerror(rv));
+	}
+	if ((rv = nng_dial(c->sock, url, &c->dialer, 0))) {
+		int code = fosc_code_of_nng(rv);
+		fos_close(c);
+		return fosc_status(st, code, "cannot connect to %s: %s", url, nng_strerror(rv));
+	}
+	fos_health_info h;
+	int code = fos_health(c, &h, st);
+	if (code) {
+		fos_close(c);
+		return code;
+	}
+	c->max_message = h.max_message_bytes;
+	*out = c;
+	return fosc_status(st, FOS_CODE_OK, "connected to %s (%s on %s)", url, h.backend, h.device);
+}
+
+void fos_close(fos_client *c)
+{
+	if (!c)
+		return;
+	if (nng_socket_id(c->sock) > 0)
+		nng_close(c->sock);
+	free(c->url);
+	free(c->token);
+	free(c);
+}
+
+void fos_set_timeout(fos_client *c, int timeout_ms)
+{
+	if (timeout_ms > 0)
+		atomic_store(&c->timeout_ms, timeout_ms);
+}
+
+uint64_t fos_max_message_bytes(const fos_client *c)
+{
+	return c->max_message;
+}
+
+void fosc_reply_free(fosc_reply *r)
+{
+	if (r->resp)
+		fos__response__free_unpacked(r->resp, NULL);
+	if (r->msg)
+		nng_msg_free(r->msg);
+	memset(r, 0, sizeof *r);
+}
+
+static int fosc_check_in(const fosc_in *in, fos_status *st)
+{
+	const fos_tensor *t = in->in;
+	if (!t)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s is missing", in->what);
+	if (!fosw_dtype_size(t->dtype))
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: dtype %d is not valid", in->what, t->dtype);
+	if (t->ndim < 1 || t->ndim > FOS_TENSOR_MAX_DIMS)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s has %d dimensions (1 or 2 expected)",
+				   in->what, t->ndim);
+	for (int i = 0; i < t->ndim; i++)
+		if (t->shape[i] < 1)
+			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: dimension %d is %lld", in->what, i,
+					   (long long)t->shape[i]);
+	if (!t->data)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s has no data", in->what);
+	return FOS_CODE_OK;
+}
+
+int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st)
+{
+	memset(out, 0, sizeof *out);
+	int64_t shapes[FOSW_MAX_TENSORS][FOSW_MAX_DIMS];
+	fosw_placer pl;
+	memset(&pl, 0, sizeof pl);
+	if (nin > FOSW_MAX_TENSORS)
+		return fosc_status(st, FOS_CODE_INTERNAL, "too many tensors");
+	for (int i = 0; i < nin; i++) {
+		int code = fosc_check_in(&ins[i], st);
+		if (code)
+			return code;
+		fosw_tensor_init(ins[i].t, shapes[i], &pl, ins[i].in->dtype, ins[i].in->ndim, ins[i].in->shape);
+	}
+	int timeout = atomic_load(&c->timeout_ms);
+	rq->id = atomic_fetch_add(&c->next_id, 1);
+	rq->client_id = c->client_id;
+	rq->auth_token = c->token ? c->token : (char *)"";
+	rq->deadline_ms = (uint32_t)timeout;
+
+	nng_msg *msg;
+	uint8_t *data;
+	int rv = fosw_msg_build(&rq->base, &pl, &msg, &data);
+	if (rv)
+		return fosc_status(st, fosc_code_of_nng(rv), "cannot build the request: %s", nng_strerror(rv));
+	if (c->max_message && nng_msg_len(msg) > c->max_message) {
+		size_t len = nng_msg_len(msg);
+		nng_msg_free(msg);
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED,
+				   "the request is %zu bytes, over the server's limit of %llu bytes", len,
+				   (unsigned long long)c->max_message);
+	}
+	for (int i = 0; i < nin; i++)
+		memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
+
+	nng_ctx ctx;
+	nng_aio *aio;
+	if ((rv = nng_ctx_open(&ctx, c->sock))) {
+		nng_msg_free(msg);
+		return fosc_status(st, fosc_code_of_nng(rv), "cannot open an nng context: %s", nng_strerror(rv));
+	}
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL))) {
+		nng_ctx_close(ctx);
+		nng_msg_free(msg);
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "cannot allocate an aio: %s", nng_strerror(rv));
+	}
+	nng_ctx_set_ms(ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	uint64_t t0 = fosc_now_ms();
+	int code = FOS_CODE_OK;
+	nng_aio_set_timeout(aio, timeout);
+	nng_aio_set_msg(aio, msg);
+	nng_ctx_send(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio))) {
+		nng_msg_free(nng_aio_get_msg(aio));
+		code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
+		goto done;
+	}
+	uint64_t spent = fosc_now_ms() - t0;
+	nng_aio_set_timeout(aio, spent >= (uint64_t)timeout ? 1 : (nng_duration)(timeout - (int)spent));
+	nng_ctx_recv(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio))) {
+		code = fosc_status(st, fosc_code_of_nng(rv), "waiting for the reply from %s: %s", c->url,
+				   rv == NNG_ECONNRESET ? "the connection was lost" : nng_strerror(rv));
+		goto done;
+	}
+	out->msg = nng_aio_get_msg(aio);
+	const uint8_t *hdr;
+	size_t hlen;
+	char why[256];
+	if (fosw_split(nng_msg_body(out->msg), nng_msg_len(out->msg), &hdr, &hlen, &out->data, &out->dlen, why,
+		       sizeof why)) {
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", why);
+		goto done;
+	}
+	out->resp = fos__response__unpack(NULL, hlen, hdr);
+	if (!out->resp) {
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: the header is not a fos.Response");
+		goto done;
+	}
+	if (out->resp->id != rq->id) {
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "reply id %llu does not match request id %llu",
+				   (unsigned long long)out->resp->id, (unsigned long long)rq->id);
+		goto done;
+	}
+	if (out->resp->status && out->resp->status->code != FOS__CODE__OK) {
+		code = out->resp->status->code;
+		fosc_status(st, code, "%s", out->resp->status->message ? out->resp->status->message : "");
+		goto done;
+	}
+	fosc_status(st, FOS_CODE_OK, "ok");
+done:
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+	if (code)
+		fosc_reply_free(out);
+	return code;
+}
+
+void fosc_out_none(fos_tensor *out)
+{
+	if (!out)
+		return;
+	out->ndim = 0;
+	out->shape[0] = out->shape[1] = 0;
+	out->size = 0;
+}
+
+int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
+	     fos_tensor *out, fos_status *st)
+{
+	fosw_tensor v;
+	int code;
+	char why[256];
+	if (!t)
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no %s", what);
+	if (fosw_tensor_get(t, r->data, r->dlen, what, &v, NULL, &code, why, sizeof why))
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", why);
+	int exp_ndim = exp_d1 > 0 ? 2 : 1;
+	if (v.dtype != dtype || (exp_d0 >= 0 && (v.ndim != exp_ndim || v.shape[0] != exp_d0 ||
+						  (exp_ndim == 2 && v.shape[1] != exp_d1))))
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s has an unexpected dtype or shape", what);
+	if (!out)
+		return FOS_CODE_OK;
+	if (out->data) {
+		if (out->size < v.len)
+			return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "output %s needs %zu bytes, the buffer has %zu", what,
+					   v.len, out->size);
+	} else {
+		out->data = malloc(v.len ? v.len : 1);
+		if (!out->data)
+			return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes for %s", v.len, what);
+	}
+	memcpy(out->data, v.ptr, v.len);
+	out->dtype = v.dtype;
+	out->ndim = v.ndim;
+	out->shape[0] = v.shape[0];
+	out->shape[1] = v.ndim > 1 ? v.shape[1] : 0;
+	out->size = v.len;
+	return FOS_CODE_OK;
+}

@@ -1,0 +1,563 @@
+/* libfos_ops.c: libfos's operations: health, stats, the weight cache, forward / backward (with the
+ * recompute of an expired context), release, quantize, dequantize and the one-shot linear. Each
+ * fills a fos.Request, calls fosc_call and copies the reply's results out. */
+#include "libfos_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void copy_str(char *dst, size_t n, const char *src)
+{
+	snprintf(dst, n, "%s", src ? src : "");
+}
+
+/* Outputs that libfos may allocate: on failure, what it allocated is freed again. */
+typedef struct outset {
+	fos_tensor *t[4];
+	int allocated[4];
+	int n;
+} outset;
+
+static void outset_add(outset *o, fos_tensor *t)
+{
+	o->t[o->n] = t;
+	o->allocated[o->n] = t && !t->data;
+	o->n++;
+}
+
+static int outset_fail(outset *o, int code)
+{
+	for (int i = 0; i < o->n; i++)
+		if (o->t[i] && o->allocated[i] && o->t[i]->data) {
+			free(o->t[i]->data);
+			o->t[i]->data = NULL;
+			o->t[i]->size = 0;
+		}
+	return code;
+}
+
+int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
+{
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__HealthRequest h = FOS__HEALTH_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_HEALTH;
+	rq.health = &h;
+	fosc_reply r;
+	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	if (code)
+		return code;
+	const Fos__HealthResult *hr = r.resp->result_case == FOS__RESPONSE__RESULT_HEALTH ? r.resp->health : NULL;
+	if (!hr) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no health result");
+	}
+	memset(out, 0, sizeof *out);
+	copy_str(out->version, sizeof out->version, hr->version);
+	copy_str(out->backend, sizeof out->backend, hr->backend);
+	copy_str(out->device, sizeof out->device, hr->device);
+	out->uptime_ms = hr->uptime_ms;
+	out->max_message_bytes = hr->max_message_bytes;
+	out->draining = hr->draining;
+	fosc_reply_free(&r);
+	return FOS_CODE_OK;
+}
+
+int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
+{
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__StatsRequest sr = FOS__STATS_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_STATS;
+	rq.stats = &sr;
+	fosc_reply r;
+	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	if (code)
+		return code;
+	const Fos__StatsResult *s = r.resp->result_case == FOS__RESPONSE__RESULT_STATS ? r.resp->stats : NULL;
+	if (!s) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no stats result");
+	}
+	memset(out, 0, sizeof *out);
+	out->uptime_ms = s->uptime_ms;
+	copy_str(out->backend, sizeof out->backend, s->backend);
+	copy_str(out->device, sizeof out->device, s->device);
+	for (size_t i = 0; i < s->n_ops && out->n_ops < FOS_STATS_MAX_OPS; i++) {
+		const Fos__OpStats *os = s->ops[i];
+		fos_op_stats *o = &out->ops[out->n_ops++];
+		copy_str(o->op, sizeof o->op, os->op);
+		o->requests = os->requests;
+		for (size_t j = 0; j < os->n_codes; j++)
+			if (os->codes[j]->code >= 0 && os->codes[j]->code < FOS_STATS_CODES)
+				o->by_code[os->codes[j]->code] += os->codes[j]->count;
+		if (os->latency) {
+			o->lat_count = os->latency->count;
+			o->lat_mean_us = os->latency->mean_us;
+			o->lat_p50_us = os->latency->p50_us;
+			o->lat_p90_us = os->latency->p90_us;
+			o->lat_p99_us = os->latency->p99_us;
+			o->lat_p999_us = os->latency->p999_us;
+			o->lat_max_us = os->latency->max_us;
+		}
+		o->bytes_in = os->bytes_in;
+		o->bytes_out = os->bytes_out;
+	}
+	out->cache_bytes = s->cache_bytes;
+	out->cache_budget = s->cache_budget;
+	out->cache_entries = s->cache_entries;
+	out->cache_hits = s->cache_hits;
+	out->cache_misses = s->cache_misses;
+	out->cache_evictions = s->cache_evictions;
+	out->contexts = s->contexts;
+	out->context_bytes = s->context_bytes;
+	out->context_budget = s->context_budget;
+	out->contexts_expired = s->contexts_expired;
+	out->contexts_evicted = s->contexts_evicted;
+	out->inflight = s->inflight;
+	out->queued = s->queued;
+	out->duplicates = s->duplicates;
+	out->bad_messages = s->bad_messages;
+	out->workers = s->workers;
+	fosc_reply_free(&r);
+	return FOS_CODE_OK;
+}
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+static void weight_info_from(const Fos__WeightInfo *wi, fos_weight_info *o)
+{
+	memset(o, 0, sizeof *o);
+	copy_str(o->name, sizeof o->name, wi->name);
+	o->version = wi->version;
+	o->n = wi->n;
+	o->k = wi->k;
+	if (wi->config) {
+		o->weight_block = wi->config->weight_block;
+		o->err_mode = wi->config->err_mode;
+		o->bound = (int)wi->config->bound;
+	}
+	o->bytes = wi->bytes;
+	o->pinned = wi->pinned;
+	o->has_master = wi->has_master;
+	o->has_columnwise = wi->has_columnwise;
+	o->uses = wi->uses;
+	o->idle_ms = wi->idle_ms;
+}
+
+int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
+{
+	if (!name)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
+	Fos__WeightConfig wc = FOS__WEIGHT_CONFIG__INIT;
+	Fos__Tensor tw;
+	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
+	rq.put_weight = &pw;
+	pw.name = (char *)name;
+	pw.version = version;
+	pw.w = &tw;
+	pw.config = &wc;
+	if (cfg) {
+		wc.weight_block = cfg->weight_block;
+		wc.err_mode = cfg->err_mode;
+		wc.bound = (uint32_t)cfg->bound;
+		pw.pin = cfg->pin;
+		pw.drop_master = cfg->drop_master;
+		pw.eager_columnwise = cfg->eager_columnwise;
+	}
+	fosc_in ins[1] = {{&tw, w, "w"}};
+	fosc_reply r;
+	int code = fosc_call(c, &rq, ins, 1, &r, st);
+	if (code)
+		return code;
+	const Fos__PutWeightResult *pr = r.resp->result_case == FOS__RESPONSE__RESULT_PUT_WEIGHT ? r.resp->put_weight : NULL;
+	if (!pr || !pr->info) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight info");
+	}
+	if (info)
+		weight_info_from(pr->info, info);
+	fosc_reply_free(&r);
+	return FOS_CODE_OK;
+}
+
+int fos_drop_weight(fos_client *c, const char *name, fos_status *st)
+{
+	if (!name)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__DropWeightRequest dw = FOS__DROP_WEIGHT_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_DROP_WEIGHT;
+	rq.drop_weight = &dw;
+	dw.name = (char *)name;
+	fosc_reply r;
+	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	if (!code)
+		fosc_reply_free(&r);
+	return code;
+}
+
+int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st)
+{
+	*list = NULL;
+	*count = 0;
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__ListWeightsRequest lw = FOS__LIST_WEIGHTS_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_LIST_WEIGHTS;
+	rq.list_weights = &lw;
+	fosc_reply r;
+	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	if (code)
+		return code;
+	const Fos__ListWeightsResult *lr =
+		r.resp->result_case == FOS__RESPONSE__RESULT_LIST_WEIGHTS ? r.resp->list_weights : NULL;
+	if (!lr) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight list");
+	}
+	fos_weight_info *a = calloc(lr->n_weights ? lr->n_weights : 1, sizeof *a);
+	if (!a) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < lr->n_weights; i++)
+		weight_info_from(lr->weights[i], &a[i]);
+	*list = a;
+	*count = lr->n_weights;
+	fosc_reply_free(&r);
+	return FOS_CODE_OK;
+}
+
+/* ---- forward / backward --------------------------------------------------------------------- */
+
+/* One Forward request; y NULL with skip_output. */
+static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+			const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx, fos_status *st)
+{
+	if (!weight)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
+	if (o && o->save_context && !ctx)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "save_context needs a fos_context to fill");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
+	Fos__Tensor tx, tb;
+	rq.op_case = FOS__REQUEST__OP_FORWARD;
+	rq.forward = &fr;
+	fr.weight = (char *)weight;
+	fr.x = &tx;
+	fr.bias = bias ? &tb : NULL;
+	fr.skip_output = skip_output;
+	if (o) {
+		fr.weight_version = o->weight_version;
+		fr.override = o->override;
+		fr.row_scaled = o->row_scaled;
+		fr.save_context = o->save_context;
+	}
+	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
+	fosc_reply r;
+	int code = fosc_call(c, &rq, ins, bias ? 2 : 1, &r, st);
+	if (code)
+		return code;
+	const Fos__ForwardResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_FORWARD ? r.resp->forward : NULL;
+	if (!res) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no forward result");
+	}
+	int64_t m = x->shape[0];
+	if (!skip_output) {
+		outset os = {{0}, {0}, 0};
+		outset_add(&os, y);
+		/* N is the weight's: any (M, N) */
+		if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, -1, 0, y, st)))
+			goto out;
+		if (y->ndim != 2 || y->shape[0] != m) {
+			code = outset_fail(&os, fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's y has the wrong shape"));
+			goto out;
+		}
+	}
+	if (o && o->save_context) {
+		if (!res->context_id) {
+			code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no context id");
+			goto out;
+		}
+		memset(ctx, 0, sizeof *ctx);
+		ctx->id = res->context_id;
+		ctx->resolved_override = res->resolved_override;
+		ctx->ttl_ms = res->context_ttl_ms;
+		copy_str(ctx->weight, sizeof ctx->weight, weight);
+		ctx->weight_version = res->weight_version;
+		ctx->override = o->override;
+		ctx->row_scaled = o->row_scaled;
+		ctx->m = m;
+		ctx->k = x->ndim > 1 ? x->shape[1] : 0;
+		ctx->n = y && !skip_output ? y->shape[1] : 0;
+		ctx->has_bias = bias != NULL;
+	}
+out:
+	fosc_reply_free(&r);
+	return code;
+}
+
+int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		const fos_forward_opts *o, fos_tensor *y, fos_context *ctx, fos_status *st)
+{
+	if (!y)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no output tensor for y");
+	return forward_call(c, weight, x, bias, o, 0, y, ctx, st);
+}
+
+static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, int keep, fos_tensor *dx,
+			 fos_tensor *dw, fos_tensor *db, fos_status *st)
+{
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__BackwardRequest br = FOS__BACKWARD_REQUEST__INIT;
+	Fos__Tensor tdy;
+	rq.op_case = FOS__REQUEST__OP_BACKWARD;
+	rq.backward = &br;
+	br.context_id = ctx->id;
+	br.dy = &tdy;
+	br.keep_context = keep;
+	fosc_in ins[1] = {{&tdy, dy, "dy"}};
+	fosc_reply r;
+	int code = fosc_call(c, &rq, ins, 1, &r, st);
+	if (code)
+		return code;
+	const Fos__BackwardResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_BACKWARD ? r.resp->backward : NULL;
+	outset os = {{0}, {0}, 0};
+	outset_add(&os, dx);
+	outset_add(&os, dw);
+	outset_add(&os, db);
+	if (!res) {
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no backward result");
+		goto out;
+	}
+	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
+	if ((code = fosc_out(&r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st)) ||
+	    (code = fosc_out(&r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st)))
+		goto fail;
+	if (res->db) {
+		if ((code = fosc_out(&r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
+			goto fail;
+	} else {
+		fosc_out_none(db);
+	}
+	if (!keep)
+		ctx->id = 0;
+	goto out;
+fail:
+	outset_fail(&os, code);
+out:
+	fosc_reply_free(&r);
+	return code;
+}
+
+int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fos_backward_opts *o,
+		 fos_tensor *dx, fos_tensor *dw, fos_tensor *db, fos_status *st)
+{
+	if (!ctx)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no context");
+	if (!dy || dy->ndim != 2)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "dy must be a 2-D tensor (M, N)");
+	int keep = o ? o->keep_context : 0;
+	int code = FOS_CODE_NOT_FOUND;
+	if (ctx->id)
+		code = backward_call(c, ctx, dy, keep, dx, dw, db, st);
+	else
+		fosc_status(st, code, "the context was released or consumed");
+	if (code != FOS_CODE_NOT_FOUND || !o || !o->recompute_x)
+		return code;
+	if (ctx->has_bias && !o->recompute_bias)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
+				   "the context is gone and its forward had a bias: pass recompute_bias to recompute it");
+	/* the context is gone: recompute it from X against the same weight version */
+	fos_forward_opts fo = {ctx->weight_version, ctx->override, ctx->row_scaled, 1};
+	fos_context fresh;
+	code = forward_call(c, ctx->weight, o->recompute_x, ctx->has_bias ? o->recompute_bias : NULL, &fo, 1, NULL,
+			    &fresh, st);
+	if (code) {
+		if (code == FOS_CODE_NOT_FOUND || code == FOS_CODE_FAILED_PRECONDITION) {
+			char m[sizeof st->message];
+			snprintf(m, sizeof m, "%s", st ? st->message : "");
+			return fosc_status(st, code, "cannot recompute the expired context: %s", m);
+		}
+		return code;
+	}
+	int recomputed = ctx->recomputed + 1;
+	int64_t n = ctx->n;
+	*ctx = fresh;
+	ctx->recomputed = recomputed;
+	ctx->n = n ? n : dy->shape[1];
+	return backward_call(c, ctx, dy, keep, dx, dw, db, st);
+}
+
+int fos_release(fos_client *c, fos_context *ctx, fos_status *st)
+{
+	if (!ctx || !ctx->id)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no context to release");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__ReleaseContextRequest rr = FOS__RELEASE_CONTEXT_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_RELEASE_CONTEXT;
+	rq.release_context = &rr;
+	rr.context_id = ctx->id;
+	fosc_reply r;
+	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	if (!code) {
+		fosc_reply_free(&r);
+		ctx->id = 0;
+	}
+	return code;
+}
+
+/* ---- stateless ops -------------------------------------------------------------------------- */
+
+int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg, const fos_tensor *amax_in,
+		 fos_tensor *codes, fos_tensor *scales, fos_tensor *amax_out, fos_status *st)
+{
+	if (!x || x->ndim != 2)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "x must be a 2-D tensor (rows, cols)");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__QuantizeRequest qr = FOS__QUANTIZE_REQUEST__INIT;
+	Fos__QuantConfig qc = FOS__QUANT_CONFIG__INIT;
+	Fos__Tensor tx, ta;
+	rq.op_case = FOS__REQUEST__OP_QUANTIZE;
+	rq.quantize = &qr;
+	qr.x = &tx;
+	qr.config = &qc;
+	qr.amax = amax_in ? &ta : NULL;
+	if (cfg) {
+		qc.recipe = cfg->recipe;
+		qc.block = cfg->block;
+		qc.err_mode = cfg->err_mode;
+		qc.bound = (uint32_t)cfg->bound;
+		qc.row_scaled = cfg->row_scaled;
+	}
+	fosc_in ins[2] = {{&tx, x, "x"}, {&ta, amax_in, "amax"}};
+	fosc_reply r;
+	int code = fosc_call(c, &rq, ins, amax_in ? 2 : 1, &r, st);
+	if (code)
+		return code;
+	const Fos__QuantizeResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_QUANTIZE ? r.resp->quantize : NULL;
+	int64_t rows = x->shape[0], cols = x->shape[1];
+	int rs = cfg && cfg->row_scaled;
+	outset os = {{0}, {0}, 0};
+	outset_add(&os, codes);
+	outset_add(&os, scales);
+	outset_add(&os, amax_out);
+	if (!res)
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no quantize result");
+	else if ((code = fosc_out(&r, res->codes, "codes", FOS_DTYPE_U8, rows, cols / 2, codes, st)) ||
+		 (code = fosc_out(&r, res->scales, "scales", FOS_DTYPE_E4M3, rows, cols / 16, scales, st)) ||
+		 (code = fosc_out(&r, res->amax, "amax", FOS_DTYPE_F32, rs ? rows : 1, 0, amax_out, st)))
+		outset_fail(&os, code);
+	fosc_reply_free(&r);
+	return code;
+}
+
+int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *scales, const fos_tensor *amax,
+		   int bound, int row_scaled, int out_dtype, fos_tensor *out, fos_status *st)
+{
+	if (!codes || codes->ndim != 2)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "codes must be a 2-D tensor (rows, cols/2)");
+	if (out_dtype != FOS_DTYPE_BF16 && out_dtype != FOS_DTYPE_F32)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "out_dtype must be bf16 or f32");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__DequantizeRequest dr = FOS__DEQUANTIZE_REQUEST__INIT;
+	Fos__Tensor tc, ts, ta;
+	rq.op_case = FOS__REQUEST__OP_DEQUANTIZE;
+	rq.dequantize = &dr;
+	dr.codes = &tc;
+	dr.scales = &ts;
+	dr.amax = &ta;
+	dr.bound = bound > 0 ? (uint32_t)bound : 0;
+	dr.row_scaled = row_scaled;
+	dr.out_dtype = out_dtype;
+	fosc_in ins[3] = {{&tc, codes, "codes"}, {&ts, scales, "scales"}, {&ta, amax, "amax"}};
+	fosc_reply r;
+	int code = fosc_call(c, &rq, ins, 3, &r, st);
+	if (code)
+		return code;
+	const Fos__DequantizeResult *res =
+		r.resp->result_case == FOS__RESPONSE__RESULT_DEQUANTIZE ? r.resp->dequantize : NULL;
+	if (!res)
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no dequantize result");
+	else
+		code = fosc_out(&r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
+	fosc_reply_free(&r);
+	return code;
+}
+
+int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fos_tensor *bias,
+	       const fos_tensor *dy, const fos_linear_config *cfg, fos_tensor *y, fos_tensor *dx, fos_tensor *dw,
+	       fos_tensor *db, fos_status *st)
+{
+	if (!x || x->ndim != 2 || !w || w->ndim != 2)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "x and w must be 2-D tensors");
+	if (!y)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no output tensor for y");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__LinearRequest lr = FOS__LINEAR_REQUEST__INIT;
+	Fos__LinearOptions lo = FOS__LINEAR_OPTIONS__INIT;
+	Fos__Tensor tx, tw, tb, tdy;
+	rq.op_case = FOS__REQUEST__OP_LINEAR;
+	rq.linear = &lr;
+	lr.x = &tx;
+	lr.w = &tw;
+	lr.bias = bias ? &tb : NULL;
+	lr.dy = dy ? &tdy : NULL;
+	lr.options = &lo;
+	if (cfg) {
+		lo.override = cfg->override;
+		lo.weight_block = cfg->weight_block;
+		lo.err_mode = cfg->err_mode;
+		lo.bound = (uint32_t)cfg->bound;
+		lo.row_scaled = cfg->row_scaled;
+	}
+	fosc_in ins[4];
+	int nin = 0;
+	ins[nin++] = (fosc_in){&tx, x, "x"};
+	ins[nin++] = (fosc_in){&tw, w, "w"};
+	if (bias)
+		ins[nin++] = (fosc_in){&tb, bias, "bias"};
+	if (dy)
+		ins[nin++] = (fosc_in){&tdy, dy, "dy"};
+	fosc_reply r;
+	int code = fosc_call(c, &rq, ins, nin, &r, st);
+	if (code)
+		return code;
+	const Fos__LinearResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_LINEAR ? r.resp->linear : NULL;
+	int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+	outset os = {{0}, {0}, 0};
+	outset_add(&os, y);
+	outset_add(&os, dx);
+	outset_add(&os, dw);
+	outset_add(&os, db);
+	if (!res) {
+		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no linear result");
+		goto out;
+	}
+	if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, m, n, y, st)))
+		goto fail;
+	if (dy) {
+		if ((code = fosc_out(&r, res->dx, "dx", FOS_DTYPE_BF16, m, k, dx, st)) ||
+		    (code = fosc_out(&r, res->dw, "dw", FOS_DTYPE_BF16, n, k, dw, st)))
+			goto fail;
+		if (res->db) {
+			if ((code = fosc_out(&r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
+				goto fail;
+		} else {
+			fosc_out_none(db);
+		}
+	} else {
+		fosc_out_none(dx);
+		fosc_out_none(dw);
+		fosc_out_none(db);
+	}
+	goto out;
+fail:
+	outset_fail(&os, code);
+out:
+	fosc_reply_free(&r);
+	return code;
+}

@@ -1,0 +1,17 @@
+#!/bin/sh
+# run-fosd.sh: what `make run` runs: fosd from the build directory, in the foreground, on the GPU
+# when one is usable (backend auto), else on the CPU. Usage: sh deploy/run-fosd.sh [BUILD [ARGS]]
+# Extra fosd flags come after BUILD or in $FOSD_ARGS; Ctrl-C drains and stops it.
+BUILD=${1:-build}
+[ $# -gt 0 ] && shift
+if [ ! -x "$BUILD/fosd" ]; then
+	echo "run-fosd.sh: $BUILD/fosd is not built (run make first)" >&2
+	exit 1
+fi
+cat >&2 <<MSG
+Starting fosd (Ctrl-C to stop). From a second terminal try:
+  $BUILD/fos health
+  $BUILD/fos stats
+MSG
+# shellcheck disable=SC2086
+exec "$BUILD/fosd" --backend auto $FOSD_ARGS "$@"

@@ -1,0 +1,54 @@
+/* config.h: fosd's configuration: defaults, the config file (key = value lines) and the command
+ * line flags (which win over the file). deploy/fosd.conf.example documents every key. */
+#ifndef FOSD_CONFIG_H
+#define FOSD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FOSD_MAX_LISTEN 16
+#define FOSD_DEFAULT_URL "ipc:///tmp/fosd.sock"
+
+typedef struct fosd_config {
+	char *listen[FOSD_MAX_LISTEN]; /* URLs; empty means FOSD_DEFAULT_URL */
+	int n_listen;
+	char backend[16];               /* auto, cpu, cuda */
+	int threads;                    /* cpu backend threads; 0 = one per CPU */
+	int device;                     /* cuda device index */
+	int workers;                    /* executor threads */
+	int concurrency;                /* nng contexts = requests in progress at once */
+	uint64_t cache_bytes;           /* weight cache budget */
+	uint64_t context_bytes;         /* saved-context budget */
+	uint64_t context_ttl_ms;        /* a saved context lives this long after its forward */
+	uint64_t max_message_bytes;     /* NNG_OPT_RECVMAXSZ, and the largest reply */
+	uint64_t drain_timeout_ms;      /* SIGTERM: wait this long for in-flight requests */
+	uint64_t sweep_interval_ms;     /* context expiry sweep */
+	uint64_t dedup_window_ms;       /* remember executed request ids this long */
+	int ipc_mode;                   /* permissions of ipc sockets (octal in files and flags) */
+	int log_level;                  /* enum fosd_log_level */
+	char *config_path;              /* the file that was read, or NULL */
+} fosd_config;
+
+void fosd_config_defaults(fosd_config *c);
+void fosd_config_free(fosd_config *c);
+
+/* Reads "key = value" lines (# comments, blank lines; a repeated `listen` adds a URL). Returns 0,
+ * or -1 with msg naming the file, line and problem. */
+int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t msgsz);
+/* Sets one key from a string (the same keys as the file). Returns 0 or -1 with msg. */
+int fosd_config_set(fosd_config *c, const char *key, const char *value, char *msg, size_t msgsz);
+
+/* Parses argv. Returns 0 to run, 1 when --help or --version was printed (exit 0), -1 on error
+ * with msg. A --config file is read first, then the other flags override it. */
+int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, size_t msgsz);
+/* Cross-field checks and defaults that depend on other fields. */
+int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz);
+
+/* "64M", "1GiB", "1073741824" -> bytes. Returns 0 or -1. */
+int fosd_parse_size(const char *s, uint64_t *out);
+/* "250ms", "30s", "5m", "1h", "30" (seconds) -> milliseconds. Returns 0 or -1. */
+int fosd_parse_duration_ms(const char *s, uint64_t *out);
+
+void fosd_config_usage(void *stream);
+
+#endif

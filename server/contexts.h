@@ -1,0 +1,69 @@
+/* contexts.h: saved forward contexts (what a backward needs, NUMERICS.md section 8) by random
+ * 64-bit id, with a TTL and a memory budget (oldest evicted first). A context holds a reference on
+ * its weight entry, so the backward uses exactly the weight of its forward.
+ *
+ * Locking as in wcache.h: changes are made by executor workers holding the backend lock; cx->mu
+ * guards the table for readers (stats). */
+#ifndef FOSD_CONTEXTS_H
+#define FOSD_CONTEXTS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "wcache.h"
+
+typedef struct fosd_context {
+	uint64_t id;
+	fos_saved saved;
+	fosd_weight *w; /* reference held */
+	size_t bytes;
+	uint64_t expires_ns;
+	struct fosd_context *hnext;       /* hash chain */
+	struct fosd_context *prev, *next; /* age list, oldest first */
+} fosd_context;
+
+#define FOSD_CTX_TOMBSTONES 1024
+
+typedef struct fosd_contexts {
+	pthread_mutex_t mu;
+	fos_backend *be;
+	fosd_wcache *wc;
+	uint64_t budget, bytes, count, ttl_ms;
+	uint64_t expired, evicted;
+	fosd_context **buckets;
+	size_t nbuckets;
+	fosd_context *oldest, *newest;
+	/* recently removed ids and why, for precise NOT_FOUND messages */
+	uint64_t tomb_id[FOSD_CTX_TOMBSTONES];
+	uint8_t tomb_why[FOSD_CTX_TOMBSTONES];
+	unsigned tomb_next;
+} fosd_contexts;
+
+enum { FOSD_CTX_RELEASED = 1, FOSD_CTX_EXPIRED = 2, FOSD_CTX_EVICTED = 3, FOSD_CTX_CONSUMED = 4 };
+
+int fosd_contexts_init(fosd_contexts *cx, fos_backend *be, fosd_wcache *wc, uint64_t budget, uint64_t ttl_ms);
+void fosd_contexts_destroy(fosd_contexts *cx);
+
+/* Takes ownership of c (its saved operands and its weight reference): evicts the oldest contexts
+ * until it fits the budget, assigns its id and expiry. Returns 0, or RESOURCE_EXHAUSTED with msg
+ * (c is then freed). */
+int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgsz);
+/* The live context of this id, or NOT_FOUND with msg (an expired one is freed here). */
+int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *msg, size_t msgsz);
+/* Removes and frees a context (why: FOSD_CTX_*). */
+void fosd_contexts_remove(fosd_contexts *cx, fosd_context *c, int why);
+/* ReleaseContext: 0 or NOT_FOUND with msg. */
+int fosd_contexts_release(fosd_contexts *cx, uint64_t id, char *msg, size_t msgsz);
+/* Frees every context past its expiry; returns how many. */
+uint64_t fosd_contexts_sweep(fosd_contexts *cx, uint64_t now_ns);
+/* Frees a context that was never added (its saved operands and weight reference). */
+void fosd_context_free(fosd_contexts *cx, fosd_context *c);
+
+typedef struct fosd_contexts_stats {
+	uint64_t count, bytes, budget, expired, evicted;
+} fosd_contexts_stats;
+void fosd_contexts_stats_get(fosd_contexts *cx, fosd_contexts_stats *st);
+
+#endif

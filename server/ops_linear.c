@@ -1,0 +1,252 @@
+/* ops_linear.c: Forward (cached weight, optional saved context), Backward (from a saved context),
+ * ReleaseContext, and the one-shot Linear (forward + backward without the cache). Each checks the
+ * shapes it could not check before it knew the weight or context, then calls the linear layer of
+ * kernels/linear.c exactly as a local caller would. */
+#include "ops.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BF16 FOS__DTYPE__DTYPE_BF16
+
+nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
+{
+	fosd_fwd_args *a = &s->args.u.fwd;
+	fos_backend *be = srv->be;
+	char msg[FOSD_MSG_MAX];
+	fos_err e;
+	fosd_weight *w = NULL;
+	void *x = NULL, *bias = NULL, *y = NULL;
+	fos_saved saved;
+	int have_saved = 0;
+	fosd_context *ctx = NULL;
+	nng_msg *r = NULL;
+	memset(&saved, 0, sizeof saved);
+
+	int rc = fosd_wcache_acquire(&srv->wc, a->weight, a->version, &w, msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
+	int64_t m = a->x.shape[0], k = a->x.shape[1], n = w->qw.n;
+	fos_linear_opts o = w->qw.opts;
+	o.override = a->override;
+	o.row_scaled = a->row_scaled;
+	int resolved;
+	if (k != w->qw.k) {
+		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "x has K = %lld but weight '%s' is (%lld, %lld)",
+			      (long long)k, w->name, (long long)n, (long long)w->qw.k);
+		goto out;
+	}
+	if (a->has_bias && a->bias.shape[0] != n) {
+		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "bias has %lld values but weight '%s' has N = %lld",
+			      (long long)a->bias.shape[0], w->name, (long long)n);
+		goto out;
+	}
+	if (fos_linear_check(&o, m, n, k, &resolved, &e)) {
+		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "%s", e.msg);
+		goto out;
+	}
+	if (a->save && resolved == FOS_OVR_HIGH_PRECISION && !w->qw.master) {
+		r = fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+			      "weight '%s' was put with drop_master, so it has no bf16 copy for a high_precision backward",
+			      w->name);
+		goto out;
+	}
+	if (!a->skip_output && (uint64_t)m * (uint64_t)n * 2 + 4096 > srv->cfg->max_message_bytes) {
+		r = fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "Y (%lld, %lld) would exceed the %llu-byte message limit",
+			      (long long)m, (long long)n, (unsigned long long)srv->cfg->max_message_bytes);
+		goto out;
+	}
+	if (!(x = fosd_dev_from(srv, &a->x, &e)) || (a->has_bias && !(bias = fosd_dev_from(srv, &a->bias, &e))) ||
+	    !(y = fosd_dev_alloc(srv, (size_t)(m * n * 2), &e))) {
+		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		goto out;
+	}
+	rc = fos_linear_forward(be, x, m, &w->qw, &o, bias, y, a->save ? &saved : NULL, &e);
+	if (rc) {
+		r = fosd_fail(s, code, fosd_code_of_rc(rc), "forward: %s", e.msg);
+		goto out;
+	}
+	have_saved = a->save;
+
+	Fos__ForwardResult fr = FOS__FORWARD_RESULT__INIT;
+	if (a->save) {
+		ctx = calloc(1, sizeof *ctx);
+		if (!ctx) {
+			r = fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+			goto out;
+		}
+		ctx->saved = saved;
+		have_saved = 0;
+		ctx->w = w;
+		fosd_wcache_acquire_ref(&srv->wc, w);
+		rc = fosd_contexts_add(&srv->cx, ctx, msg, sizeof msg); /* frees ctx on failure */
+		if (rc) {
+			ctx = NULL;
+			r = fosd_fail(s, code, rc, "%s", msg);
+			goto out;
+		}
+		fr.context_id = ctx->id;
+		fr.context_ttl_ms = srv->cx.ttl_ms;
+	}
+	fr.resolved_override = resolved;
+	fr.weight_version = w->version;
+	fosd_outs outs;
+	fosd_outs_init(&outs);
+	if (!a->skip_output)
+		fr.y = fosd_out_add(&outs, BF16, m, n, y);
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_FORWARD;
+	resp.forward = &fr;
+	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	if (*code && ctx)
+		fosd_contexts_remove(&srv->cx, ctx, FOSD_CTX_RELEASED);
+out:
+	if (have_saved)
+		fos_saved_free(be, &saved);
+	fosd_dev_free(srv, x);
+	fosd_dev_free(srv, bias);
+	fosd_dev_free(srv, y);
+	fosd_wcache_release(&srv->wc, w);
+	return r;
+}
+
+nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
+{
+	fosd_bwd_args *a = &s->args.u.bwd;
+	char msg[FOSD_MSG_MAX];
+	fos_err e;
+	fosd_context *c;
+	int rc = fosd_contexts_get(&srv->cx, a->id, &c, msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
+	const fos_saved *sv = &c->saved;
+	int64_t m = sv->m, n = sv->n, k = sv->k;
+	if (a->dy.shape[0] != m || a->dy.shape[1] != n)
+		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
+				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
+	uint64_t out = ((uint64_t)m * (uint64_t)k + (uint64_t)n * (uint64_t)k + (uint64_t)n) * 2;
+	if (out + 4096 > srv->cfg->max_message_bytes)
+		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "dX, dW, db (%llu bytes) would exceed the message limit",
+				 (unsigned long long)out);
+	nng_msg *r = NULL;
+	void *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+	if (!(dy = fosd_dev_from(srv, &a->dy, &e)) || !(dx = fosd_dev_alloc(srv, (size_t)(m * k * 2), &e)) ||
+	    !(dw = fosd_dev_alloc(srv, (size_t)(n * k * 2), &e)) ||
+	    (sv->has_bias && !(db = fosd_dev_alloc(srv, (size_t)n * 2, &e)))) {
+		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		goto out;
+	}
+	int had_col = c->w->qw.qcol.codes != NULL;
+	rc = fos_linear_backward(srv->be, sv, &c->w->qw, dy, dx, dw, db, &e);
+	if (!had_col && c->w->qw.qcol.codes) {
+		/* the columnwise copy was built now: account for it, evicting others if need be */
+		fosd_wcache_account(&srv->wc, c->w);
+		if (fosd_wcache_reserve(&srv->wc, 0, NULL, msg, sizeof msg))
+			fosd_warn("cache over budget after building the columnwise copy of '%s'", c->w->name);
+	}
+	if (rc) {
+		r = fosd_fail(s, code, fosd_code_of_rc(rc), "backward: %s", e.msg);
+		goto out;
+	}
+	fosd_outs outs;
+	fosd_outs_init(&outs);
+	Fos__BackwardResult br = FOS__BACKWARD_RESULT__INIT;
+	br.dx = fosd_out_add(&outs, BF16, m, k, dx);
+	br.dw = fosd_out_add(&outs, BF16, n, k, dw);
+	if (db)
+		br.db = fosd_out_add(&outs, BF16, n, 0, db);
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_BACKWARD;
+	resp.backward = &br;
+	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	if (!*code && !a->keep)
+		fosd_contexts_remove(&srv->cx, c, FOSD_CTX_CONSUMED);
+out:
+	fosd_dev_free(srv, dy);
+	fosd_dev_free(srv, dx);
+	fosd_dev_free(srv, dw);
+	fosd_dev_free(srv, db);
+	return r;
+}
+
+nng_msg *fosd_op_release(fosd_server *srv, fosd_slot *s, int *code)
+{
+	char msg[FOSD_MSG_MAX];
+	int rc = fosd_contexts_release(&srv->cx, s->args.u.release_id, msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
+	Fos__ReleaseContextResult rr = FOS__RELEASE_CONTEXT_RESULT__INIT;
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_RELEASE_CONTEXT;
+	resp.release_context = &rr;
+	return fosd_outs_reply(srv, s, &resp, NULL, code);
+}
+
+nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
+{
+	fosd_lin_args *a = &s->args.u.lin;
+	fos_backend *be = srv->be;
+	fos_err e;
+	int64_t m = a->x.shape[0], k = a->x.shape[1], n = a->w.shape[0];
+	void *x = NULL, *w = NULL, *bias = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+	fos_qweight qw;
+	fos_saved saved;
+	int have_qw = 0, have_saved = 0, rc;
+	nng_msg *r = NULL;
+	memset(&qw, 0, sizeof qw);
+	memset(&saved, 0, sizeof saved);
+	if (!(x = fosd_dev_from(srv, &a->x, &e)) || !(w = fosd_dev_from(srv, &a->w, &e)) ||
+	    (a->has_bias && !(bias = fosd_dev_from(srv, &a->bias, &e))) ||
+	    (a->has_dy && !(dy = fosd_dev_from(srv, &a->dy, &e))) || !(y = fosd_dev_alloc(srv, (size_t)(m * n * 2), &e))) {
+		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		goto out;
+	}
+	int keep_master = a->has_dy && a->resolved == FOS_OVR_HIGH_PRECISION;
+	int want_col = a->has_dy && a->resolved == FOS_OVR_QUANTIZED;
+	if ((rc = fos_qweight_make(be, w, n, k, &a->opts, keep_master, want_col, &qw, &e))) {
+		r = fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing w: %s", e.msg);
+		goto out;
+	}
+	have_qw = 1;
+	if ((rc = fos_linear_forward(be, x, m, &qw, &a->opts, bias, y, a->has_dy ? &saved : NULL, &e))) {
+		r = fosd_fail(s, code, fosd_code_of_rc(rc), "forward: %s", e.msg);
+		goto out;
+	}
+	have_saved = a->has_dy;
+	if (a->has_dy) {
+		if (!(dx = fosd_dev_alloc(srv, (size_t)(m * k * 2), &e)) || !(dw = fosd_dev_alloc(srv, (size_t)(n * k * 2), &e)) ||
+		    (a->has_bias && !(db = fosd_dev_alloc(srv, (size_t)n * 2, &e)))) {
+			r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+			goto out;
+		}
+		if ((rc = fos_linear_backward(be, &saved, &qw, dy, dx, dw, db, &e))) {
+			r = fosd_fail(s, code, fosd_code_of_rc(rc), "backward: %s", e.msg);
+			goto out;
+		}
+	}
+	fosd_outs outs;
+	fosd_outs_init(&outs);
+	Fos__LinearResult lr = FOS__LINEAR_RESULT__INIT;
+	lr.y = fosd_out_add(&outs, BF16, m, n, y);
+	if (a->has_dy) {
+		lr.dx = fosd_out_add(&outs, BF16, m, k, dx);
+		lr.dw = fosd_out_add(&outs, BF16, n, k, dw);
+		if (db)
+			lr.db = fosd_out_add(&outs, BF16, n, 0, db);
+	}
+	lr.resolved_override = a->resolved;
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_LINEAR;
+	resp.linear = &lr;
+	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+out:
+	if (have_saved)
+		fos_saved_free(be, &saved);
+	if (have_qw)
+		fos_qweight_free(be, &qw);
+	void *bufs[] = {x, w, bias, dy, y, dx, dw, db};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		fosd_dev_free(srv, bufs[i]);
+	return r;
+}

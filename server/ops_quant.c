@@ -1,0 +1,92 @@
+/* ops_quant.c: Quantize (bf16 or f32 -> E2M1 codes, E4M3 scales, amax) and Dequantize, one backend
+ * call each, as the local CLI does. */
+#include "ops.h"
+
+#include <string.h>
+
+nng_msg *fosd_op_quantize(fosd_server *srv, fosd_slot *s, int *code)
+{
+	fosd_quant_args *a = &s->args.u.quant;
+	fos_backend *be = srv->be;
+	fos_err e;
+	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
+	fos_qtensor q;
+	int have_q = 0;
+	void *x = NULL, *amax = NULL;
+	nng_msg *r = NULL;
+	memset(&q, 0, sizeof q);
+	if (!(x = fosd_dev_from(srv, &a->x, &e)) || (a->has_amax && !(amax = fosd_dev_from(srv, &a->amax, &e))) ||
+	    fos_qtensor_alloc(be, &q, rows, cols, a->cfg.row_scaled, &e)) {
+		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		goto out;
+	}
+	have_q = 1;
+	int rc = be->quantize(be, x, a->dtype, rows, cols, &a->cfg, amax, &q, NULL, &e);
+	if (rc) {
+		r = fosd_fail(s, code, fosd_code_of_rc(rc), "quantize: %s", e.msg);
+		goto out;
+	}
+	fosd_outs outs;
+	fosd_outs_init(&outs);
+	Fos__QuantizeResult qr = FOS__QUANTIZE_RESULT__INIT;
+	qr.codes = fosd_out_add(&outs, FOS__DTYPE__DTYPE_U8, rows, cols / 2, q.codes);
+	qr.scales = fosd_out_add(&outs, FOS__DTYPE__DTYPE_E4M3, rows, cols / 16, q.scales);
+	qr.amax = fosd_out_add(&outs, FOS__DTYPE__DTYPE_F32, a->cfg.row_scaled ? rows : 1, 0, q.amax);
+	qr.bound = (uint32_t)a->cfg.bound;
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_QUANTIZE;
+	resp.quantize = &qr;
+	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+out:
+	if (have_q)
+		fos_qtensor_free(be, &q);
+	fosd_dev_free(srv, x);
+	fosd_dev_free(srv, amax);
+	return r;
+}
+
+nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code)
+{
+	fosd_deq_args *a = &s->args.u.deq;
+	fos_backend *be = srv->be;
+	fos_err e;
+	fos_qtensor q;
+	int have_q = 0;
+	void *out = NULL;
+	nng_msg *r = NULL;
+	memset(&q, 0, sizeof q);
+	size_t out_bytes = (size_t)(a->rows * a->cols) * fos_dtype_size(a->out_dtype);
+	if (fos_qtensor_alloc(be, &q, a->rows, a->cols, a->row_scaled, &e)) {
+		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		goto out;
+	}
+	have_q = 1;
+	q.rows = a->rows;
+	q.cols = a->cols;
+	q.bound = a->bound;
+	q.row_scaled = a->row_scaled;
+	if (be->h2d(be, q.codes, a->codes.ptr, a->codes.len, &e) || be->h2d(be, q.scales, a->scales.ptr, a->scales.len, &e) ||
+	    be->h2d(be, q.amax, a->amax.ptr, a->amax.len, &e) || !(out = fosd_dev_alloc(srv, out_bytes, &e))) {
+		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		goto out;
+	}
+	int rc = be->dequantize(be, &q, a->out_dtype, out, &e);
+	if (rc) {
+		r = fosd_fail(s, code, fosd_code_of_rc(rc), "dequantize: %s", e.msg);
+		goto out;
+	}
+	fosd_outs outs;
+	fosd_outs_init(&outs);
+	Fos__DequantizeResult dr = FOS__DEQUANTIZE_RESULT__INIT;
+	dr.out = fosd_out_add(&outs, a->out_dtype == FOS_F32 ? FOS__DTYPE__DTYPE_F32 : FOS__DTYPE__DTYPE_BF16, a->rows,
+			      a->cols, out);
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_DEQUANTIZE;
+	resp.dequantize = &dr;
+	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+out:
+	if (have_q)
+		fos_qtensor_free(be, &q);
+	fosd_dev_free(srv, out);
+	return r;
+}

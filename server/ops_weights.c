@@ -1,0 +1,81 @@
+/* ops_weights.c: PutWeight (quantize once into the cache, within the budget) and DropWeight. */
+#include "ops.h"
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What fos_qweight_make will allocate, so the budget is made before the memory is taken. */
+static uint64_t put_estimate(int64_t n, int64_t k, int keep_master, int want_col)
+{
+	uint64_t nk = (uint64_t)n * (uint64_t)k;
+	uint64_t b = fos_qtensor_bytes(n, k, 0) + nk * 2;
+	if (keep_master)
+		b += nk * 2;
+	if (want_col)
+		b += fos_qtensor_bytes(k, n, 0) + nk * 2;
+	return b;
+}
+
+nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
+{
+	fosd_put_args *a = &s->args.u.put;
+	char msg[FOSD_MSG_MAX];
+	fos_err e;
+	int64_t n = a->w.shape[0], k = a->w.shape[1];
+	fosd_weight *old = fosd_wcache_find(&srv->wc, a->name);
+	if (old && old->version == a->version)
+		return fosd_fail(s, code, FOS__CODE__ALREADY_EXISTS, "weight '%s' version %llu is already cached",
+				 a->name, (unsigned long long)a->version);
+	int rc = fosd_wcache_reserve(&srv->wc, put_estimate(n, k, a->keep_master, a->want_col), old, msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
+	fosd_weight *w = calloc(1, sizeof *w);
+	if (!w)
+		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+	snprintf(w->name, sizeof w->name, "%s", a->name);
+	w->version = a->version;
+	w->pinned = a->pin;
+	void *wd = fosd_dev_from(srv, &a->w, &e);
+	if (!wd) {
+		free(w);
+		return fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+	}
+	rc = fos_qweight_make(srv->be, wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
+	fosd_dev_free(srv, wd);
+	if (rc) {
+		free(w);
+		return fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
+	}
+	fosd_wcache_insert(&srv->wc, w);
+	fosd_info("cache: put weight '%s' v%llu (%lld x %lld, %zu bytes%s)", w->name, (unsigned long long)w->version,
+		  (long long)n, (long long)k, w->bytes, w->pinned ? ", pinned" : "");
+
+	fosd_weight_info info;
+	fosd_weight_info_of(w, fosd_now_ns(), &info);
+	Fos__WeightInfo wi;
+	Fos__WeightConfig wc;
+	fosd_weight_info_msg(&info, &wi, &wc);
+	Fos__PutWeightResult pr = FOS__PUT_WEIGHT_RESULT__INIT;
+	pr.info = &wi;
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_PUT_WEIGHT;
+	resp.put_weight = &pr;
+	return fosd_outs_reply(srv, s, &resp, NULL, code);
+}
+
+nng_msg *fosd_op_drop_weight(fosd_server *srv, fosd_slot *s, int *code)
+{
+	char msg[FOSD_MSG_MAX];
+	int rc = fosd_wcache_drop(&srv->wc, s->args.u.drop_name, msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
+	fosd_info("cache: dropped weight '%s'", s->args.u.drop_name);
+	Fos__DropWeightResult dr = FOS__DROP_WEIGHT_RESULT__INIT;
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = FOS__RESPONSE__RESULT_DROP_WEIGHT;
+	resp.drop_weight = &dr;
+	return fosd_outs_reply(srv, s, &resp, NULL, code);
+}

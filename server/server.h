@@ -1,0 +1,125 @@
+/* server.h: the fosd server object that ties the parts together: configuration, the backend and
+ * its lock, the weight cache, saved contexts, metrics, duplicate detection, the nng transport
+ * (one slot per nng context) and the executor queue.
+ *
+ * A request's life: a slot's receive completes (transport.c) -> fosd_dispatch decodes, validates
+ * and either answers at once (health, stats, list, errors) or queues it (executor.c) -> a worker
+ * takes the backend lock and runs the op (ops_*.c) -> fosd_slot_reply sends the answer on the
+ * same nng context and the slot receives again. */
+#ifndef FOSD_SERVER_H
+#define FOSD_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "backend.h"
+#include "config.h"
+#include "contexts.h"
+#include "dedup.h"
+#include "metrics.h"
+#include "validate.h"
+#include "wcache.h"
+#include "fos.pb-c.h"
+
+#define FOSD_MSG_MAX 512
+
+enum fosd_slot_state { FOSD_SLOT_IDLE = 0, FOSD_SLOT_RECV, FOSD_SLOT_BUSY, FOSD_SLOT_SEND };
+
+typedef struct fosd_server fosd_server;
+
+typedef struct fosd_slot {
+	fosd_server *srv;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int state;
+	/* the request in progress */
+	nng_msg *msg;
+	Fos__Request *rq;
+	const uint8_t *data;
+	size_t dlen;
+	uint64_t t_recv_ns;
+	uint64_t bytes_in;
+	int op;
+	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
+	int dedup_owner;            /* this slot executes the request others may wait on */
+	fosd_args args;
+	struct fosd_slot *qnext;    /* executor queue */
+	struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
+} fosd_slot;
+
+struct fosd_server {
+	fosd_config *cfg;
+	fos_backend *be;
+	pthread_mutex_t be_mu; /* one backend instance: every backend call holds it */
+	fosd_wcache wc;
+	fosd_contexts cx;
+	fosd_metrics metrics;
+	fosd_dedup dd;
+	uint64_t start_ns;
+
+	/* transport */
+	nng_socket sock;
+	int sock_open;
+	nng_listener listeners[FOSD_MAX_LISTEN];
+	int n_listeners;
+	fosd_slot *slots;
+	int n_slots;
+	atomic_int pipes;       /* connected clients */
+	atomic_int inflight;    /* requests received and not yet answered */
+	atomic_int draining;
+	atomic_int closing;
+	atomic_int fatal;       /* the backend failed for good: drain and exit 1 */
+
+	/* executor */
+	pthread_mutex_t q_mu;
+	pthread_cond_t q_cv;
+	fosd_slot *q_head, *q_tail;
+	uint64_t queued;
+	int sweep_pending;
+	int q_stop;
+	pthread_t *workers;
+	int n_workers;
+};
+
+/* Initializes everything but the transport and the executor; be is owned by the server after. */
+int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *msg, size_t msgsz);
+/* Frees the caches and the backend (after transport and executor are stopped). */
+void fosd_server_destroy(fosd_server *srv);
+
+/* transport.c */
+int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz);
+void fosd_transport_stop_listening(fosd_server *srv);
+void fosd_transport_close(fosd_server *srv);
+/* Sends reply (or, if NULL, nothing) for the slot's request and records its metrics; the slot
+ * then receives the next request. Safe from any thread. */
+void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code);
+
+/* dispatch.c: called by the transport with s->msg set. */
+void fosd_dispatch(fosd_slot *s);
+/* Completes an executed request: answers it and the duplicates waiting on it. */
+void fosd_finish(fosd_slot *s, nng_msg *reply, int code);
+/* An error Response for request id. Never NULL unless out of memory. */
+nng_msg *fosd_error_reply(uint64_t id, int code, const char *message);
+/* Packs a Response whose tensors are placed by pl (NULL: none); *data gets the data section. */
+nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data);
+
+/* executor.c */
+int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
+void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
+void fosd_executor_request_sweep(fosd_server *srv);
+void fosd_executor_stop(fosd_server *srv);
+uint64_t fosd_executor_queued(fosd_server *srv);
+
+/* ops_*.c: run with srv->be_mu held; return the reply (NULL if none could be made) and *code. */
+nng_msg *fosd_execute(fosd_server *srv, fosd_slot *s, int *code);
+nng_msg *fosd_op_health(fosd_server *srv, fosd_slot *s);
+nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s);
+nng_msg *fosd_op_list_weights(fosd_server *srv, fosd_slot *s, int *code);
+
+/* control.c: runs the libuv loop (signals, timers) until a drain finishes. Returns the exit code. */
+int fosd_control_run(fosd_server *srv);
+
+#endif

@@ -1,0 +1,412 @@
+/* validate.c: request validation before the backend (see validate.h). Every message names the
+ * field and the bad value. */
+#include "validate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define INVALID FOS__CODE__INVALID_ARGUMENT
+
+int fosd_request_op(const Fos__Request *rq)
+{
+	switch (rq->op_case) {
+	case FOS__REQUEST__OP_HEALTH:
+		return FOSD_OP_HEALTH;
+	case FOS__REQUEST__OP_STATS:
+		return FOSD_OP_STATS;
+	case FOS__REQUEST__OP_PUT_WEIGHT:
+		return FOSD_OP_PUT_WEIGHT;
+	case FOS__REQUEST__OP_DROP_WEIGHT:
+		return FOSD_OP_DROP_WEIGHT;
+	case FOS__REQUEST__OP_LIST_WEIGHTS:
+		return FOSD_OP_LIST_WEIGHTS;
+	case FOS__REQUEST__OP_FORWARD:
+		return FOSD_OP_FORWARD;
+	case FOS__REQUEST__OP_BACKWARD:
+		return FOSD_OP_BACKWARD;
+	case FOS__REQUEST__OP_RELEASE_CONTEXT:
+		return FOSD_OP_RELEASE_CONTEXT;
+	case FOS__REQUEST__OP_QUANTIZE:
+		return FOSD_OP_QUANTIZE;
+	case FOS__REQUEST__OP_DEQUANTIZE:
+		return FOSD_OP_DEQUANTIZE;
+	case FOS__REQUEST__OP_LINEAR:
+		return FOSD_OP_LINEAR;
+	default:
+		return FOSD_OP_INVALID;
+	}
+}
+
+int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > 128) {
+		snprintf(msg, msgsz, "%s must be 1 to 128 bytes long (got %zu)", what, n);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+			 c == '_' || c == ':' || c == '/' || c == '-';
+		if (!ok) {
+			snprintf(msg, msgsz, "%s has a byte 0x%02x at %zu outside [A-Za-z0-9._:/-]", what,
+				 (unsigned char)c, i);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- enums ---------------------------------------------------------------------------------- */
+
+static int map_block(int v, int dflt, const char *what, int *out, char *msg, size_t msgsz)
+{
+	switch (v) {
+	case FOS__BLOCK__BLOCK_DEFAULT:
+		*out = dflt;
+		return 0;
+	case FOS__BLOCK__BLOCK_1X16:
+		*out = FOS_BLOCK_1X16;
+		return 0;
+	case FOS__BLOCK__BLOCK_16X16:
+		*out = FOS_BLOCK_16X16;
+		return 0;
+	}
+	snprintf(msg, msgsz, "%s: unknown block mode %d", what, v);
+	return -1;
+}
+
+static int map_err(int v, int *out, char *msg, size_t msgsz)
+{
+	if (v == FOS__ERR_MODE__ERR_MAE || v == FOS__ERR_MODE__ERR_MSE) {
+		*out = v == FOS__ERR_MODE__ERR_MSE ? FOS_ERR_MSE : FOS_ERR_MAE;
+		return 0;
+	}
+	snprintf(msg, msgsz, "unknown err_mode %d (0 = mae, 1 = mse)", v);
+	return -1;
+}
+
+static int map_bound(uint32_t v, int dflt, int *out, char *msg, size_t msgsz)
+{
+	if (v == 0) {
+		*out = dflt;
+		return 0;
+	}
+	if (v == 256 || v == 448) {
+		*out = (int)v;
+		return 0;
+	}
+	snprintf(msg, msgsz, "bound %u is not 256 or 448", v);
+	return -1;
+}
+
+static int map_override(int v, int *out, char *msg, size_t msgsz)
+{
+	if (v >= FOS__OVERRIDE__OVERRIDE_DEFAULT && v <= FOS__OVERRIDE__OVERRIDE_DEQUANTIZED) {
+		*out = v; /* the same numbers as enum fos_override */
+		return 0;
+	}
+	snprintf(msg, msgsz, "unknown backward override %d", v);
+	return -1;
+}
+
+/* ---- tensors -------------------------------------------------------------------------------- */
+
+typedef struct vctx {
+	const uint8_t *data;
+	size_t dlen;
+	uint64_t max_end;
+	char *msg;
+	size_t msgsz;
+} vctx;
+
+/* Resolves a tensor and checks its dtype and rank. Returns 0 or a code. */
+static int get_tensor(vctx *v, const Fos__Tensor *t, const char *what, int dtype, int ndim, fosw_tensor *out)
+{
+	int code;
+	if (fosw_tensor_get(t, v->data, v->dlen, what, out, &v->max_end, &code, v->msg, v->msgsz))
+		return code;
+	if (dtype && out->dtype != dtype) {
+		snprintf(v->msg, v->msgsz, "tensor %s has dtype %s, %s expected", what, fosw_dtype_name(out->dtype),
+			 fosw_dtype_name(dtype));
+		return INVALID;
+	}
+	if (ndim && out->ndim != ndim) {
+		snprintf(v->msg, v->msgsz, "tensor %s has %d dimensions, %d expected", what, out->ndim, ndim);
+		return INVALID;
+	}
+	return 0;
+}
+
+static int fail(vctx *v, const char *fmt, long long a, long long b)
+{
+	snprintf(v->msg, v->msgsz, fmt, a, b);
+	return INVALID;
+}
+
+static int reply_fits(vctx *v, uint64_t bytes, uint64_t max_reply)
+{
+	if (bytes + 4096 > max_reply) {
+		snprintf(v->msg, v->msgsz, "the reply would be %llu bytes, over the %llu-byte message limit",
+			 (unsigned long long)bytes, (unsigned long long)max_reply);
+		return FOS__CODE__RESOURCE_EXHAUSTED;
+	}
+	return 0;
+}
+
+/* ---- per op --------------------------------------------------------------------------------- */
+
+static int v_put(vctx *v, const Fos__PutWeightRequest *r, fosd_put_args *a)
+{
+	int rc;
+	if (fosd_check_name(r->name, "weight name", v->msg, v->msgsz))
+		return INVALID;
+	a->name = r->name;
+	a->version = r->version;
+	if ((rc = get_tensor(v, r->w, "w", FOS__DTYPE__DTYPE_BF16, 2, &a->w)))
+		return rc;
+	a->opts = fos_linear_opts_default();
+	if (r->config) {
+		if (map_block(r->config->weight_block, FOS_BLOCK_16X16, "weight_block", &a->opts.weight_block, v->msg,
+			      v->msgsz) ||
+		    map_err(r->config->err_mode, &a->opts.err_mode, v->msg, v->msgsz) ||
+		    map_bound(r->config->bound, 256, &a->opts.bound, v->msg, v->msgsz))
+			return INVALID;
+	}
+	fos_err e;
+	/* M is not known yet: 128 stands in; N and K must be divisible by 128 */
+	if (fos_linear_check(&a->opts, 128, a->w.shape[0], a->w.shape[1], NULL, &e)) {
+		snprintf(v->msg, v->msgsz, "w (%lld, %lld): %s", (long long)a->w.shape[0], (long long)a->w.shape[1],
+			 e.msg);
+		return INVALID;
+	}
+	a->pin = r->pin;
+	a->keep_master = !r->drop_master;
+	/* without the master, a quantized backward needs the columnwise copy made now */
+	a->want_col = r->eager_columnwise || r->drop_master;
+	return 0;
+}
+
+static int v_fwd(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
+{
+	int rc;
+	if (fosd_check_name(r->weight, "weight name", v->msg, v->msgsz))
+		return INVALID;
+	a->weight = r->weight;
+	a->version = r->weight_version;
+	if ((rc = get_tensor(v, r->x, "x", FOS__DTYPE__DTYPE_BF16, 2, &a->x)))
+		return rc;
+	a->has_bias = r->bias != NULL;
+	if (a->has_bias && (rc = get_tensor(v, r->bias, "bias", FOS__DTYPE__DTYPE_BF16, 1, &a->bias)))
+		return rc;
+	if (map_override(r->override, &a->override, v->msg, v->msgsz))
+		return INVALID;
+	a->row_scaled = r->row_scaled;
+	a->save = r->save_context;
+	a->skip_output = r->skip_output;
+	if (a->x.shape[0] % 128 || a->x.shape[1] % 128)
+		return fail(v, "x (%lld, %lld): M and K must be divisible by 128", a->x.shape[0], a->x.shape[1]);
+	return 0;
+}
+
+static int v_bwd(vctx *v, const Fos__BackwardRequest *r, fosd_bwd_args *a)
+{
+	a->id = r->context_id;
+	a->keep = r->keep_context;
+	return get_tensor(v, r->dy, "dy", FOS__DTYPE__DTYPE_BF16, 2, &a->dy);
+}
+
+static int v_quant(vctx *v, const Fos__QuantizeRequest *r, fosd_quant_args *a)
+{
+	int rc;
+	if ((rc = get_tensor(v, r->x, "x", 0, 2, &a->x)))
+		return rc;
+	if (a->x.dtype != FOS__DTYPE__DTYPE_BF16 && a->x.dtype != FOS__DTYPE__DTYPE_F32) {
+		snprintf(v->msg, v->msgsz, "tensor x has dtype %s, bf16 or f32 expected", fosw_dtype_name(a->x.dtype));
+		return INVALID;
+	}
+	a->dtype = a->x.dtype == FOS__DTYPE__DTYPE_F32 ? FOS_F32 : FOS_BF16;
+	a->cfg = fos_qcfg_default();
+	if (r->config) {
+		const Fos__QuantConfig *c = r->config;
+		if (c->recipe != FOS__RECIPE__RECIPE_4OVER6 && c->recipe != FOS__RECIPE__RECIPE_NVFP4) {
+			snprintf(v->msg, v->msgsz, "unknown recipe %d", (int)c->recipe);
+			return INVALID;
+		}
+		a->cfg.recipe = c->recipe == FOS__RECIPE__RECIPE_NVFP4 ? FOS_RECIPE_NVFP4 : FOS_RECIPE_4OVER6;
+		int nv = a->cfg.recipe == FOS_RECIPE_NVFP4;
+		if (map_block(c->block, FOS_BLOCK_1X16, "block", &a->cfg.block, v->msg, v->msgsz) ||
+		    map_err(c->err_mode, &a->cfg.err_mode, v->msg, v->msgsz) ||
+		    map_bound(c->bound, nv ? 448 : 256, &a->cfg.bound, v->msg, v->msgsz))
+			return INVALID;
+		a->cfg.row_scaled = c->row_scaled;
+	}
+	fos_err e;
+	if (fos_qcfg_check(&a->cfg, a->x.shape[0], a->x.shape[1], &e)) {
+		snprintf(v->msg, v->msgsz, "x (%lld, %lld): %s", (long long)a->x.shape[0], (long long)a->x.shape[1],
+			 e.msg);
+		return INVALID;
+	}
+	a->has_amax = r->amax != NULL;
+	if (a->has_amax) {
+		if ((rc = get_tensor(v, r->amax, "amax", FOS__DTYPE__DTYPE_F32, 1, &a->amax)))
+			return rc;
+		int64_t want = a->cfg.row_scaled ? a->x.shape[0] : 1;
+		if (a->amax.shape[0] != want)
+			return fail(v, "amax has %lld values, %lld expected", a->amax.shape[0], want);
+		for (int64_t i = 0; i < want; i++) {
+			float f;
+			memcpy(&f, a->amax.ptr + 4 * i, 4);
+			if (!(f >= 0.0f)) { /* NaN or negative; +inf is allowed */
+				snprintf(v->msg, v->msgsz, "amax[%lld] = %g is NaN or negative", (long long)i, (double)f);
+				return INVALID;
+			}
+		}
+	}
+	return 0;
+}
+
+static int v_deq(vctx *v, const Fos__DequantizeRequest *r, fosd_deq_args *a, uint64_t max_reply)
+{
+	int rc;
+	if ((rc = get_tensor(v, r->codes, "codes", FOS__DTYPE__DTYPE_U8, 2, &a->codes)) ||
+	    (rc = get_tensor(v, r->scales, "scales", FOS__DTYPE__DTYPE_E4M3, 2, &a->scales)) ||
+	    (rc = get_tensor(v, r->amax, "amax", FOS__DTYPE__DTYPE_F32, 1, &a->amax)))
+		return rc;
+	a->rows = a->codes.shape[0];
+	a->cols = a->codes.shape[1] * 2;
+	if (a->cols % 16)
+		return fail(v, "codes (%lld, %lld): the column count (2 per byte) must be divisible by 16",
+			    a->codes.shape[0], a->codes.shape[1]);
+	if (a->scales.shape[0] != a->rows || a->scales.shape[1] != a->cols / 16) {
+		snprintf(v->msg, v->msgsz, "scales (%lld, %lld) do not match codes (%lld, %lld): (%lld, %lld) expected",
+			 (long long)a->scales.shape[0], (long long)a->scales.shape[1], (long long)a->codes.shape[0],
+			 (long long)a->codes.shape[1], (long long)a->rows, (long long)(a->cols / 16));
+		return INVALID;
+	}
+	/* scales are never negative (NUMERICS.md section 1): a sign bit is refused here, so no backend
+	 * ever sees a byte outside 0x00..0x7F */
+	for (size_t i = 0; i < a->scales.len; i++)
+		if (a->scales.ptr[i] & 0x80) {
+			snprintf(v->msg, v->msgsz, "scales[%lld, %lld] = 0x%02x is negative (the sign bit is set)",
+				 (long long)(i / (size_t)a->scales.shape[1]), (long long)(i % (size_t)a->scales.shape[1]),
+				 a->scales.ptr[i]);
+			return INVALID;
+		}
+	a->row_scaled = r->row_scaled;
+	int64_t want = a->row_scaled ? a->rows : 1;
+	if (a->amax.shape[0] != want)
+		return fail(v, "amax has %lld values, %lld expected", a->amax.shape[0], want);
+	for (int64_t i = 0; i < want; i++) {
+		float f;
+		memcpy(&f, a->amax.ptr + 4 * i, 4);
+		if (!(f >= 0.0f)) { /* NaN or negative; +inf is allowed */
+			snprintf(v->msg, v->msgsz, "amax[%lld] = %g is NaN or negative", (long long)i, (double)f);
+			return INVALID;
+		}
+	}
+	if (map_bound(r->bound, 256, &a->bound, v->msg, v->msgsz))
+		return INVALID;
+	if (r->out_dtype == FOS__DTYPE__DTYPE_UNSPECIFIED || r->out_dtype == FOS__DTYPE__DTYPE_BF16)
+		a->out_dtype = FOS_BF16;
+	else if (r->out_dtype == FOS__DTYPE__DTYPE_F32)
+		a->out_dtype = FOS_F32;
+	else {
+		snprintf(v->msg, v->msgsz, "out_dtype %s: bf16 or f32 expected", fosw_dtype_name(r->out_dtype));
+		return INVALID;
+	}
+	return reply_fits(v, (uint64_t)a->rows * (uint64_t)a->cols * fos_dtype_size(a->out_dtype), max_reply);
+}
+
+static int v_lin(vctx *v, const Fos__LinearRequest *r, fosd_lin_args *a, uint64_t max_reply)
+{
+	int rc;
+	if ((rc = get_tensor(v, r->x, "x", FOS__DTYPE__DTYPE_BF16, 2, &a->x)) ||
+	    (rc = get_tensor(v, r->w, "w", FOS__DTYPE__DTYPE_BF16, 2, &a->w)))
+		return rc;
+	a->has_bias = r->bias != NULL;
+	a->has_dy = r->dy != NULL;
+	if (a->has_bias && (rc = get_tensor(v, r->bias, "bias", FOS__DTYPE__DTYPE_BF16, 1, &a->bias)))
+		return rc;
+	if (a->has_dy && (rc = get_tensor(v, r->dy, "dy", FOS__DTYPE__DTYPE_BF16, 2, &a->dy)))
+		return rc;
+	int64_t m = a->x.shape[0], k = a->x.shape[1], n = a->w.shape[0];
+	if (a->w.shape[1] != k)
+		return fail(v, "w has K = %lld but x has K = %lld", a->w.shape[1], k);
+	if (a->has_bias && a->bias.shape[0] != n)
+		return fail(v, "bias has %lld values but w has N = %lld", a->bias.shape[0], n);
+	if (a->has_dy && (a->dy.shape[0] != m || a->dy.shape[1] != n)) {
+		snprintf(v->msg, v->msgsz, "dy is (%lld, %lld) but Y is (%lld, %lld)", (long long)a->dy.shape[0],
+			 (long long)a->dy.shape[1], (long long)m, (long long)n);
+		return INVALID;
+	}
+	a->opts = fos_linear_opts_default();
+	if (r->options) {
+		const Fos__LinearOptions *o = r->options;
+		if (map_override(o->override, &a->opts.override, v->msg, v->msgsz) ||
+		    map_block(o->weight_block, FOS_BLOCK_16X16, "weight_block", &a->opts.weight_block, v->msg,
+			      v->msgsz) ||
+		    map_err(o->err_mode, &a->opts.err_mode, v->msg, v->msgsz) ||
+		    map_bound(o->bound, 256, &a->opts.bound, v->msg, v->msgsz))
+			return INVALID;
+		a->opts.row_scaled = o->row_scaled;
+	}
+	fos_err e;
+	if (fos_linear_check(&a->opts, m, n, k, &a->resolved, &e)) {
+		snprintf(v->msg, v->msgsz, "%s", e.msg);
+		return INVALID;
+	}
+	uint64_t out = (uint64_t)m * (uint64_t)n * 2;
+	if (a->has_dy)
+		out += (uint64_t)m * (uint64_t)k * 2 + (uint64_t)n * (uint64_t)k * 2 + (uint64_t)n * 2;
+	return reply_fits(v, out, max_reply);
+}
+
+int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply, fosd_args *a,
+		  char *msg, size_t msgsz)
+{
+	vctx v = {data, dlen, 0, msg, msgsz};
+	int rc = 0;
+	memset(a, 0, sizeof *a);
+	a->op = fosd_request_op(rq);
+	switch (a->op) {
+	case FOSD_OP_HEALTH:
+	case FOSD_OP_STATS:
+	case FOSD_OP_LIST_WEIGHTS:
+		break;
+	case FOSD_OP_PUT_WEIGHT:
+		rc = v_put(&v, rq->put_weight, &a->u.put);
+		break;
+	case FOSD_OP_DROP_WEIGHT:
+		if (fosd_check_name(rq->drop_weight->name, "weight name", msg, msgsz))
+			return INVALID;
+		a->u.drop_name = rq->drop_weight->name;
+		break;
+	case FOSD_OP_FORWARD:
+		rc = v_fwd(&v, rq->forward, &a->u.fwd);
+		break;
+	case FOSD_OP_BACKWARD:
+		rc = v_bwd(&v, rq->backward, &a->u.bwd);
+		break;
+	case FOSD_OP_RELEASE_CONTEXT:
+		a->u.release_id = rq->release_context->context_id;
+		break;
+	case FOSD_OP_QUANTIZE:
+		rc = v_quant(&v, rq->quantize, &a->u.quant);
+		break;
+	case FOSD_OP_DEQUANTIZE:
+		rc = v_deq(&v, rq->dequantize, &a->u.deq, max_reply);
+		break;
+	case FOSD_OP_LINEAR:
+		rc = v_lin(&v, rq->linear, &a->u.lin, max_reply);
+		break;
+	default:
+		snprintf(msg, msgsz, "the request names no operation (or one this fosd does not know)");
+		return INVALID;
+	}
+	if (rc)
+		return rc;
+	if (fosw_check_trailing(v.max_end, dlen, msg, msgsz))
+		return INVALID;
+	return 0;
+}

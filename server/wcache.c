@@ -1,0 +1,292 @@
+/* wcache.c: the weight cache (see wcache.h): a most-recently-used list of attached entries, a list
+ * of detached entries still referenced, byte accounting and LRU eviction. */
+#include "wcache.h"
+#include "util.h"
+#include "log.h"
+#include "fos.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
+{
+	memset(wc, 0, sizeof *wc);
+	wc->be = be;
+	wc->budget = budget;
+	return pthread_mutex_init(&wc->mu, NULL) ? -1 : 0;
+}
+
+static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
+{
+	fos_qweight_free(wc->be, &w->qw);
+	free(w);
+}
+
+void fosd_wcache_destroy(fosd_wcache *wc)
+{
+	fosd_weight *w = wc->head;
+	while (w) {
+		fosd_weight *n = w->next;
+		wc_free_entry(wc, w);
+		w = n;
+	}
+	w = wc->detached;
+	while (w) {
+		fosd_weight *n = w->next;
+		wc_free_entry(wc, w);
+		w = n;
+	}
+	wc->head = wc->tail = wc->detached = NULL;
+	pthread_mutex_destroy(&wc->mu);
+}
+
+static void wc_unlink(fosd_wcache *wc, fosd_weight *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		wc->head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		wc->tail = w->prev;
+	w->prev = w->next = NULL;
+}
+
+static void wc_push_front(fosd_wcache *wc, fosd_weight *w)
+{
+	w->prev = NULL;
+	w->next = wc->head;
+	if (wc->head)
+		wc->head->prev = w;
+	wc->head = w;
+	if (!wc->tail)
+		wc->tail = w;
+}
+
+/* Removes an attached entry from the table. Returns it when nobody uses it (the caller frees it
+ * after unlocking, so readers never wait on backend frees), else keeps it on the detached list
+ * until its last user releases it and returns NULL. Called with wc->mu held. */
+static fosd_weight *wc_detach_locked(fosd_wcache *wc, fosd_weight *w)
+{
+	wc_unlink(wc, w);
+	wc->entries--;
+	w->detached = 1;
+	if (w->refs == 0) {
+		wc->bytes -= w->bytes;
+		return w;
+	}
+	w->next = wc->detached;
+	wc->detached = w;
+	return NULL;
+}
+
+/* Frees a list of entries linked by next (after wc->mu was released). */
+static void wc_free_list(fosd_wcache *wc, fosd_weight *w)
+{
+	while (w) {
+		fosd_weight *n = w->next;
+		wc_free_entry(wc, w);
+		w = n;
+	}
+}
+
+fosd_weight *fosd_wcache_find(fosd_wcache *wc, const char *name)
+{
+	pthread_mutex_lock(&wc->mu);
+	fosd_weight *w = wc->head;
+	while (w && strcmp(w->name, name))
+		w = w->next;
+	pthread_mutex_unlock(&wc->mu);
+	return w;
+}
+
+int fosd_wcache_acquire(fosd_wcache *wc, const char *name, uint64_t version, fosd_weight **out, char *msg,
+			size_t msgsz)
+{
+	pthread_mutex_lock(&wc->mu);
+	fosd_weight *w = wc->head;
+	while (w && strcmp(w->name, name))
+		w = w->next;
+	if (!w) {
+		wc->misses++;
+		pthread_mutex_unlock(&wc->mu);
+		snprintf(msg, msgsz, "weight '%s' is not in the cache", name);
+		return FOS__CODE__NOT_FOUND;
+	}
+	if (version && w->version != version) {
+		uint64_t have = w->version;
+		wc->misses++;
+		pthread_mutex_unlock(&wc->mu);
+		snprintf(msg, msgsz, "weight '%s' is cached at version %llu, not %llu", name,
+			 (unsigned long long)have, (unsigned long long)version);
+		return FOS__CODE__FAILED_PRECONDITION;
+	}
+	wc->hits++;
+	w->refs++;
+	w->uses++;
+	w->last_used_ns = fosd_now_ns();
+	if (wc->head != w) {
+		wc_unlink(wc, w);
+		wc_push_front(wc, w);
+	}
+	pthread_mutex_unlock(&wc->mu);
+	*out = w;
+	return 0;
+}
+
+void fosd_wcache_acquire_ref(fosd_wcache *wc, fosd_weight *w)
+{
+	pthread_mutex_lock(&wc->mu);
+	w->refs++;
+	pthread_mutex_unlock(&wc->mu);
+}
+
+void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w)
+{
+	fosd_weight *dead = NULL;
+	pthread_mutex_lock(&wc->mu);
+	if (--w->refs == 0 && w->detached) {
+		fosd_weight **pp = &wc->detached;
+		while (*pp && *pp != w)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = w->next;
+		wc->bytes -= w->bytes;
+		dead = w;
+		dead->next = NULL;
+	}
+	pthread_mutex_unlock(&wc->mu);
+	wc_free_list(wc, dead);
+}
+
+int fosd_wcache_reserve(fosd_wcache *wc, uint64_t need, const fosd_weight *reclaim, char *msg, size_t msgsz)
+{
+	fosd_weight *dead = NULL;
+	pthread_mutex_lock(&wc->mu);
+	uint64_t give_back = (reclaim && reclaim->refs == 0) ? reclaim->bytes : 0;
+	fosd_weight *w = wc->tail;
+	while (wc->bytes - give_back + need > wc->budget && w) {
+		fosd_weight *prev = w->prev;
+		if (w != reclaim && !w->pinned && w->refs == 0) {
+			fosd_info("cache: evicting weight '%s' v%llu (%zu bytes, least recently used)", w->name,
+				  (unsigned long long)w->version, w->bytes);
+			fosd_weight *d = wc_detach_locked(wc, w);
+			d->next = dead;
+			dead = d;
+			wc->evictions++;
+		}
+		w = prev;
+	}
+	int rc = 0;
+	if (wc->bytes - give_back + need > wc->budget) {
+		snprintf(msg, msgsz,
+			 "weight cache full: %llu bytes needed, %llu of %llu in use by pinned or busy weights",
+			 (unsigned long long)need, (unsigned long long)(wc->bytes - give_back),
+			 (unsigned long long)wc->budget);
+		rc = FOS__CODE__RESOURCE_EXHAUSTED;
+	}
+	pthread_mutex_unlock(&wc->mu);
+	wc_free_list(wc, dead);
+	return rc;
+}
+
+void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
+{
+	pthread_mutex_lock(&wc->mu);
+	fosd_weight *old = wc->head;
+	while (old && strcmp(old->name, w->name))
+		old = old->next;
+	fosd_weight *dead = old ? wc_detach_locked(wc, old) : NULL;
+	if (dead)
+		dead->next = NULL;
+	w->bytes = fos_qweight_bytes(&w->qw);
+	w->has_master = w->qw.master != NULL;
+	w->has_col = w->qw.qcol.codes != NULL;
+	w->refs = 0;
+	w->detached = 0;
+	w->last_used_ns = fosd_now_ns();
+	wc->bytes += w->bytes;
+	wc->entries++;
+	wc_push_front(wc, w);
+	pthread_mutex_unlock(&wc->mu);
+	wc_free_list(wc, dead);
+}
+
+int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz)
+{
+	pthread_mutex_lock(&wc->mu);
+	fosd_weight *w = wc->head;
+	while (w && strcmp(w->name, name))
+		w = w->next;
+	if (!w) {
+		pthread_mutex_unlock(&wc->mu);
+		snprintf(msg, msgsz, "weight '%s' is not in the cache", name);
+		return FOS__CODE__NOT_FOUND;
+	}
+	fosd_weight *dead = wc_detach_locked(wc, w);
+	if (dead)
+		dead->next = NULL;
+	pthread_mutex_unlock(&wc->mu);
+	wc_free_list(wc, dead);
+	return 0;
+}
+
+void fosd_wcache_account(fosd_wcache *wc, fosd_weight *w)
+{
+	pthread_mutex_lock(&wc->mu);
+	size_t now = fos_qweight_bytes(&w->qw);
+	wc->bytes = wc->bytes - w->bytes + now;
+	w->bytes = now;
+	w->has_master = w->qw.master != NULL;
+	w->has_col = w->qw.qcol.codes != NULL;
+	pthread_mutex_unlock(&wc->mu);
+}
+
+void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info *o)
+{
+	memset(o, 0, sizeof *o);
+	memcpy(o->name, w->name, sizeof o->name);
+	o->version = w->version;
+	o->n = w->qw.n;
+	o->k = w->qw.k;
+	o->opts = w->qw.opts;
+	o->bytes = w->bytes;
+	o->pinned = w->pinned;
+	o->has_master = w->has_master;
+	o->has_col = w->has_col;
+	o->uses = w->uses;
+	o->idle_ms = now_ns > w->last_used_ns ? (now_ns - w->last_used_ns) / 1000000u : 0;
+}
+
+int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count)
+{
+	pthread_mutex_lock(&wc->mu);
+	size_t n = (size_t)wc->entries;
+	fosd_weight_info *a = calloc(n ? n : 1, sizeof *a);
+	if (!a) {
+		pthread_mutex_unlock(&wc->mu);
+		return -1;
+	}
+	uint64_t now = fosd_now_ns();
+	size_t i = 0;
+	for (fosd_weight *w = wc->head; w && i < n; w = w->next)
+		fosd_weight_info_of(w, now, &a[i++]);
+	pthread_mutex_unlock(&wc->mu);
+	*out = a;
+	*count = i;
+	return 0;
+}
+
+void fosd_wcache_stats_get(fosd_wcache *wc, fosd_wcache_stats *st)
+{
+	pthread_mutex_lock(&wc->mu);
+	st->bytes = wc->bytes;
+	st->budget = wc->budget;
+	st->entries = wc->entries;
+	st->hits = wc->hits;
+	st->misses = wc->misses;
+	st->evictions = wc->evictions;
+	pthread_mutex_unlock(&wc->mu);
+}

@@ -1,0 +1,91 @@
+/* wcache.h: the weight cache: quantized weights by name (one version each), memory accounted
+ * against a budget, LRU eviction of unpinned entries nobody uses, reference counts so an entry in
+ * use by a request or a saved context is never freed under it.
+ *
+ * Locking: every call that allocates or frees backend memory, or changes an entry, is made by an
+ * executor worker holding the backend lock (srv->be_mu); wc->mu additionally guards the table for
+ * the readers that do not hold the backend lock (list, stats). */
+#ifndef FOSD_WCACHE_H
+#define FOSD_WCACHE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define FOSD_NAME_MAX 128
+
+typedef struct fosd_weight {
+	char name[FOSD_NAME_MAX + 1];
+	uint64_t version;
+	fos_qweight qw;
+	int pinned;
+	size_t bytes;      /* accounted bytes (fos_qweight_bytes) */
+	int has_master, has_col; /* copies of qw's state, read under wc->mu */
+	int refs;          /* requests and contexts using it */
+	int detached;      /* dropped, replaced or evicted: freed when refs reaches 0 */
+	uint64_t last_used_ns;
+	uint64_t uses;
+	struct fosd_weight *prev, *next; /* attached entries, most recently used first */
+} fosd_weight;
+
+typedef struct fosd_wcache {
+	pthread_mutex_t mu;
+	fos_backend *be;
+	uint64_t budget;
+	uint64_t bytes;      /* all live entries, attached or not */
+	uint64_t entries;    /* attached entries */
+	uint64_t hits, misses, evictions;
+	fosd_weight *head, *tail; /* attached entries, MRU at head */
+	fosd_weight *detached;    /* detached entries still referenced (linked by next) */
+} fosd_wcache;
+
+int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget);
+/* Frees every entry (shutdown; nothing may be in use). */
+void fosd_wcache_destroy(fosd_wcache *wc);
+
+/* Looks up name; version 0 matches any. On success takes a reference (release it with
+ * fosd_wcache_release) and marks the entry used. Returns 0, or a gRPC code (NOT_FOUND,
+ * FAILED_PRECONDITION for a version mismatch) with msg. */
+int fosd_wcache_acquire(fosd_wcache *wc, const char *name, uint64_t version, fosd_weight **out, char *msg,
+			size_t msgsz);
+void fosd_wcache_acquire_ref(fosd_wcache *wc, fosd_weight *w);
+void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w);
+
+/* Makes room for `need` more bytes by evicting LRU entries that are unpinned and unused, not
+ * counting `reclaim` (an entry the caller is about to replace; never evicted here). Returns 0, or
+ * RESOURCE_EXHAUSTED with msg. */
+int fosd_wcache_reserve(fosd_wcache *wc, uint64_t need, const fosd_weight *reclaim, char *msg, size_t msgsz);
+
+/* The entry of this name (attached), or NULL; no reference taken. */
+fosd_weight *fosd_wcache_find(fosd_wcache *wc, const char *name);
+
+/* Inserts a freshly made entry (refs 0), replacing (detaching) an entry of the same name. */
+void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w);
+
+/* Detaches the entry of this name. Returns 0 or NOT_FOUND with msg. */
+int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz);
+
+/* Re-reads the entry's size after its columnwise copy was built lazily. */
+void fosd_wcache_account(fosd_wcache *wc, fosd_weight *w);
+
+/* Snapshot for ListWeights: a malloc'd array of copies (qw pointers must not be used). */
+typedef struct fosd_weight_info {
+	char name[FOSD_NAME_MAX + 1];
+	uint64_t version;
+	int64_t n, k;
+	fos_linear_opts opts;
+	uint64_t bytes;
+	int pinned, has_master, has_col;
+	uint64_t uses, idle_ms;
+} fosd_weight_info;
+int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count);
+void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info *out);
+
+typedef struct fosd_wcache_stats {
+	uint64_t bytes, budget, entries, hits, misses, evictions;
+} fosd_wcache_stats;
+void fosd_wcache_stats_get(fosd_wcache *wc, fosd_wcache_stats *st);
+
+#endif
