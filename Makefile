@@ -165,3 +165,8 @@ install: all
 
 clean:
 	rm -rf $(BUILD)
+
+# Extra targets owned by their own fragments (e.g. tests/sanitize.mk, tests/fuzz.mk,
+# bench/service.mk); each may add to TEST_EXTRA, a list of commands run by `make test` after the
+# unit suites.
+-include $(sort $(wildcard tests/*.mk bench/*.mk))
