@@ -1,0 +1,381 @@
+/* bench_cuda.c: CUDA backend timings for bench/BENCHMARKS_CUDA.md, each against a baseline timed in
+ * the same run with CUDA events (median of 11 timed runs after warm-ups; the memory-bound rows run
+ * each op back to back, the GEMM rows alternate op and baseline run by run so both see the same
+ * clock and power state):
+ *   - 4/6 quantize (amax pass included) of bf16 8192x5120 and 8192x8192: 1x16 per-tensor (with and
+ *     without the fused bf16 decoding), MSE, 16x16, row-scaled, the NVFP4 gradient quantizer, and
+ *     the kernel variants; baseline: a device-to-device copy of the input;
+ *   - amax, dequantize, transpose alone;
+ *   - forward (quantize X + GEMM with the cached quantized W) at 8192^3 and 8192x4096x4096;
+ *     baseline: a plain cuBLASLt bf16 GEMM of the same shape (heuristic's first choice, 32 MiB
+ *     workspace), and the backend's own deterministic GEMM (no workspace, split-K 1);
+ *   - each backward mode at the same shapes; baseline: the two bf16 GEMMs it contains.
+ * Prints markdown table rows. Usage: bench_cuda [quick] */
+#include "backend.h"
+#include "fos_format.h"
+#ifdef FOS_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef FOS_HAVE_CUDA
+int main(void)
+{
+	printf("bench_cuda: built without CUDA: nothing to measure\n");
+	return 0;
+}
+#else
+
+static fos_backend *be;
+static fos_err err;
+
+#define CK(x)                                                                                                  \
+	do {                                                                                                   \
+		if ((x) != FOS_OK) {                                                                           \
+			fprintf(stderr, "bench_cuda: %s failed: %s\n", #x, err.msg);                           \
+			exit(1);                                                                               \
+		}                                                                                              \
+	} while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static uint16_t *dev_rand(int64_t n, float scale)
+{
+	uint16_t *h = malloc((size_t)n * 2);
+	for (int64_t i = 0; i < n; i++)
+		h[i] = fos_f32_to_bf16((frand() + frand() + frand()) * scale);
+	uint16_t *d = be->alloc(be, (size_t)n * 2);
+	if (!d) {
+		fprintf(stderr, "bench_cuda: out of device memory\n");
+		exit(1);
+	}
+	CK(be->h2d(be, d, h, (size_t)n * 2, &err));
+	free(h);
+	return d;
+}
+
+static int cmpf(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return x < y ? -1 : x > y;
+}
+
+typedef void (*op_fn)(void *ctx);
+
+/* Median microseconds of 11 timed runs of fn after 3 warm-ups. */
+static double time_us(op_fn fn, void *ctx)
+{
+	for (int i = 0; i < 3; i++)
+		fn(ctx);
+	CK(be->sync(be, &err));
+	float t[11];
+	for (int i = 0; i < 11; i++) {
+		CK(fos_cuda_mark(be, 0, &err));
+		fn(ctx);
+		CK(fos_cuda_mark(be, 1, &err));
+		CK(fos_cuda_elapsed_ms(be, 0, 1, &t[i], &err));
+	}
+	qsort(t, 11, sizeof t[0], cmpf);
+	return t[5] * 1000.0;
+}
+
+/* Medians of 11 alternating timed runs of a and b (after warm-ups of both), so that both see the
+ * same clock and power state: a GEMM-heavy run drifts by several percent over seconds. */
+static void time_pair_us(op_fn a, void *ca, op_fn b, void *cb, double *ta, double *tb)
+{
+	for (int i = 0; i < 2; i++) {
+		a(ca);
+		b(cb);
+	}
+	CK(be->sync(be, &err));
+	float x[11], y[11];
+	for (int i = 0; i < 11; i++) {
+		CK(fos_cuda_mark(be, 0, &err));
+		a(ca);
+		CK(fos_cuda_mark(be, 1, &err));
+		b(cb);
+		CK(fos_cuda_mark(be, 2, &err));
+		CK(fos_cuda_elapsed_ms(be, 0, 1, &x[i], &err));
+		CK(fos_cuda_elapsed_ms(be, 1, 2, &y[i], &err));
+	}
+	qsort(x, 11, sizeof x[0], cmpf);
+	qsort(y, 11, sizeof y[0], cmpf);
+	*ta = x[5] * 1000.0;
+	*tb = y[5] * 1000.0;
+}
+
+/* ---- ops ------------------------------------------------------------------------------------- */
+
+typedef struct {
+	void *src, *dst;
+	size_t n;
+} copy_ctx;
+static void op_copy(void *c)
+{
+	copy_ctx *x = c;
+	CK(be->d2d(be, x->dst, x->src, x->n, &err));
+}
+
+typedef struct {
+	const uint16_t *x;
+	int64_t rows, cols;
+	fos_qcfg cfg;
+	fos_qtensor q;
+	uint16_t *dec; /* NULL: no decoded output */
+} q_ctx;
+static void op_quant(void *c)
+{
+	q_ctx *x = c;
+	CK(be->quantize(be, x->x, FOS_BF16, x->rows, x->cols, &x->cfg, NULL, &x->q, x->dec, &err));
+}
+static void op_amax(void *c)
+{
+	q_ctx *x = c;
+	CK(be->amax(be, x->x, FOS_BF16, x->rows, x->cols, x->cfg.row_scaled, x->q.amax, &err));
+}
+static void op_deq(void *c)
+{
+	q_ctx *x = c;
+	CK(be->dequantize(be, &x->q, FOS_BF16, x->dec, &err));
+}
+static void op_tr(void *c)
+{
+	q_ctx *x = c;
+	CK(be->transpose(be, x->x, x->dec, x->rows, x->cols, 2, &err));
+}
+
+typedef struct {
+	const uint16_t *a, *b;
+	int64_t m, n, k;
+	uint16_t *y;
+	size_t ws;
+	int own;
+	const fos_gemm_epi *epi; /* own GEMM with this epilogue (NULL: plain) */
+} g_ctx;
+static void op_gemm(void *c)
+{
+	g_ctx *x = c;
+	if (x->own) {
+		fos_gemm_epi e = x->epi ? *x->epi : fos_gemm_epi_plain();
+		CK(be->gemm(be, x->a, x->b, x->m, x->n, x->k, &e, x->y, &err));
+	} else {
+		CK(fos_cuda_gemm_baseline(be, x->a, x->b, x->m, x->n, x->k, x->y, x->ws, &err));
+	}
+}
+
+typedef struct {
+	const uint16_t *x, *dy;
+	int64_t m;
+	fos_qweight *qw;
+	fos_linear_opts o;
+	uint16_t *y, *dx, *dw;
+	fos_saved sv;
+} l_ctx;
+static void op_fwd(void *c)
+{
+	l_ctx *x = c;
+	CK(fos_linear_forward(be, x->x, x->m, x->qw, &x->o, NULL, x->y, NULL, &err));
+}
+static void op_bwd(void *c)
+{
+	l_ctx *x = c;
+	CK(fos_linear_backward(be, &x->sv, x->qw, x->dy, x->dx, x->dw, NULL, &err));
+}
+
+static void row(const char *what, const char *shape, double us, const char *base, double base_us)
+{
+	printf("| %s | %s | %.1f us | %s %.1f us | %.2fx |\n", what, shape, us, base, base_us, us / base_us);
+	fflush(stdout);
+}
+
+static void row_pair(const char *what, const char *shape, op_fn f, void *c, const char *base, op_fn bf, void *bc)
+{
+	double t, tb;
+	time_pair_us(f, c, bf, bc, &t, &tb);
+	row(what, shape, t, base, tb);
+}
+
+typedef struct {
+	void *a, *b;
+} two_ctx;
+static void op_gemm(void *c);
+static void op_two_gemms(void *c)
+{
+	two_ctx *t = c;
+	op_gemm(t->a);
+	op_gemm(t->b);
+}
+
+/* ---- sections -------------------------------------------------------------------------------- */
+
+static void bench_quant(int64_t rows, int64_t cols, int quick)
+{
+	char shape[64];
+	snprintf(shape, sizeof shape, "%lldx%lld bf16", (long long)rows, (long long)cols);
+	int64_t n = rows * cols;
+	uint16_t *x = dev_rand(n, 1.0f);
+	copy_ctx cc = {x, be->alloc(be, (size_t)n * 2), (size_t)n * 2};
+	double copy = time_us(op_copy, &cc);
+	printf("| D2D copy of the input | %s | %.1f us | (%.0f GB/s read+write) | |\n", shape, copy,
+	       2.0 * n * 2 / copy / 1e3);
+	q_ctx q = {x, rows, cols, fos_qcfg_default(), {0}, NULL};
+	CK(fos_qtensor_alloc(be, &q.q, rows, cols, 1, &err));
+	uint16_t *dec = be->alloc(be, (size_t)n * 2);
+	struct {
+		const char *name;
+		int recipe, block, em, rs, dec;
+	} cases[] = {
+		{"4/6 quantize 1x16 per-tensor MAE (amax pass incl.)", 0, 0, 0, 0, 0},
+		{"4/6 quantize 1x16 per-tensor MAE + fused bf16 decoded", 0, 0, 0, 0, 1},
+		{"4/6 quantize 1x16 per-tensor MSE", 0, 0, 1, 0, 0},
+		{"4/6 quantize 16x16 per-tensor MAE", 0, 1, 0, 0, 0},
+		{"4/6 quantize 1x16 row-scaled MAE", 0, 0, 0, 1, 0},
+		{"4/6 quantize 1x16 row-scaled MAE + decoded", 0, 0, 0, 1, 1},
+		{"NVFP4 gradient quantize 1x16 (bound 448)", 1, 0, 0, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		if (quick && i > 0)
+			break;
+		q.cfg.recipe = cases[i].recipe;
+		q.cfg.block = cases[i].block;
+		q.cfg.err_mode = cases[i].em;
+		q.cfg.row_scaled = cases[i].rs;
+		q.cfg.bound = cases[i].recipe ? 448 : 256;
+		q.dec = cases[i].dec ? dec : NULL;
+		row(cases[i].name, shape, time_us(op_quant, &q), "copy", copy);
+	}
+	/* variants of the headline case: bit 0 generic kernel, bit 1 software e4m3, bit 2 forward walk */
+	q.cfg = fos_qcfg_default();
+	for (int v = 1; v < 8 && !quick; v++) {
+		char name[96];
+		CK(fos_cuda_set_variant(be, v, &err));
+		snprintf(name, sizeof name, "  variant %d (%s%s%s) 1x16 per-tensor MAE", v, v & 1 ? "generic " : "",
+			 v & 2 ? "sw-e4m3 " : "", v & 4 ? "forward-walk" : "");
+		q.dec = NULL;
+		row(name, shape, time_us(op_quant, &q), "copy", copy);
+		snprintf(name, sizeof name, "  variant %d + decoded", v);
+		q.dec = dec;
+		row(name, shape, time_us(op_quant, &q), "copy", copy);
+	}
+	CK(fos_cuda_set_variant(be, 0, &err));
+	q.cfg = fos_qcfg_default();
+	row("amax alone (per tensor)", shape, time_us(op_amax, &q), "copy", copy);
+	q.cfg.row_scaled = 1;
+	row("amax alone (per row)", shape, time_us(op_amax, &q), "copy", copy);
+	q.cfg = fos_qcfg_default();
+	q.dec = dec;
+	op_quant(&q);
+	row("dequantize to bf16", shape, time_us(op_deq, &q), "copy", copy);
+	row("transpose bf16", shape, time_us(op_tr, &q), "copy", copy);
+	fos_qtensor_free(be, &q.q);
+	be->free(be, dec);
+	be->free(be, cc.dst);
+	be->free(be, x);
+	CK(be->sync(be, &err));
+}
+
+static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
+{
+	char shape[64];
+	snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
+	uint16_t *x = dev_rand(m * k, 1.0f), *w = dev_rand(n * k, 0.02f), *dy = dev_rand(m * n, 0.01f);
+	uint16_t *y = be->alloc(be, (size_t)(m * n) * 2), *dx = be->alloc(be, (size_t)(m * k) * 2);
+	uint16_t *dw = be->alloc(be, (size_t)(n * k) * 2), *t = dev_rand((m > n ? m : n) * k, 0.02f);
+	/* baselines: Y = X W^T, dX = dY W (m, k, n), dW = dY^T X (n, k, m), plain cuBLASLt, 32 MiB ws */
+	g_ctx g = {x, w, m, n, k, y, 32u << 20, 0, NULL};
+	g_ctx own = g;
+	own.own = 1;
+	double base_f, own_f;
+	time_pair_us(op_gemm, &own, op_gemm, &g, &own_f, &base_f);
+	char desc[160];
+	CK(fos_cuda_gemm_describe(be, m, n, k, desc, sizeof desc, &err));
+	printf("| plain cuBLASLt bf16 GEMM Y=XW^T (32 MiB ws) | %s | %.1f us | %.0f TFLOP/s | |\n", shape, base_f,
+	       2.0 * m * n * k / base_f / 1e6);
+	row("backend deterministic GEMM (ws 0, split-K 1)", shape, own_f, "plain", base_f);
+	printf("|   its algorithm | %s | %s | | |\n", shape, desc);
+	/* the forward's parts: its GEMM (alpha from two device amaxes) and the quantize of X */
+	float amaxes[2] = {3.0f, 0.05f};
+	float *dam = be->alloc(be, sizeof amaxes);
+	CK(be->h2d(be, dam, amaxes, sizeof amaxes, &err));
+	fos_gemm_epi epi = {dam, 1.0f / 1536, dam + 1, 1.0f / 1536, NULL, NULL};
+	own.epi = &epi;
+	row_pair("  forward's GEMM alone (alpha from amaxes)", shape, op_gemm, &own, "plain", op_gemm, &g);
+	float *rs = be->alloc(be, (size_t)m * 4);
+	CK(be->d2d(be, rs, x, (size_t)m * 4, &err)); /* any finite-ish floats: only the time matters */
+	fos_gemm_epi epr = {NULL, 1.0f / 1536, dam + 1, 1.0f / 1536, rs, NULL};
+	own.epi = &epr;
+	row_pair("  row-scaled forward's GEMM alone (FP32 + epilogue)", shape, op_gemm, &own, "plain", op_gemm, &g);
+	uint16_t *xdec = be->alloc(be, (size_t)(m * k) * 2);
+	q_ctx qx = {x, m, k, fos_qcfg_default(), {0}, xdec};
+	CK(fos_qtensor_alloc(be, &qx.q, m, k, 1, &err));
+	row_pair("  forward's quantize of X alone (+ decoded)", shape, op_quant, &qx, "plain", op_gemm, &g);
+	fos_qtensor_free(be, &qx.q);
+	be->free(be, xdec);
+	be->free(be, rs);
+	g_ctx gx = {dy, t, m, k, n, dx, 32u << 20, 0, NULL}, gw = {dy, x, n, k, m, dw, 32u << 20, 0, NULL};
+	two_ctx both = {&gx, &gw};
+	fos_linear_opts o = fos_linear_opts_default();
+	for (int wb = 1; wb >= 0; wb--) {
+		if (quick && wb == 0)
+			break;
+		o.weight_block = wb;
+		fos_qweight qw;
+		CK(fos_qweight_make(be, w, n, k, &o, 1, 1, &qw, &err));
+		l_ctx l = {x, dy, m, &qw, o, y, dx, dw, {0}};
+		char name[96];
+		snprintf(name, sizeof name, "forward (quantize X + GEMM, cached W %s)", wb ? "16x16" : "1x16");
+		row_pair(name, shape, op_fwd, &l, "plain GEMM", op_gemm, &g);
+		if (wb == 1) {
+			l.o.row_scaled = 1;
+			l.o.override = FOS_OVR_HIGH_PRECISION;
+			row_pair("forward, row-scaled X", shape, op_fwd, &l, "plain GEMM", op_gemm, &g);
+			l.o = o;
+			const int ovr[] = {FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION, FOS_OVR_DEQUANTIZED};
+			const char *on[] = {"quantized", "high_precision", "dequantized"};
+			for (int i = 0; i < 3; i++) {
+				l.o.override = ovr[i];
+				CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
+				snprintf(name, sizeof name, "backward %s (dX + dW)", on[i]);
+				row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
+				fos_saved_free(be, &l.sv);
+				if (quick)
+					break;
+			}
+		}
+		fos_qweight_free(be, &qw);
+	}
+	be->free(be, dam);
+	uint16_t *bufs[] = {x, w, dy, y, dx, dw, t};
+	for (int i = 0; i < 7; i++)
+		be->free(be, bufs[i]);
+	CK(be->sync(be, &err));
+}
+
+int main(int argc, char **argv)
+{
+	int quick = argc > 1 && !strcmp(argv[1], "quick");
+	be = fos_backend_cuda(0, &err);
+	if (!be) {
+		printf("bench_cuda: no CUDA backend (%s): nothing to measure\n", err.msg);
+		return 0;
+	}
+	printf("bench_cuda on %s\n\n", be->device);
+	printf("| what | shape | time (median of 11) | baseline | ratio |\n|---|---|---|---|---|\n");
+	bench_quant(8192, 5120, quick);
+	bench_quant(8192, 8192, quick);
+	bench_linear(8192, 8192, 8192, quick);
+	bench_linear(8192, 4096, 4096, quick);
+	be->destroy(be);
+	return 0;
+}
+#endif

@@ -1,0 +1,248 @@
+/* cuda_backend.cu: the CUDA backend's constructor (fos_backend_cuda), its memory ops and the
+ * CUDA-only extras of cuda_backend.h that are not kernels (events, switches). One stream per
+ * instance; every op is queued on it. Device memory comes from the device's stream-ordered pool
+ * (cudaMallocAsync, kept cached), so the per-request allocations of linear.c cost no device sync. */
+#include "cuda_internal.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *fcu_alloc(fos_backend *be, size_t bytes)
+{
+	struct fcu_impl *im = fcu(be);
+	if (cudaSetDevice(im->dev) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	void *p = 0;
+	size_t n = bytes ? (bytes + 255) / 256 * 256 : 256;
+	cudaError_t e = im->pools ? cudaMallocAsync(&p, n, im->st) : cudaMalloc(&p, n);
+	if (e != cudaSuccess) {
+		cudaGetLastError(); /* an out-of-memory is not sticky: clear it */
+		return 0;
+	}
+	if ((uintptr_t)p % 64) { /* never seen; the interface promises 64-byte alignment */
+		if (im->pools)
+			cudaFreeAsync(p, im->st);
+		else
+			cudaFree(p);
+		return 0;
+	}
+	return p;
+}
+
+static void fcu_free(fos_backend *be, void *p)
+{
+	struct fcu_impl *im = fcu(be);
+	if (!p)
+		return;
+	cudaSetDevice(im->dev);
+	if (im->pools)
+		cudaFreeAsync(p, im->st); /* stream-ordered: after every queued use */
+	else
+		cudaFree(p);
+}
+
+static int fcu_h2d(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err)
+{
+	if (!n)
+		return FOS_OK;
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, fcu(be)->st), err, "cudaMemcpyAsync (h2d)");
+	/* The caller may reuse src as soon as we return. */
+	if (!rc)
+		rc = fcu_check(cudaStreamSynchronize(fcu(be)->st), err, "cudaStreamSynchronize (h2d)");
+	return rc;
+}
+
+static int fcu_d2h(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err)
+{
+	if (!n)
+		return FOS_OK;
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, fcu(be)->st), err, "cudaMemcpyAsync (d2h)");
+	if (!rc)
+		rc = fcu_check(cudaStreamSynchronize(fcu(be)->st), err, "cudaStreamSynchronize (d2h)");
+	return rc;
+}
+
+static int fcu_d2d(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err)
+{
+	if (!n || dst == src)
+		return FOS_OK;
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, fcu(be)->st), err, "cudaMemcpyAsync (d2d)");
+	return rc;
+}
+
+static int fcu_sync(fos_backend *be, fos_err *err)
+{
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaStreamSynchronize(fcu(be)->st), err, "cudaStreamSynchronize");
+	return rc;
+}
+
+static void fcu_destroy(fos_backend *be)
+{
+	if (!be)
+		return;
+	struct fcu_impl *im = fcu(be);
+	if (im) {
+		cudaSetDevice(im->dev);
+		if (im->st)
+			cudaStreamSynchronize(im->st);
+		fcu_gemm_release(be);
+		for (int i = 0; i < FCU_NEVENTS; i++)
+			if (im->ev[i])
+				cudaEventDestroy(im->ev[i]);
+		if (im->lt)
+			cublasLtDestroy(im->lt);
+		if (im->st)
+			cudaStreamDestroy(im->st);
+		pthread_mutex_destroy(&im->mu);
+		cudaGetLastError();
+		free(im);
+	}
+	free(be);
+}
+
+extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count <= 0) {
+		cudaGetLastError();
+		fos_seterr(err, FOS_EUNSUPPORTED, "no usable CUDA GPU: %s",
+			   e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports no device");
+		return 0;
+	}
+	if (device < 0 || device >= count) {
+		fos_seterr(err, FOS_EINVAL, "CUDA device %d does not exist (%d device%s)", device, count,
+			   count == 1 ? "" : "s");
+		return 0;
+	}
+	cudaDeviceProp prop;
+	if (fcu_check(cudaGetDeviceProperties(&prop, device), err, "cudaGetDeviceProperties"))
+		return 0;
+	if (prop.major != 9) {
+		fos_seterr(err, FOS_EUNSUPPORTED,
+			   "CUDA device %d (%s) is sm_%d%d; this build has kernels for sm_90 (Hopper) only", device,
+			   prop.name, prop.major, prop.minor);
+		return 0;
+	}
+	fos_backend *be = (fos_backend *)calloc(1, sizeof *be);
+	struct fcu_impl *im = (struct fcu_impl *)calloc(1, sizeof *im);
+	if (!be || !im) {
+		free(be);
+		free(im);
+		fos_seterr(err, FOS_ENOMEM, "out of memory creating the cuda backend");
+		return 0;
+	}
+	be->impl = im;
+	im->dev = device;
+	im->sms = prop.multiProcessorCount;
+	pthread_mutex_init(&im->mu, 0);
+	const char *v = getenv("FOS_CUDA_VARIANT");
+	im->variant = v ? atoi(v) : 0;
+	const char *f = getenv("FOS_CUDA_GEMM_F32");
+	im->force_f32 = f ? atoi(f) != 0 : 0;
+	be->name = "cuda";
+	snprintf(be->device, sizeof be->device, "%.80s (sm_%d%d, %d SMs, device %d)", prop.name, prop.major, prop.minor,
+		 prop.multiProcessorCount, device);
+	be->destroy = fcu_destroy;
+	be->alloc = fcu_alloc;
+	be->free = fcu_free;
+	be->h2d = fcu_h2d;
+	be->d2h = fcu_d2h;
+	be->d2d = fcu_d2d;
+	be->sync = fcu_sync;
+	be->amax = fcu_amax;
+	be->transpose = fcu_transpose;
+	be->quantize = fcu_quantize;
+	be->dequantize = fcu_dequantize;
+	be->decode = fcu_decode;
+	be->gemm = fcu_gemm;
+	be->colsum = fcu_colsum;
+
+	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");
+	if (!rc)
+		rc = fcu_check(cudaStreamCreateWithFlags(&im->st, cudaStreamNonBlocking), err, "cudaStreamCreate");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtCreate(&im->lt), err, "cublasLtCreate");
+	for (int i = 0; !rc && i < FCU_NEVENTS; i++)
+		rc = fcu_check(cudaEventCreate(&im->ev[i]), err, "cudaEventCreate");
+	if (!rc) {
+		int pools = 0;
+		rc = fcu_check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device), err,
+			       "cudaDeviceGetAttribute (memory pools)");
+		im->pools = pools;
+	}
+	if (!rc && im->pools) {
+		/* Keep freed memory in the pool instead of returning it at every sync. */
+		cudaMemPool_t pool;
+		uint64_t keep = UINT64_MAX;
+		rc = fcu_check(cudaDeviceGetDefaultMemPool(&pool, device), err, "cudaDeviceGetDefaultMemPool");
+		if (!rc)
+			rc = fcu_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), err,
+				       "cudaMemPoolSetAttribute");
+	}
+	if (!rc) {
+		im->scal = (float *)fcu_alloc(be, 2 * sizeof(float));
+		if (!im->scal)
+			rc = fos_seterr(err, FOS_ENOMEM, "out of device memory for the GEMM scalars");
+		else
+			rc = fcu_check(cudaMemsetAsync(im->scal, 0, 2 * sizeof(float), im->st), err, "cudaMemsetAsync");
+	}
+	if (!rc)
+		rc = fcu_check(cudaStreamSynchronize(im->st), err, "cudaStreamSynchronize");
+	if (rc) {
+		fcu_destroy(be);
+		return 0;
+	}
+	return be;
+}
+
+/* ---- cuda_backend.h extras ------------------------------------------------------------------- */
+
+extern "C" int fos_cuda_mark(fos_backend *be, int slot, fos_err *err)
+{
+	if (slot < 0 || slot >= FCU_NEVENTS)
+		return fos_seterr(err, FOS_EINVAL, "event slot %d not in 0..%d", slot, FCU_NEVENTS - 1);
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaEventRecord(fcu(be)->ev[slot], fcu(be)->st), err, "cudaEventRecord");
+	return rc;
+}
+
+extern "C" int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos_err *err)
+{
+	if (a < 0 || a >= FCU_NEVENTS || b < 0 || b >= FCU_NEVENTS)
+		return fos_seterr(err, FOS_EINVAL, "event slots %d, %d not in 0..%d", a, b, FCU_NEVENTS - 1);
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaEventSynchronize(fcu(be)->ev[b]), err, "cudaEventSynchronize");
+	if (!rc)
+		rc = fcu_check(cudaEventElapsedTime(ms, fcu(be)->ev[a], fcu(be)->ev[b]), err, "cudaEventElapsedTime");
+	return rc;
+}
+
+extern "C" int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err)
+{
+	if (!be || strcmp(be->name, "cuda"))
+		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
+	fcu(be)->force_f32 = on != 0;
+	return FOS_OK;
+}
+
+extern "C" int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err)
+{
+	if (!be || strcmp(be->name, "cuda"))
+		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
+	fcu(be)->variant = variant;
+	return FOS_OK;
+}

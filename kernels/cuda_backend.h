@@ -1,0 +1,52 @@
+/* cuda_backend.h: CUDA-only extras of the CUDA backend (kernels/cuda_*.cu), for its GPU tests and
+ * benchmarks: stream-event timing, the GEMM path switch, a baseline cuBLASLt GEMM, the chosen
+ * GEMM algorithm's description, and exhaustive self-tests of every fast replacement of an exact
+ * operation used by the kernels. Every function returns FOS_OK or an error code with err set. The
+ * backend itself is made with fos_backend_cuda (backend.h). Only defined in builds with CUDA
+ * (FOS_HAVE_CUDA); callers guard their uses with #ifdef FOS_HAVE_CUDA. */
+#ifndef FOS_CUDA_BACKEND_H
+#define FOS_CUDA_BACKEND_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Records event number slot (0..31) on the backend's stream. */
+int fos_cuda_mark(fos_backend *be, int slot, fos_err *err);
+/* Waits for event b and gives the milliseconds between events a and b. */
+int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos_err *err);
+
+/* 1: every GEMM writes FP32 and runs the backend's own epilogue kernel; 0 (default): GEMMs whose
+ * epilogue is only alpha write bf16 straight from cuBLASLt (alpha applied by cuBLASLt), those with
+ * a row scale use the FP32 path, and a bias is added by a separate kernel in both. */
+int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
+
+/* Quantize kernel variant, for benchmarks and cross-checks (0 = default, every variant gives the
+ * same bytes). Bit 0: per-tensor 1x16 through the generic kernel (per-thread candidate tables)
+ * instead of the per-CTA tabled one; bit 1: software e4m3 encode instead of the hardware
+ * conversion; bit 2: walk the blocks from the start rather than from the end after an amax pass. */
+int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
+
+/* A plain cuBLASLt bf16 GEMM y = a b^T (bf16 out, alpha 1) with cuBLASLt's first heuristic choice
+ * under a workspace of ws_bytes: the baseline the benchmarks compare against. */
+int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+			   int64_t k, uint16_t *y, size_t ws_bytes, fos_err *err);
+
+/* Describes the algorithm the backend's gemm uses for (m, n, k) with a plain epilogue
+ * (e.g. "algo 66 tile 18 splitK 1 stages 22"), choosing it if not yet chosen. */
+int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, char *buf, size_t len,
+			   fos_err *err);
+
+/* Exhaustive self-tests on the GPU; each sets *bad to the number of inputs where the fast form
+ * differs from the exact one (0 = proven equal over every input):
+ *   which 0: x / D for D in {6, 1536, 2688}, every float x, against __fdiv_rn (3 * 2^32 inputs);
+ *   which 1: the e2m1 code of rn(|x| * inv) by 3 comparisons, every float, against fos_e2m1_encode;
+ *   which 2: the hardware e4m3 conversion against fos_e4m3_encode(min(x, 448)), every float. */
+int fos_cuda_selftest(fos_backend *be, int which, unsigned long long *bad, fos_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,449 @@
+/* cuda_gemm.cu: the CUDA backend's GEMM (y = a b^T through cuBLASLt, bf16 x bf16 -> FP32
+ * accumulation, NUMERICS.md section 7 epilogue), the grad-bias column sum, and the GEMM extras of
+ * cuda_backend.h (baseline GEMM, algorithm description).
+ *
+ * Row-major y (M, N) = a (M, K) b (N, K)^T is column-major y^T (N, M) = b^T a: cuBLASLt's "A" is b
+ * (K x N column-major, op T), "B" is a (K x M, op N), D is N x M with ld N.
+ *
+ * Determinism: each (shape, output kind) gets one plan, chosen once by cuBLASLt's heuristic with no
+ * workspace and a split-K of 1 (no cross-CTA reduction), and reused; so the same call gives the
+ * same bytes, and a row of y does not depend on the other rows' algorithm choice through split-K.
+ *
+ * Epilogue: alpha = rn(ga * gb) (computed on the device when an amax is involved). Without a row
+ * scale, cuBLASLt writes bf16 = RNE(rn(acc * alpha)) itself (fos_cuda_set_gemm_f32 switches this
+ * off; the GPU test gpu_gemm proves both paths equal bit for bit). With a row scale, cuBLASLt writes
+ * FP32 acc and k_epilogue applies alpha, the row scale and the cast. A bias is added afterwards,
+ * after the bf16 cast, exactly as specified: y = bf16(float(y) + float(bias)). */
+#include "cuda_internal.cuh"
+#include "fos_format.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define ET 256
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+__global__ void k_alpha(const float *a_amax, float a_dinv, const float *b_amax, float b_dinv, float *out)
+{
+	float ga = a_amax ? FOS_MUL(a_amax[0], a_dinv) : a_dinv;
+	float gb = b_amax ? FOS_MUL(b_amax[0], b_dinv) : b_dinv;
+	out[0] = FOS_MUL(ga, gb);
+	out[1] = 0.0f;
+}
+
+__device__ __forceinline__ uint16_t fcu_epi1(float acc, float alpha, float rs, int has_rs, uint16_t bias, int has_bias)
+{
+	float t = FOS_MUL(acc, alpha);
+	if (has_rs)
+		t = FOS_MUL(t, rs);
+	uint16_t y = fos_f32_to_bf16(t);
+	if (has_bias)
+		y = fos_f32_to_bf16(FOS_ADD(fos_bf16_to_f32(y), fos_bf16_to_f32(bias)));
+	return y;
+}
+
+/* y (M, N) bf16 from acc (M, N) FP32. alpha: *dalpha if non-NULL, else halpha. vec4: n % 4 == 0. */
+__global__ void __launch_bounds__(ET) k_epilogue(const float *__restrict__ acc, int64_t m, int64_t n,
+						 const float *__restrict__ dalpha, float halpha,
+						 const float *__restrict__ rs, const uint16_t *__restrict__ bias,
+						 uint16_t *__restrict__ y, int vec4)
+{
+	const float alpha = dalpha ? dalpha[0] : halpha;
+	const int64_t stride = (int64_t)gridDim.x * ET;
+	const int64_t tid = (int64_t)blockIdx.x * ET + threadIdx.x;
+	if (vec4) {
+		const int64_t nv = m * n / 4;
+		for (int64_t i = tid; i < nv; i += stride) {
+			const int64_t e = 4 * i, r = e / n, c = e - r * n;
+			const float4 v = reinterpret_cast<const float4 *>(acc)[i];
+			const float s = rs ? rs[r] : 0.0f;
+			uint2 bb = make_uint2(0, 0);
+			if (bias)
+				bb = *reinterpret_cast<const uint2 *>(bias + c);
+			const uint16_t y0 = fcu_epi1(v.x, alpha, s, rs != 0, (uint16_t)bb.x, bias != 0);
+			const uint16_t y1 = fcu_epi1(v.y, alpha, s, rs != 0, (uint16_t)(bb.x >> 16), bias != 0);
+			const uint16_t y2 = fcu_epi1(v.z, alpha, s, rs != 0, (uint16_t)bb.y, bias != 0);
+			const uint16_t y3 = fcu_epi1(v.w, alpha, s, rs != 0, (uint16_t)(bb.y >> 16), bias != 0);
+			reinterpret_cast<uint2 *>(y)[i] = make_uint2(y0 | ((uint32_t)y1 << 16), y2 | ((uint32_t)y3 << 16));
+		}
+		return;
+	}
+	for (int64_t e = tid; e < m * n; e += stride) {
+		const int64_t r = e / n, c = e - r * n;
+		y[e] = fcu_epi1(acc[e], alpha, rs ? rs[r] : 0.0f, rs != 0, bias ? bias[c] : 0, bias != 0);
+	}
+}
+
+/* In place: y = bf16(float(y) + float(bias[col])). vec8: n % 8 == 0 and 16-byte aligned. */
+__global__ void __launch_bounds__(ET) k_bias(uint16_t *__restrict__ y, int64_t m, int64_t n,
+					     const uint16_t *__restrict__ bias, int vec8)
+{
+	const int64_t stride = (int64_t)gridDim.x * ET;
+	const int64_t tid = (int64_t)blockIdx.x * ET + threadIdx.x;
+	if (vec8) {
+		const int64_t nv = m * n / 8;
+		for (int64_t i = tid; i < nv; i += stride) {
+			const int64_t c = (8 * i) % n;
+			uint4 v = reinterpret_cast<uint4 *>(y)[i];
+			const uint4 bv = *reinterpret_cast<const uint4 *>(bias + c);
+			uint32_t w[4] = {v.x, v.y, v.z, v.w}, bw[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				uint32_t lo = fos_f32_to_bf16(FOS_ADD(fos_bf16_to_f32((uint16_t)w[j]),
+								      fos_bf16_to_f32((uint16_t)bw[j])));
+				uint32_t hi = fos_f32_to_bf16(FOS_ADD(fos_bf16_to_f32((uint16_t)(w[j] >> 16)),
+								      fos_bf16_to_f32((uint16_t)(bw[j] >> 16))));
+				w[j] = lo | (hi << 16);
+			}
+			reinterpret_cast<uint4 *>(y)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+		}
+		return;
+	}
+	for (int64_t e = tid; e < m * n; e += stride)
+		y[e] = fos_f32_to_bf16(FOS_ADD(fos_bf16_to_f32(y[e]), fos_bf16_to_f32(bias[e % n])));
+}
+
+/* db[c] = bf16(sum over rows, strictly in row order, of dy[r, c]) like the CPU. A block owns 32
+ * columns and stages 256-row chunks through shared memory with 16-byte loads (many bytes in
+ * flight), then one warp adds each column's chunk in order. Needs n % 8 == 0, 16-byte aligned. */
+#define CS_ROWS 256
+__global__ void __launch_bounds__(256) k_colsum(const uint16_t *__restrict__ dy, int64_t m, int64_t n,
+						uint16_t *__restrict__ db)
+{
+	__shared__ uint16_t tile[CS_ROWS][32];
+	const int64_t c0 = (int64_t)blockIdx.x * 32;
+	const int t = threadIdx.x, lr = t / 4, lc = (t % 4) * 8;
+	float s = 0.0f;
+	for (int64_t r0 = 0; r0 < m; r0 += CS_ROWS) {
+		uint4 v[CS_ROWS / 64];
+#pragma unroll
+		for (int j = 0; j < CS_ROWS / 64; j++) {
+			const int64_t r = r0 + lr + 64 * j, c = c0 + lc;
+			v[j] = (r < m && c < n) ? *reinterpret_cast<const uint4 *>(dy + r * n + c) : make_uint4(0, 0, 0, 0);
+		}
+#pragma unroll
+		for (int j = 0; j < CS_ROWS / 64; j++)
+			*reinterpret_cast<uint4 *>(&tile[lr + 64 * j][lc]) = v[j];
+		__syncthreads();
+		if (t < 32) {
+			const int64_t rn = m - r0 < CS_ROWS ? m - r0 : CS_ROWS;
+			for (int r = 0; r < rn; r++)
+				s = FOS_ADD(s, fos_bf16_to_f32(tile[r][t]));
+		}
+		__syncthreads();
+	}
+	if (t < 32 && c0 + t < n)
+		db[c0 + t] = fos_f32_to_bf16(s);
+}
+
+/* Any shape: one thread per column. */
+__global__ void k_colsum_scalar(const uint16_t *__restrict__ dy, int64_t m, int64_t n, uint16_t *__restrict__ db)
+{
+	const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= n)
+		return;
+	float s = 0.0f;
+	for (int64_t r = 0; r < m; r++)
+		s = FOS_ADD(s, fos_bf16_to_f32(dy[r * n + c]));
+	db[c] = fos_f32_to_bf16(s);
+}
+
+/* ---- plans ----------------------------------------------------------------------------------- */
+
+static void fcu_plan_destroy(struct fcu_plan *p)
+{
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->ld)
+		cublasLtMatrixLayoutDestroy(p->ld);
+	if (p->op)
+		cublasLtMatmulDescDestroy(p->op);
+	memset(p, 0, sizeof *p);
+}
+
+void fcu_gemm_release(fos_backend *be)
+{
+	struct fcu_impl *im = fcu(be);
+	for (int i = 0; i < im->nplans; i++)
+		fcu_plan_destroy(&im->plans[i]);
+	im->nplans = 0;
+	if (im->acc)
+		cudaFreeAsync(im->acc, im->st);
+	if (im->ws)
+		cudaFreeAsync(im->ws, im->st);
+	if (im->scal)
+		cudaFreeAsync(im->scal, im->st);
+	im->acc = 0;
+	im->ws = 0;
+	im->scal = 0;
+	im->acc_bytes = im->ws_bytes = 0;
+	cudaStreamSynchronize(im->st);
+	cudaGetLastError();
+}
+
+/* Builds a plan: descriptors and the first heuristic algorithm (with split-K 1 unless ws > 0). */
+static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int64_t n, int64_t k, int out_f32,
+			 int dev_alpha, int64_t ws, fos_err *err)
+{
+	memset(p, 0, sizeof *p);
+	p->m = m;
+	p->n = n;
+	p->k = k;
+	p->out_f32 = out_f32;
+	p->dev_alpha = dev_alpha;
+	p->ws = ws;
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	cublasLtPointerMode_t pm = dev_alpha ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+	int rc = fcu_lt_check(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), err,
+			      "cublasLtMatmulDescCreate");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), err,
+				  "cublasLtMatmulDescSetAttribute (TRANSA)");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), err,
+				  "cublasLtMatmulDescSetAttribute (TRANSB)");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm),
+				  err, "cublasLtMatmulDescSetAttribute (POINTER_MODE)");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k), err,
+				  "cublasLtMatrixLayoutCreate (A)");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k), err,
+				  "cublasLtMatrixLayoutCreate (B)");
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->ld, out_f32 ? CUDA_R_32F : CUDA_R_16BF, (uint64_t)n,
+							     (uint64_t)m, n),
+				  err, "cublasLtMatrixLayoutCreate (D)");
+	cublasLtMatmulPreference_t pref = 0;
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatmulPreferenceCreate(&pref), err, "cublasLtMatmulPreferenceCreate");
+	size_t wsz = (size_t)ws;
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz,
+								       sizeof wsz),
+				  err, "cublasLtMatmulPreferenceSetAttribute (workspace)");
+	cublasLtMatmulHeuristicResult_t res[8];
+	int nres = 0;
+	if (!rc)
+		rc = fcu_lt_check(cublasLtMatmulAlgoGetHeuristic(im->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 8, res, &nres),
+				  err, "cublasLtMatmulAlgoGetHeuristic");
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (!rc && nres <= 0)
+		rc = fos_seterr(err, FOS_EINTERNAL, "cuBLASLt has no algorithm for a bf16 GEMM M=%lld N=%lld K=%lld",
+				(long long)m, (long long)n, (long long)k);
+	if (!rc) {
+		int pick = -1;
+		for (int i = 0; i < nres && pick < 0; i++) {
+			if (res[i].state != CUBLAS_STATUS_SUCCESS)
+				continue;
+			int32_t sk = 1;
+			size_t wr = 0;
+			if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk,
+								 &wr) != CUBLAS_STATUS_SUCCESS)
+				sk = 1;
+			if (ws > 0 || sk <= 1) {
+				pick = i;
+				p->splitk = sk;
+			}
+		}
+		if (pick < 0)
+			rc = fos_seterr(err, FOS_EINTERNAL,
+					"cuBLASLt offers only split-K algorithms for M=%lld N=%lld K=%lld", (long long)m,
+					(long long)n, (long long)k);
+		else
+			p->algo = res[pick].algo;
+	}
+	if (rc)
+		fcu_plan_destroy(p);
+	return rc;
+}
+
+/* Finds or makes the plan; returns with im->mu held on success. */
+static int fcu_plan_get(struct fcu_impl *im, int64_t m, int64_t n, int64_t k, int out_f32, int dev_alpha, int64_t ws,
+			struct fcu_plan **out, fos_err *err)
+{
+	pthread_mutex_lock(&im->mu);
+	im->tick++;
+	for (int i = 0; i < im->nplans; i++) {
+		struct fcu_plan *p = &im->plans[i];
+		if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->dev_alpha == dev_alpha && p->ws == ws) {
+			p->use = im->tick;
+			*out = p;
+			return FOS_OK;
+		}
+	}
+	int slot = im->nplans;
+	if (slot == FCU_MAX_PLANS) { /* evict the least recently used */
+		slot = 0;
+		for (int i = 1; i < FCU_MAX_PLANS; i++)
+			if (im->plans[i].use < im->plans[slot].use)
+				slot = i;
+		fcu_plan_destroy(&im->plans[slot]);
+	}
+	int rc = fcu_plan_make(im, &im->plans[slot], m, n, k, out_f32, dev_alpha, ws, err);
+	if (rc) {
+		if (slot < im->nplans) { /* keep the array dense */
+			im->plans[slot] = im->plans[im->nplans - 1];
+			memset(&im->plans[im->nplans - 1], 0, sizeof im->plans[0]);
+			im->nplans--;
+		}
+		pthread_mutex_unlock(&im->mu);
+		return rc;
+	}
+	if (slot == im->nplans)
+		im->nplans++;
+	im->plans[slot].use = im->tick;
+	*out = &im->plans[slot];
+	return FOS_OK;
+}
+
+/* Runs the plan (im->mu held; released here). */
+static int fcu_plan_run(struct fcu_impl *im, struct fcu_plan *p, const void *alpha, const void *beta, const uint16_t *a,
+			const uint16_t *b, void *d, fos_err *err)
+{
+	cublasStatus_t s = cublasLtMatmul(im->lt, p->op, alpha, b, p->la, a, p->lb, beta, d, p->ld, d, p->ld, &p->algo,
+					  p->ws ? im->ws : 0, (size_t)p->ws, im->st);
+	pthread_mutex_unlock(&im->mu);
+	return fcu_lt_check(s, err, "cublasLtMatmul");
+}
+
+static int fcu_grow(fos_backend *be, void **buf, size_t *have, size_t need, fos_err *err)
+{
+	if (*have >= need)
+		return FOS_OK;
+	struct fcu_impl *im = fcu(be);
+	if (*buf)
+		cudaFreeAsync(*buf, im->st);
+	*buf = 0;
+	*have = 0;
+	int rc = fcu_check(cudaMallocAsync(buf, need, im->st), err, "cudaMallocAsync (GEMM scratch)");
+	if (rc)
+		return rc;
+	*have = need;
+	return FOS_OK;
+}
+
+/* ---- ops ------------------------------------------------------------------------------------- */
+
+int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
+	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+{
+	if (m <= 0 || n <= 0 || k <= 0)
+		return fos_seterr(err, FOS_EINVAL, "gemm shape M=%lld N=%lld K=%lld must be positive", (long long)m,
+				  (long long)n, (long long)k);
+	if ((uintptr_t)a % 16 || (uintptr_t)b % 16 || (uintptr_t)y % 16)
+		return fos_seterr(err, FOS_EINVAL, "gemm operands must be 16-byte aligned");
+	fos_gemm_epi plain = fos_gemm_epi_plain();
+	if (!epi)
+		epi = &plain;
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	struct fcu_impl *im = fcu(be);
+	const int dev_alpha = epi->a_amax || epi->b_amax;
+	float halpha = 0.0f;
+	if (dev_alpha) {
+		k_alpha<<<1, 1, 0, im->st>>>(epi->a_amax, epi->a_dinv, epi->b_amax, epi->b_dinv, im->scal);
+		if ((rc = fcu_launched(err, "alpha kernel launch")))
+			return rc;
+	} else {
+		halpha = FOS_MUL(epi->a_dinv, epi->b_dinv);
+	}
+	const float one = 1.0f, zero = 0.0f;
+	struct fcu_plan *p;
+	const unsigned eg = fcu_grid(be, m * n / 8 + 1, ET, 8);
+	if (epi->row_scale || im->force_f32) {
+		if ((rc = fcu_grow(be, (void **)&im->acc, &im->acc_bytes, (size_t)(m * n) * sizeof(float), err)))
+			return rc;
+		if ((rc = fcu_plan_get(im, m, n, k, 1, 0, 0, &p, err)))
+			return rc;
+		if ((rc = fcu_plan_run(im, p, &one, &zero, a, b, im->acc, err)))
+			return rc;
+		k_epilogue<<<eg, ET, 0, im->st>>>(im->acc, m, n, dev_alpha ? im->scal : 0, halpha, epi->row_scale,
+						  epi->bias, y, n % 4 == 0);
+		return fcu_launched(err, "GEMM epilogue kernel launch");
+	}
+	if ((rc = fcu_plan_get(im, m, n, k, 0, dev_alpha, 0, &p, err)))
+		return rc;
+	if (dev_alpha)
+		rc = fcu_plan_run(im, p, im->scal, im->scal + 1, a, b, y, err);
+	else
+		rc = fcu_plan_run(im, p, &halpha, &zero, a, b, y, err);
+	if (rc || !epi->bias)
+		return rc;
+	const int vec8 = n % 8 == 0 && (uintptr_t)epi->bias % 16 == 0;
+	k_bias<<<eg, ET, 0, im->st>>>(y, m, n, epi->bias, vec8);
+	return fcu_launched(err, "bias kernel launch");
+}
+
+int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err)
+{
+	if (m <= 0 || n <= 0)
+		return fos_seterr(err, FOS_EINVAL, "column sum of (%lld, %lld)", (long long)m, (long long)n);
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	cudaStream_t st = fcu(be)->st;
+	if (n % 8 == 0 && (uintptr_t)dy % 16 == 0)
+		k_colsum<<<(unsigned)((n + 31) / 32), 256, 0, st>>>(dy, m, n, db);
+	else
+		k_colsum_scalar<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dy, m, n, db);
+	return fcu_launched(err, "column sum kernel launch");
+}
+
+/* ---- cuda_backend.h extras ------------------------------------------------------------------- */
+
+extern "C" int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+				      int64_t k, uint16_t *y, size_t ws_bytes, fos_err *err)
+{
+	if (m <= 0 || n <= 0 || k <= 0)
+		return fos_seterr(err, FOS_EINVAL, "gemm shape M=%lld N=%lld K=%lld must be positive", (long long)m,
+				  (long long)n, (long long)k);
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	struct fcu_impl *im = fcu(be);
+	if (ws_bytes && (rc = fcu_grow(be, &im->ws, &im->ws_bytes, ws_bytes, err)))
+		return rc;
+	struct fcu_plan *p;
+	if ((rc = fcu_plan_get(im, m, n, k, 0, 0, (int64_t)ws_bytes, &p, err)))
+		return rc;
+	const float one = 1.0f, zero = 0.0f;
+	return fcu_plan_run(im, p, &one, &zero, a, b, y, err);
+}
+
+extern "C" int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, char *buf, size_t len,
+				      fos_err *err)
+{
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	struct fcu_impl *im = fcu(be);
+	struct fcu_plan *p;
+	if ((rc = fcu_plan_get(im, m, n, k, 0, 0, 0, &p, err)))
+		return rc;
+	int32_t v[6] = {0, 0, 0, 0, 0, 0};
+	const cublasLtMatmulAlgoConfigAttributes_t at[6] = {
+		CUBLASLT_ALGO_CONFIG_ID,	  CUBLASLT_ALGO_CONFIG_TILE_ID,	      CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+		CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+	for (int i = 0; i < 6; i++) {
+		size_t wr = 0;
+		uint32_t u = 0;
+		uint16_t h = 0;
+		if (i == 5) { /* the cluster shape id is 16 bits */
+			if (cublasLtMatmulAlgoConfigGetAttribute(&p->algo, at[i], &h, sizeof h, &wr) == CUBLAS_STATUS_SUCCESS)
+				v[i] = h;
+		} else if (cublasLtMatmulAlgoConfigGetAttribute(&p->algo, at[i], &u, sizeof u, &wr) == CUBLAS_STATUS_SUCCESS) {
+			v[i] = (int32_t)u;
+		}
+	}
+	pthread_mutex_unlock(&im->mu);
+	snprintf(buf, len, "algo %d tile %d splitK %d stages %d swizzle %d cluster %d", v[0], v[1], v[2], v[3], v[4],
+		 v[5]);
+	return FOS_OK;
+}

@@ -1,0 +1,109 @@
+/* cuda_internal.cuh: what the CUDA backend's files share (cuda_backend.cu, cuda_quant.cu,
+ * cuda_gemm.cu, cuda_selftest.cu): the per-instance state, error helpers that turn a CUDA or
+ * cuBLASLt status into FOS_EINTERNAL with a message, and the ops' prototypes. Not a public header. */
+#ifndef FOS_CUDA_INTERNAL_CUH
+#define FOS_CUDA_INTERNAL_CUH
+
+#include "backend.h"
+#include "cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+/* One cached GEMM plan: descriptors and the algorithm chosen once for a shape and output kind. */
+struct fcu_plan {
+	int64_t m, n, k;
+	int out_f32;  /* 1: FP32 D (own epilogue), 0: bf16 D with cuBLASLt alpha */
+	int dev_alpha; /* alpha read from device memory */
+	int64_t ws;    /* workspace the plan was chosen with (0: deterministic plans) */
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, ld;
+	cublasLtMatmulAlgo_t algo;
+	int splitk;
+	unsigned long long use;
+};
+
+#define FCU_MAX_PLANS 64
+#define FCU_NEVENTS 32
+
+struct fcu_impl {
+	int dev;
+	int sms;
+	int pools; /* stream-ordered allocator usable */
+	cudaStream_t st;
+	cublasLtHandle_t lt;
+	pthread_mutex_t mu; /* guards the plan cache */
+	struct fcu_plan plans[FCU_MAX_PLANS];
+	int nplans;
+	unsigned long long tick;
+	float *scal;    /* device: [0] alpha, [1] beta = 0 */
+	float *acc;     /* device FP32 GEMM output scratch */
+	size_t acc_bytes;
+	void *ws;       /* cuBLASLt workspace for the baseline GEMM only */
+	size_t ws_bytes;
+	int force_f32;  /* every GEMM through the FP32 output + own epilogue */
+	int variant;    /* quantize kernel variant (benchmarks) */
+	cudaEvent_t ev[FCU_NEVENTS];
+};
+
+static inline struct fcu_impl *fcu(fos_backend *be)
+{
+	return (struct fcu_impl *)be->impl;
+}
+
+/* CUDA status -> FOS_EINTERNAL with the call site's words and CUDA's error string. */
+static inline int fcu_check(cudaError_t e, fos_err *err, const char *what)
+{
+	if (e == cudaSuccess)
+		return FOS_OK;
+	return fos_seterr(err, FOS_EINTERNAL, "CUDA error in %s: %s (%s)", what, cudaGetErrorString(e),
+			  cudaGetErrorName(e));
+}
+
+/* After a kernel launch: launch errors (bad configuration, no kernel image) and earlier async ones. */
+static inline int fcu_launched(fos_err *err, const char *what)
+{
+	return fcu_check(cudaGetLastError(), err, what);
+}
+
+static inline int fcu_lt_check(cublasStatus_t s, fos_err *err, const char *what)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return FOS_OK;
+	return fos_seterr(err, FOS_EINTERNAL, "cuBLASLt error in %s: status %d (%s)", what, (int)s,
+			  cublasLtGetStatusString(s));
+}
+
+/* Makes this instance's device current for the calling thread. */
+static inline int fcu_enter(fos_backend *be, fos_err *err)
+{
+	return fcu_check(cudaSetDevice(fcu(be)->dev), err, "cudaSetDevice");
+}
+
+/* Grid size for a grid-stride loop over n items with blocks of bs threads. */
+static inline unsigned fcu_grid(fos_backend *be, int64_t n, int bs, int per_sm)
+{
+	int64_t g = (n + bs - 1) / bs;
+	int64_t cap = (int64_t)fcu(be)->sms * per_sm;
+	if (g > cap)
+		g = cap;
+	return (unsigned)(g < 1 ? 1 : g);
+}
+
+/* ops (cuda_quant.cu) */
+int fcu_amax(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, int per_row, float *out,
+	     fos_err *err);
+int fcu_transpose(fos_backend *be, const void *src, void *dst, int64_t rows, int64_t cols, size_t esize,
+		  fos_err *err);
+int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
+int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
+int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
+/* ops (cuda_gemm.cu) */
+int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
+	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
+void fcu_gemm_release(fos_backend *be);
+
+#endif

@@ -1,0 +1,1027 @@
+/* cuda_quant.cu: the CUDA backend's elementwise ops: amax (per tensor / per row), transpose,
+ * four-over-six quantize (1x16 per-tensor and row-scaled, 16x16 tiles), the NVFP4 gradient
+ * quantize, dequantize and decode. Bit-identical to the CPU reference (kernels/cpu_quant.c): the
+ * per-block arithmetic is cuda_q46.cuh, every float operation an __f*_rn intrinsic.
+ *
+ * Layout: a 1x16 block of a row-major (rows, cols) tensor is 16 contiguous elements, so block b
+ * reads x + 16 b, writes 8 code bytes at codes + 8 b, its scale byte at scales + b and 16 bf16 at
+ * decoded + 16 b, whatever the row. One thread owns one block (16x16: a half-warp owns one tile,
+ * one row-group per thread). Candidate tables (v per code magnitude) live in shared memory laid
+ * out [entry][thread], so per-element lookups never conflict. */
+#include "cuda_internal.cuh"
+#include "cuda_q46.cuh"
+
+#include <stdint.h>
+
+#define QT 256 /* threads per quantize block */
+
+/* ---- loads ----------------------------------------------------------------------------------- */
+
+template <typename T> struct fcu_raw;
+template <> struct fcu_raw<uint16_t> {
+	uint4 v[2];
+};
+template <> struct fcu_raw<float> {
+	uint4 v[4];
+};
+
+__device__ __forceinline__ void fcu_load(const uint16_t *p, fcu_raw<uint16_t> &r)
+{
+	const uint4 *q = reinterpret_cast<const uint4 *>(p);
+	r.v[0] = q[0];
+	r.v[1] = q[1];
+}
+__device__ __forceinline__ void fcu_load(const float *p, fcu_raw<float> &r)
+{
+	const uint4 *q = reinterpret_cast<const uint4 *>(p);
+	r.v[0] = q[0];
+	r.v[1] = q[1];
+	r.v[2] = q[2];
+	r.v[3] = q[3];
+}
+__device__ __forceinline__ void fcu_zero(fcu_raw<uint16_t> &r)
+{
+	r.v[0] = r.v[1] = make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void fcu_zero(fcu_raw<float> &r)
+{
+	r.v[0] = r.v[1] = r.v[2] = r.v[3] = make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void fcu_unpack(const fcu_raw<uint16_t> &r, float *xf)
+{
+	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		xf[2 * i] = __uint_as_float(w[i] << 16);
+		xf[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+	}
+}
+__device__ __forceinline__ void fcu_unpack(const fcu_raw<float> &r, float *xf)
+{
+	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		xf[i] = __uint_as_float(w[i]);
+}
+
+/* ---- shared tables --------------------------------------------------------------------------- */
+
+/* Per-thread table at p = &t[0][tid] of a [entry][QT] array. */
+struct fcu_thr_tab {
+	const float *p;
+	__device__ __forceinline__ float operator()(uint32_t c) const { return p[c * QT]; }
+};
+/* Shared per-tensor table row svt[sf][0..7]. */
+struct fcu_row_tab {
+	const float *p;
+	__device__ __forceinline__ float operator()(uint32_t c) const { return p[c]; }
+};
+
+/* Both candidate scale bytes from base (section 3): sf6 = e4m3(min(base,448)), sf4 from 1.5 base. */
+__device__ __forceinline__ void fcu_cands(float base, int hw, uint32_t *sf6, uint32_t *sf4)
+{
+	float b4 = FOS_MUL(base, 1.5f);
+	if (hw) {
+		uint32_t two = fcu_e4m3x2_hw(b4, base);
+		*sf6 = two & 0xFFu;
+		*sf4 = two >> 8;
+	} else {
+		*sf6 = fcu_e4m3_capped(base);
+		*sf4 = fcu_e4m3_capped(b4);
+	}
+}
+
+/* Writes the block's 16 codes, its scale byte and optionally the decoded bf16 (value * scale). */
+template <bool DEC>
+__device__ __forceinline__ void fcu_store(int64_t b, uint64_t cw, uint32_t sf, uint8_t *codes, uint8_t *scales,
+					  uint16_t *dec, uint16_t (*dt)[QT])
+{
+	reinterpret_cast<uint64_t *>(codes)[b] = cw;
+	scales[b] = (uint8_t)sf;
+	if (DEC) {
+		const int t = threadIdx.x;
+		float sff = fos_e4m3_to_f32(sf);
+#pragma unroll
+		for (uint32_t c = 0; c < 8; c++)
+			dt[c][t] = fos_f32_to_bf16(FOS_MUL(fos_e2m1_mag(c), sff));
+		uint32_t o[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			uint32_t c0 = (uint32_t)(cw >> (8 * i)) & 15u, c1 = (uint32_t)(cw >> (8 * i + 4)) & 15u;
+			uint32_t lo = dt[c0 & 7u][t] | ((c0 & 8u) << 12), hi = dt[c1 & 7u][t] | ((c1 & 8u) << 12);
+			o[i] = lo | (hi << 16);
+		}
+		uint4 *d = reinterpret_cast<uint4 *>(dec + 16 * b);
+		d[0] = make_uint4(o[0], o[1], o[2], o[3]);
+		d[1] = make_uint4(o[4], o[5], o[6], o[7]);
+	}
+}
+
+template <typename T>
+__device__ __forceinline__ uint64_t fcu_pick_signs(const fcu_raw<T> &r, const float *xf, float inv, bool nan_err);
+
+/* ---- 4/6, 1x16 blocks ------------------------------------------------------------------------ */
+
+/* ROWS: one amax per row (bpr blocks per row), else per tensor. SHTAB (per tensor only): candidate
+ * values and inverse scales from a per-CTA table over all 128 scale bytes. rev: walk the blocks
+ * from the end (the amax pass left the tensor's tail in L2). */
+template <typename T, bool ROWS, bool MSE, bool DEC, bool SHTAB>
+__global__ void __launch_bounds__(QT) k_q46_1x16(const T *__restrict__ x, int nblk, int bpr,
+						 const float *__restrict__ amax, float d, int hw, int rev,
+						 uint8_t *__restrict__ codes, uint8_t *__restrict__ scales,
+						 uint16_t *__restrict__ dec)
+{
+	__shared__ float vt[SHTAB ? 1 : 16][QT];
+	__shared__ float svt[SHTAB ? 128 * 8 : 1];
+	__shared__ float sinv[SHTAB ? 128 : 1];
+	__shared__ uint16_t dt[DEC ? 8 : 1][QT];
+	const int t = threadIdx.x;
+	const float rd = FOS_DIV(1.0f, d), r6 = FOS_DIV(1.0f, 6.0f);
+	float a = 0.0f, s_enc = 1.0f, s_dec = 1.0f;
+	if (!ROWS) {
+		a = amax[0];
+		s_enc = fos_s_enc(a, d);
+		s_dec = FOS_DIV(1.0f, s_enc);
+	}
+	if (SHTAB) {
+		for (int i = t; i < 128; i += QT)
+			sinv[i] = fos_inv_scale((uint32_t)i, s_dec);
+		__syncthreads();
+		for (int i = t; i < 128 * 8; i += QT) {
+			uint32_t sf = (uint32_t)i >> 3;
+			svt[i] = fcu_vval((uint32_t)i & 7u, fos_e4m3_to_f32(sf), a, d, rd, fos_f2u(sinv[sf]) >> 31);
+		}
+		__syncthreads();
+	}
+	const int stride = gridDim.x * QT;
+	int i = blockIdx.x * QT + t;
+	fcu_raw<T> raw;
+	if (i < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), raw);
+	for (; i < nblk; i += stride) {
+		const int b = rev ? nblk - 1 - i : i;
+		float xf[16], ax[16];
+		const fcu_raw<T> cur = raw;
+		fcu_unpack(cur, xf);
+		if (i + stride < nblk) /* next block's bytes in flight during this block's arithmetic */
+			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), raw);
+		if (ROWS) {
+			a = amax[b / bpr];
+			s_enc = fos_s_enc(a, d);
+			s_dec = FOS_DIV(1.0f, s_enc);
+		}
+		float bamax = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 16; j++) {
+			ax[j] = fabsf(xf[j]);
+			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+		}
+		float base = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+		uint32_t sf6, sf4;
+		fcu_cands(base, hw, &sf6, &sf4);
+		float inv6, inv4, e6, e4;
+		uint64_t m6, m4;
+		if (SHTAB) {
+			inv6 = sinv[sf6];
+			inv4 = sinv[sf4];
+			fcu_row_tab t6 = {svt + sf6 * 8}, t4 = {svt + sf4 * 8};
+			e6 = fcu_cand_err<MSE>(ax, fabsf(inv6), t6, &m6);
+			e4 = fcu_cand_err<MSE>(ax, fabsf(inv4), t4, &m4);
+		} else {
+			inv6 = fos_inv_scale(sf6, s_dec);
+			inv4 = fos_inv_scale(sf4, s_dec);
+			float f6 = fos_e4m3_to_f32(sf6), f4 = fos_e4m3_to_f32(sf4);
+			int n6 = fos_f2u(inv6) >> 31, n4 = fos_f2u(inv4) >> 31;
+#pragma unroll
+			for (uint32_t c = 0; c < 8; c++) {
+				vt[c][t] = fcu_vval(c, f6, a, d, rd, n6);
+				vt[8 + c][t] = fcu_vval(c, f4, a, d, rd, n4);
+			}
+			fcu_thr_tab t6 = {&vt[0][t]}, t4 = {&vt[8][t]};
+			e6 = fcu_cand_err<MSE>(ax, fabsf(inv6), t6, &m6);
+			e4 = fcu_cand_err<MSE>(ax, fabsf(inv4), t4, &m4);
+		}
+		const bool p4 = e4 < e6;
+		const uint32_t sf = p4 ? sf4 : sf6;
+		const float inv = p4 ? inv4 : inv6;
+		const uint64_t cw = (p4 ? m4 : m6) | fcu_pick_signs(cur, xf, inv, e6 != e6 || e4 != e4);
+		fcu_store<DEC>(b, cw, sf, codes, scales, dec, dt);
+	}
+}
+
+/* ---- per-tensor tables ----------------------------------------------------------------------- */
+
+/* With one amax for the whole tensor, everything that depends on the scale byte alone is tabled
+ * once per CTA over all 128 bytes (0x7F included): sinv[sf] = fos_inv_scale(sf, s_dec), the
+ * candidate values svt[sf][c] = fcu_vval(c, sf) (negated when sinv[sf] < 0), and the decoded bf16
+ * sdec[sf][code] = bf16(e2m1 value(code) * float(sf)) of store_block. */
+struct fcu_pt_smem {
+	float svt[128 * 8];
+	float sinv[128];
+	uint16_t sdec[128 * 16];
+};
+
+__device__ __forceinline__ void fcu_pt_setup(fcu_pt_smem &sm, float a, float d, float s_dec, bool want_v, bool want_dec)
+{
+	const int t = threadIdx.x;
+	const float rd = FOS_DIV(1.0f, d);
+	for (int i = t; i < 128; i += blockDim.x)
+		sm.sinv[i] = fos_inv_scale((uint32_t)i, s_dec);
+	if (want_dec)
+		for (int i = t; i < 128 * 16; i += blockDim.x)
+			sm.sdec[i] = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)i & 15u), fos_e4m3_to_f32((uint32_t)i >> 4)));
+	__syncthreads();
+	if (want_v)
+		for (int i = t; i < 128 * 8; i += blockDim.x) {
+			const uint32_t sf = (uint32_t)i >> 3;
+			sm.svt[i] = fcu_vval((uint32_t)i & 7u, fos_e4m3_to_f32(sf), a, d, rd, fos_f2u(sm.sinv[sf]) >> 31);
+		}
+	__syncthreads();
+}
+
+__device__ __forceinline__ float fcu_lds_f32(uint32_t addr)
+{
+	float v;
+	asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+	return v;
+}
+
+/* One candidate's error and magnitude codes against the shared row svt[sf][0..7] at shared
+ * address rb. The code's 3-comparison search selects the row entry's address directly:
+ * addr = rb + 4 c, and the packed words accumulate addr << 4j (element j of word i / 7); the
+ * rb terms are removed afterwards (mod 2^32, exact). */
+template <bool MSE>
+__device__ __forceinline__ float fcu_cand_pt(const float *xf, float inva, uint32_t rb, uint64_t *mags)
+{
+	float err = 0.0f;
+	uint32_t w[3] = {0, 0, 0};
+	const uint32_t rb4 = rb + 4;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		const float ax = fabsf(xf[i]);
+		const float a = FOS_MUL(ax, inva);
+		const bool p0 = !(a < 1.75f);
+		const float t2 = p0 ? 3.5f : 0.75f;
+		const bool p1 = !(a < t2);
+		const float t3 = p0 ? (p1 ? 5.0f : 2.5f) : (p1 ? 1.25f : 0.25f);
+		const bool p2 = !(a <= t3);
+		uint32_t addr = p2 ? rb4 : rb;
+		if (p0)
+			addr += 16u;
+		if (p1)
+			addr += 8u;
+		const float d = FOS_SUB(fcu_lds_f32(addr), ax);
+		err = FOS_ADD(err, MSE ? FOS_MUL(d, d) : fabsf(d));
+		w[i / 7] += addr << (4 * (i % 7));
+	}
+	const uint32_t k7 = 0x01111111u * rb, k2 = 0x11u * rb; /* sum of rb << 4j over the word's elements */
+	*mags = (uint64_t)((w[0] - k7) >> 2) | ((uint64_t)((w[1] - k7) >> 2) << 28) | ((uint64_t)((w[2] - k2) >> 2) << 56);
+	return err;
+}
+
+/* Magnitude codes only (gradient quantizer). */
+__device__ __forceinline__ uint64_t fcu_mags_fast(const float *xf, float inva)
+{
+	uint32_t w[2] = {0, 0};
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		const float a = FOS_MUL(fabsf(xf[i]), inva);
+		const bool p0 = !(a < 1.75f);
+		const float t2 = p0 ? 3.5f : 0.75f;
+		const bool p1 = !(a < t2);
+		const float t3 = p0 ? (p1 ? 5.0f : 2.5f) : (p1 ? 1.25f : 0.25f);
+		const bool p2 = !(a <= t3);
+		w[i / 8] |= ((p0 ? 4u : 0u) + (p1 ? 2u : 0u) + (p2 ? 1u : 0u)) << (4 * (i % 8));
+	}
+	return (uint64_t)w[0] | ((uint64_t)w[1] << 32);
+}
+
+/* Sign bits (bit 4i+3) of the 16 inputs straight from their bits. Equal to fcu_signs(xf, inv) for
+ * a positive finite inv when no input is NaN; the callers check that (a NaN input makes both
+ * candidate errors NaN) and take fcu_signs otherwise. */
+__device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<uint16_t> &r)
+{
+	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
+	uint32_t h[2] = {0, 0};
+#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		const uint32_t s = w[j] & 0x80008000u;
+		h[j / 4] |= (((s >> 12) | (s >> 24)) & 0x88u) << (8 * (j % 4));
+	}
+	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
+}
+__device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<float> &r)
+{
+	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
+	uint32_t h[2] = {0, 0};
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		h[j / 8] |= (w[j] >> 31) << (4 * (j % 8) + 3);
+	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
+}
+
+/* The codes' sign bits for the chosen inv: fast unless a NaN or a non-finite inv is involved. */
+template <typename T>
+__device__ __forceinline__ uint64_t fcu_pick_signs(const fcu_raw<T> &r, const float *xf, float inv, bool nan_err)
+{
+	if (!nan_err && fabsf(inv) <= FOS_FLT_MAX) {
+		const uint64_t s = fcu_fast_signs(r);
+		return inv < 0.0f ? s ^ 0x8888888888888888ull : s;
+	}
+	return fcu_signs(xf, inv);
+}
+
+/* Codes, scale byte and (DEC) decoded bf16 from the shared sdec table. */
+template <bool DEC>
+__device__ __forceinline__ void fcu_store_pt(int64_t b, uint64_t cw, uint32_t sf, uint8_t *codes, uint8_t *scales,
+					     uint16_t *dec, const uint16_t *sdec)
+{
+	reinterpret_cast<uint64_t *>(codes)[b] = cw;
+	scales[b] = (uint8_t)sf;
+	if (DEC) {
+		const uint16_t *row = sdec + sf * 16;
+		uint32_t o[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const uint32_t byte = (uint32_t)(cw >> (8 * i)) & 0xFFu;
+			o[i] = row[byte & 15u] | ((uint32_t)row[byte >> 4] << 16);
+		}
+		uint4 *dp = reinterpret_cast<uint4 *>(dec + 16 * b);
+		dp[0] = make_uint4(o[0], o[1], o[2], o[3]);
+		dp[1] = make_uint4(o[4], o[5], o[6], o[7]);
+	}
+}
+
+/* ---- 4/6, 1x16, per tensor ------------------------------------------------------------------- */
+
+/* One thread per block, two blocks' bytes in flight ahead of the one being worked on. rev: walk
+ * from the end (the amax pass just read the tensor, its tail is still in L2). hw: the hardware
+ * e4m3 conversion (exhaustively equal, self-test 2). */
+template <typename T, bool MSE, bool DEC>
+__global__ void __launch_bounds__(QT) k_q46_pt(const T *__restrict__ x, int nblk, const float *__restrict__ amax,
+					       float d, int hw, int rev, uint8_t *__restrict__ codes,
+					       uint8_t *__restrict__ scales, uint16_t *__restrict__ dec)
+{
+	__shared__ fcu_pt_smem sm;
+	const float a = amax[0];
+	const float s_enc = fos_s_enc(a, d), s_dec = FOS_DIV(1.0f, s_enc);
+	fcu_pt_setup(sm, a, d, s_dec, true, DEC);
+	const float r6 = FOS_DIV(1.0f, 6.0f);
+	const uint32_t svt0 = (uint32_t)__cvta_generic_to_shared(sm.svt);
+	const int stride = gridDim.x * QT;
+	int i = blockIdx.x * QT + threadIdx.x;
+	fcu_raw<T> r0, r1;
+	if (i < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), r0);
+	if (i + stride < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), r1);
+	for (; i < nblk; i += stride) {
+		const int b = rev ? nblk - 1 - i : i;
+		const fcu_raw<T> cur = r0;
+		r0 = r1;
+		if (i + 2 * stride < nblk)
+			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
+		float xf[16];
+		fcu_unpack(cur, xf);
+		float bamax = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+		const float base = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+		uint32_t sf6, sf4;
+		fcu_cands(base, hw, &sf6, &sf4);
+		const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
+		uint64_t m6, m4;
+		const float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
+		const float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
+		const bool p4 = e4 < e6;
+		const uint32_t sf = p4 ? sf4 : sf6;
+		const uint64_t cw = (p4 ? m4 : m6) | fcu_pick_signs(cur, xf, p4 ? inv4 : inv6, e6 != e6 || e4 != e4);
+		fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
+	}
+}
+
+/* ---- 4/6, 16x16 tiles ------------------------------------------------------------------------ */
+
+/* A half-warp per tile: lane r of the half owns the tile's row r (one 1x16 row-group). The tile
+ * amax is a max over the half (exact), the tile error the section 3 tree by xor-shuffles 8, 4, 2, 1
+ * (every lane ends with the same sum: the tree's additions only commute). */
+template <typename T, bool MSE, bool DEC>
+__global__ void __launch_bounds__(QT) k_q46_16x16(const T *__restrict__ x, int ntiles, int bpr,
+						  const float *__restrict__ amax, float d, int hw,
+						  uint8_t *__restrict__ codes, uint8_t *__restrict__ scales,
+						  uint16_t *__restrict__ dec)
+{
+	__shared__ fcu_pt_smem sm;
+	const int t = threadIdx.x, r = t & 15;
+	const float a = amax[0];
+	const float s_enc = fos_s_enc(a, d), s_dec = FOS_DIV(1.0f, s_enc);
+	fcu_pt_setup(sm, a, d, s_dec, true, DEC);
+	const float r6 = FOS_DIV(1.0f, 6.0f);
+	const uint32_t svt0 = (uint32_t)__cvta_generic_to_shared(sm.svt);
+	for (int base_t = blockIdx.x * (QT / 16); base_t < ntiles; base_t += gridDim.x * (QT / 16)) {
+		const int tile = base_t + t / 16;
+		const bool on = tile < ntiles;
+		int64_t b = 0;
+		fcu_raw<T> raw;
+		if (on) {
+			const int tr = tile / bpr, tc = tile - tr * bpr;
+			b = (int64_t)(tr * 16 + r) * bpr + tc;
+			fcu_load(x + 16 * b, raw);
+		} else {
+			fcu_zero(raw);
+		}
+		float xf[16], bamax = 0.0f;
+		fcu_unpack(raw, xf);
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+#pragma unroll
+		for (int o = 8; o >= 1; o >>= 1)
+			bamax = fmaxf(bamax, __shfl_xor_sync(0xffffffffu, bamax, o, 16)); /* no NaN here */
+		const float bs = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+		uint32_t sf6, sf4;
+		fcu_cands(bs, hw, &sf6, &sf4);
+		const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
+		uint64_t m6, m4;
+		float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
+		float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
+		const bool nan_err = e6 != e6 || e4 != e4; /* this row-group's own */
+#pragma unroll
+		for (int o = 8; o >= 1; o >>= 1) {
+			e6 = FOS_ADD(e6, __shfl_xor_sync(0xffffffffu, e6, o, 16));
+			e4 = FOS_ADD(e4, __shfl_xor_sync(0xffffffffu, e4, o, 16));
+		}
+		const bool p4 = e4 < e6;
+		if (on) {
+			const uint32_t sf = p4 ? sf4 : sf6;
+			const uint64_t cw = (p4 ? m4 : m6) | fcu_pick_signs(raw, xf, p4 ? inv4 : inv6, nan_err);
+			fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
+		}
+	}
+}
+
+/* ---- standard NVFP4 gradient quantize (section 5) -------------------------------------------- */
+
+template <typename T, bool DEC>
+__global__ void __launch_bounds__(QT) k_grad_1x16(const T *__restrict__ x, int nblk, const float *__restrict__ amax,
+						  int hw, int rev, uint8_t *__restrict__ codes, uint8_t *__restrict__ scales,
+						  uint16_t *__restrict__ dec)
+{
+	__shared__ fcu_pt_smem sm;
+	const float s_enc = fos_s_enc(amax[0], 2688.0f), s_dec = FOS_DIV(1.0f, s_enc);
+	fcu_pt_setup(sm, amax[0], 2688.0f, s_dec, false, DEC);
+	const float g = FOS_MUL(s_enc, FOS_ONE_SIXTH);
+	const int stride = gridDim.x * QT;
+	int i = blockIdx.x * QT + threadIdx.x;
+	fcu_raw<T> r0, r1;
+	if (i < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), r0);
+	if (i + stride < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), r1);
+	for (; i < nblk; i += stride) {
+		const int b = rev ? nblk - 1 - i : i;
+		const fcu_raw<T> cur = r0;
+		r0 = r1;
+		if (i + 2 * stride < nblk)
+			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
+		float xf[16], bamax = 0.0f;
+		fcu_unpack(cur, xf);
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+		const float v = FOS_MUL(bamax, g);
+		const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
+		const float inv = sm.sinv[sf];
+		const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
+		bool has_nan = false;
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			has_nan |= xf[j] != xf[j];
+		fcu_store_pt<DEC>(b, m | fcu_pick_signs(cur, xf, inv, has_nan), sf, codes, scales, dec, sm.sdec);
+	}
+}
+
+/* ---- dequantize / decode --------------------------------------------------------------------- */
+
+/* OUT: 0 bf16 dequantize, 1 fp32 dequantize, 2 bf16 decode (value * scale, no amax). Per tensor
+ * (and decode) the 16 outputs of each of the 256 scale bytes are tabled per CTA; row-scaled
+ * computes them. */
+template <int OUT>
+__global__ void __launch_bounds__(QT) k_dequant(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
+						const float *__restrict__ amax, int row_scaled, int nblk, int bpr,
+						float d, void *__restrict__ out)
+{
+	__shared__ uint32_t tab[256 * 16]; /* every scale byte, sign bit included (no OOB on 0x80..0xFF) */
+	const float rd = FOS_DIV(1.0f, d);
+	const bool tabled = OUT == 2 || !row_scaled;
+	if (tabled) {
+		const float a = OUT == 2 ? 0.0f : amax[0];
+		for (int i = threadIdx.x; i < 256 * 16; i += QT) {
+			const uint32_t sf = (uint32_t)i >> 4;
+			const float dec = OUT == 2 ? fos_e4m3_to_f32(sf) : FOS_MUL(FOS_MUL(fos_e4m3_to_f32(sf), a), rd);
+			const float v = FOS_MUL(fos_e2m1_value((uint32_t)i & 15u), dec);
+			tab[i] = OUT == 1 ? __float_as_uint(v) : fos_f32_to_bf16(v);
+		}
+		__syncthreads();
+	}
+	for (int b = blockIdx.x * QT + threadIdx.x; b < nblk; b += gridDim.x * QT) {
+		const uint64_t cw = reinterpret_cast<const uint64_t *>(codes)[b];
+		const uint32_t sf = scales[b];
+		uint32_t v[16];
+		if (tabled) {
+			const uint32_t *row = tab + sf * 16;
+#pragma unroll
+			for (int j = 0; j < 16; j++)
+				v[j] = row[(uint32_t)(cw >> (4 * j)) & 15u];
+		} else {
+			const float a = amax[b / bpr];
+			const float dec = FOS_MUL(FOS_MUL(fos_e4m3_to_f32(sf), a), rd); /* fos_dec_scale */
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const float f = FOS_MUL(fos_e2m1_value((uint32_t)(cw >> (4 * j)) & 15u), dec);
+				v[j] = OUT == 1 ? __float_as_uint(f) : fos_f32_to_bf16(f);
+			}
+		}
+		if (OUT == 1) {
+			uint4 *o = reinterpret_cast<uint4 *>(static_cast<float *>(out) + 16 * (int64_t)b);
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				o[j] = make_uint4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+		} else {
+			uint32_t w[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				w[j] = v[2 * j] | (v[2 * j + 1] << 16);
+			uint4 *o = reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + 16 * (int64_t)b);
+			o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+			o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+		}
+	}
+}
+
+/* ---- amax ------------------------------------------------------------------------------------ */
+
+__device__ __forceinline__ float fcu_absmax_bf16(float m, uint32_t h)
+{
+	return fmaxf(m, fabsf(__uint_as_float(h << 16))); /* = fos_absmax: fmaxf drops NaN */
+}
+/* f32 input: the amax is of the value cast to bf16 (like the CPU). */
+__device__ __forceinline__ float fcu_absmax_f32(float m, float v)
+{
+	return fos_absmax(m, fos_bf16_to_f32(fos_f32_to_bf16(v)));
+}
+
+__device__ __forceinline__ float fcu_absmax_vec(float m, uint4 v, int is_f32)
+{
+	const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (is_f32) {
+			m = fcu_absmax_f32(m, __uint_as_float(w[i]));
+		} else {
+			m = fcu_absmax_bf16(m, w[i] & 0xFFFFu);
+			m = fcu_absmax_bf16(m, w[i] >> 16);
+		}
+	}
+	return m;
+}
+
+/* Block-wide max of nonnegative floats (NaN already dropped); result valid in thread 0. */
+__device__ __forceinline__ float fcu_block_max(float m)
+{
+	__shared__ float part[32];
+#pragma unroll
+	for (int o = 16; o >= 1; o >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+	if ((threadIdx.x & 31) == 0)
+		part[threadIdx.x >> 5] = m;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		m = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+#pragma unroll
+		for (int o = 16; o >= 1; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+	}
+	return m;
+}
+
+/* Per tensor: max over n elements; out (zeroed first) gets an atomic max of the bit pattern
+ * (nonnegative floats order like their bits), which is exact and order-free. vec: 16-byte loads. */
+template <bool F32>
+__global__ void __launch_bounds__(QT) k_amax_tensor(const void *__restrict__ x, int64_t n, int vec,
+						    unsigned int *__restrict__ out)
+{
+	const int64_t tid = (int64_t)blockIdx.x * QT + threadIdx.x, stride = (int64_t)gridDim.x * QT;
+	float m0 = 0.0f, m1 = 0.0f;
+	const int per = F32 ? 4 : 8;
+	int64_t done = 0;
+	if (vec) {
+		const uint4 *p = static_cast<const uint4 *>(x);
+		const int64_t nv = n / per;
+		int64_t i = tid;
+		for (; i + 3 * stride < nv; i += 4 * stride) { /* four 16-byte loads in flight */
+			const uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], e = p[i + 3 * stride];
+			m0 = fcu_absmax_vec(m0, a, F32);
+			m1 = fcu_absmax_vec(m1, b, F32);
+			m0 = fcu_absmax_vec(m0, c, F32);
+			m1 = fcu_absmax_vec(m1, e, F32);
+		}
+		for (; i < nv; i += stride)
+			m0 = fcu_absmax_vec(m0, p[i], F32);
+		done = nv * per;
+	}
+	for (int64_t i = done + tid; i < n; i += stride) {
+		if (F32)
+			m0 = fcu_absmax_f32(m0, static_cast<const float *>(x)[i]);
+		else
+			m0 = fcu_absmax_bf16(m0, static_cast<const uint16_t *>(x)[i]);
+	}
+	float m = fcu_block_max(fmaxf(m0, m1));
+	if (threadIdx.x == 0 && m > 0.0f)
+		atomicMax(out, __float_as_uint(m));
+}
+
+/* Per row: one block per row. */
+template <bool F32>
+__global__ void __launch_bounds__(QT) k_amax_rows(const void *__restrict__ x, int64_t cols, int vec,
+						  float *__restrict__ out)
+{
+	const int64_t r = blockIdx.x;
+	float m = 0.0f;
+	const int per = F32 ? 4 : 8;
+	int64_t done = 0;
+	if (vec) {
+		const uint4 *p = reinterpret_cast<const uint4 *>(static_cast<const char *>(x) + r * cols * (F32 ? 4 : 2));
+		const int64_t nv = cols / per;
+		for (int64_t i = threadIdx.x; i < nv; i += QT)
+			m = fcu_absmax_vec(m, p[i], F32);
+		done = nv * per;
+	}
+	for (int64_t i = done + threadIdx.x; i < cols; i += QT) {
+		if (F32)
+			m = fcu_absmax_f32(m, static_cast<const float *>(x)[r * cols + i]);
+		else
+			m = fcu_absmax_bf16(m, static_cast<const uint16_t *>(x)[r * cols + i]);
+	}
+	m = fcu_block_max(m);
+	if (threadIdx.x == 0)
+		out[r] = m;
+}
+
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+/* Generic: 32x32 tiles, block (32, 8). dst (cols, rows) = src (rows, cols)^T. */
+template <typename T>
+__global__ void k_transpose(const T *__restrict__ src, T *__restrict__ dst, int64_t rows, int64_t cols)
+{
+	__shared__ T tile[32][33];
+	const int64_t c0 = (int64_t)blockIdx.x * 32, r0 = (int64_t)blockIdx.y * 32;
+	for (int j = threadIdx.y; j < 32; j += 8) {
+		int64_t r = r0 + j, c = c0 + threadIdx.x;
+		if (r < rows && c < cols)
+			tile[j][threadIdx.x] = src[r * cols + c];
+	}
+	__syncthreads();
+	for (int j = threadIdx.y; j < 32; j += 8) {
+		int64_t c = c0 + j, r = r0 + threadIdx.x; /* dst row c, column r */
+		if (c < cols && r < rows)
+			dst[c * rows + r] = tile[threadIdx.x][j];
+	}
+}
+
+/* 2-byte elements, even rows and cols: 64x64 tiles moved as 4-byte pairs, block (32, 8). */
+__global__ void k_transpose16(const uint16_t *__restrict__ src, uint16_t *__restrict__ dst, int64_t rows,
+			      int64_t cols)
+{
+	__shared__ uint16_t tile[64][65];
+	const int64_t c0 = (int64_t)blockIdx.x * 64, r0 = (int64_t)blockIdx.y * 64;
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	for (int j = ty; j < 64; j += 8) {
+		int64_t r = r0 + j, c = c0 + 2 * tx;
+		if (r < rows && c < cols) {
+			uint32_t w = *reinterpret_cast<const uint32_t *>(src + r * cols + c);
+			tile[j][2 * tx] = (uint16_t)w;
+			tile[j][2 * tx + 1] = (uint16_t)(w >> 16);
+		}
+	}
+	__syncthreads();
+	for (int j = ty; j < 64; j += 8) {
+		int64_t c = c0 + j, r = r0 + 2 * tx; /* dst row c, columns r, r + 1 */
+		if (c < cols && r < rows) {
+			uint32_t w = tile[2 * tx][j] | ((uint32_t)tile[2 * tx + 1][j] << 16);
+			*reinterpret_cast<uint32_t *>(dst + c * rows + r) = w;
+		}
+	}
+}
+
+/* 2-byte elements, rows and cols multiples of 8, 16-byte aligned: 64x64 tiles, 16-byte loads and
+ * stores, 256 threads. The tile's row stride of 65 elements keeps both phases' shared accesses
+ * free of bank conflicts. */
+__global__ void __launch_bounds__(256) k_transpose16v(const uint16_t *__restrict__ src, uint16_t *__restrict__ dst,
+						      int64_t rows, int64_t cols)
+{
+	__shared__ uint16_t tile[64][65];
+	const int64_t c0 = (int64_t)blockIdx.x * 64, r0 = (int64_t)blockIdx.y * 64;
+	const int t = threadIdx.x, q = t / 8, k = t % 8;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int lr = q + 32 * h;
+		const int64_t r = r0 + lr, c = c0 + 8 * k;
+		if (r < rows && c < cols) {
+			const uint4 v = *reinterpret_cast<const uint4 *>(src + r * cols + c);
+			const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				tile[lr][8 * k + 2 * e] = (uint16_t)w[e];
+				tile[lr][8 * k + 2 * e + 1] = (uint16_t)(w[e] >> 16);
+			}
+		}
+	}
+	__syncthreads();
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int oc = q + 32 * h;
+		const int64_t c = c0 + oc, r = r0 + 8 * k; /* dst row c, columns r .. r + 7 */
+		if (c < cols && r < rows) {
+			uint32_t w[4];
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				w[e] = tile[8 * k + 2 * e][oc] | ((uint32_t)tile[8 * k + 2 * e + 1][oc] << 16);
+			*reinterpret_cast<uint4 *>(dst + c * rows + r) = make_uint4(w[0], w[1], w[2], w[3]);
+		}
+	}
+}
+
+/* ---- host side ------------------------------------------------------------------------------- */
+
+static int fcu_aligned(const void *p, size_t a)
+{
+	return ((uintptr_t)p % a) == 0;
+}
+
+/* Resident blocks per SM of each kernel, asked once per kernel (keyed by its address). */
+static int fcu_occupancy(const void *kernel, int bs)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static const void *keys[128];
+	static int vals[128], n;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < n; i++)
+		if (keys[i] == kernel) {
+			int v = vals[i];
+			pthread_mutex_unlock(&mu);
+			return v;
+		}
+	int v = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, bs, 0) != cudaSuccess || v < 1) {
+		cudaGetLastError();
+		v = 2;
+	}
+	if (n < 128) {
+		keys[n] = kernel;
+		vals[n++] = v;
+	}
+	pthread_mutex_unlock(&mu);
+	return v;
+}
+
+template <class K>
+static unsigned fcu_grid_for(fos_backend *be, K kernel, int64_t items, int bs)
+{
+	return fcu_grid(be, items, bs, fcu_occupancy((const void *)kernel, bs));
+}
+
+int fcu_amax(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, int per_row, float *out,
+	     fos_err *err)
+{
+	if (rows <= 0 || cols <= 0)
+		return fos_seterr(err, FOS_EINVAL, "amax of an empty tensor (%lld, %lld)", (long long)rows,
+				  (long long)cols);
+	if (dtype != FOS_BF16 && dtype != FOS_F32)
+		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
+	if (per_row && rows > 0x7FFFFFFF)
+		return fos_seterr(err, FOS_EINVAL, "amax: %lld rows is too many", (long long)rows);
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	cudaStream_t st = fcu(be)->st;
+	const int f32 = dtype == FOS_F32;
+	const size_t es = f32 ? 4 : 2;
+	if (per_row) {
+		int vec = fcu_aligned(x, 16) && (cols * es) % 16 == 0;
+		if (f32)
+			k_amax_rows<true><<<(unsigned)rows, QT, 0, st>>>(x, cols, vec, out);
+		else
+			k_amax_rows<false><<<(unsigned)rows, QT, 0, st>>>(x, cols, vec, out);
+		return fcu_launched(err, "amax (per row) kernel launch");
+	}
+	if ((rc = fcu_check(cudaMemsetAsync(out, 0, sizeof(float), st), err, "cudaMemsetAsync (amax)")))
+		return rc;
+	const int64_t n = rows * cols;
+	int vec = fcu_aligned(x, 16);
+	int64_t items = (vec ? n / (f32 ? 4 : 8) : n) / 4 + 1;
+	if (f32)
+		k_amax_tensor<true><<<fcu_grid_for(be, k_amax_tensor<true>, items, QT), QT, 0, st>>>(
+			x, n, vec, reinterpret_cast<unsigned int *>(out));
+	else
+		k_amax_tensor<false><<<fcu_grid_for(be, k_amax_tensor<false>, items, QT), QT, 0, st>>>(
+			x, n, vec, reinterpret_cast<unsigned int *>(out));
+	return fcu_launched(err, "amax kernel launch");
+}
+
+int fcu_transpose(fos_backend *be, const void *src, void *dst, int64_t rows, int64_t cols, size_t es, fos_err *err)
+{
+	if (rows <= 0 || cols <= 0 || (es != 1 && es != 2 && es != 4))
+		return fos_seterr(err, FOS_EINVAL, "transpose of (%lld, %lld) x %zu bytes", (long long)rows,
+				  (long long)cols, es);
+	if ((rows + 31) / 32 > 65535 || (cols + 31) / 32 > 0x7FFFFFFF)
+		return fos_seterr(err, FOS_EINVAL, "transpose of (%lld, %lld): too many rows", (long long)rows,
+				  (long long)cols);
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	cudaStream_t st = fcu(be)->st;
+	dim3 bs(32, 8);
+	if (fcu(be)->variant & 8 && es == 2 && rows % 8 == 0 && cols % 8 == 0 && fcu_aligned(src, 16) &&
+	    fcu_aligned(dst, 16)) { /* variant bit 3: the 16-byte kernel (slower on the H200) */
+		dim3 g((unsigned)((cols + 63) / 64), (unsigned)((rows + 63) / 64));
+		k_transpose16v<<<g, 256, 0, st>>>(static_cast<const uint16_t *>(src), static_cast<uint16_t *>(dst), rows,
+						   cols);
+		return fcu_launched(err, "transpose kernel launch");
+	}
+	if (es == 2 && rows % 2 == 0 && cols % 2 == 0 && fcu_aligned(src, 4) && fcu_aligned(dst, 4)) {
+		dim3 g((unsigned)((cols + 63) / 64), (unsigned)((rows + 63) / 64));
+		k_transpose16<<<g, bs, 0, st>>>(static_cast<const uint16_t *>(src), static_cast<uint16_t *>(dst), rows,
+						 cols);
+		return fcu_launched(err, "transpose kernel launch");
+	}
+	dim3 g((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32));
+	if (es == 1)
+		k_transpose<uint8_t><<<g, bs, 0, st>>>(static_cast<const uint8_t *>(src), static_cast<uint8_t *>(dst),
+						       rows, cols);
+	else if (es == 2)
+		k_transpose<uint16_t><<<g, bs, 0, st>>>(static_cast<const uint16_t *>(src),
+							static_cast<uint16_t *>(dst), rows, cols);
+	else
+		k_transpose<uint32_t><<<g, bs, 0, st>>>(static_cast<const uint32_t *>(src),
+							static_cast<uint32_t *>(dst), rows, cols);
+	return fcu_launched(err, "transpose kernel launch");
+}
+
+/* 4/6 1x16: per tensor the tabled kernel (variant bit 0: the generic one, as a cross-check),
+ * row-scaled the generic one with per-thread tables. */
+template <typename T, bool MSE, bool DEC>
+static void fcu_q46_1x16_launch(fos_backend *be, const void *x, int nblk, int bpr, const fos_qcfg *cfg,
+				const float *amax, int hw, int rev, int generic, fos_qtensor *q, uint16_t *dec)
+{
+	const float d = fos_bound_d(cfg->bound);
+	cudaStream_t st = fcu(be)->st;
+	const T *xt = static_cast<const T *>(x);
+	if (cfg->row_scaled) {
+		auto k = k_q46_1x16<T, true, MSE, DEC, false>;
+		k<<<fcu_grid_for(be, k, nblk, QT), QT, 0, st>>>(xt, nblk, bpr, amax, d, hw, 0, q->codes, q->scales, dec);
+	} else if (generic) {
+		auto k = k_q46_1x16<T, false, MSE, DEC, false>;
+		k<<<fcu_grid_for(be, k, nblk, QT), QT, 0, st>>>(xt, nblk, bpr, amax, d, hw, rev, q->codes, q->scales, dec);
+	} else {
+		auto k = k_q46_pt<T, MSE, DEC>;
+		k<<<fcu_grid_for(be, k, nblk, QT), QT, 0, st>>>(xt, nblk, amax, d, hw, rev, q->codes, q->scales, dec);
+	}
+}
+
+template <typename T, bool MSE, bool DEC>
+static void fcu_q46_16x16_launch(fos_backend *be, const void *x, int ntiles, int bpr, const fos_qcfg *cfg,
+				 const float *amax, int hw, fos_qtensor *q, uint16_t *dec)
+{
+	auto k = k_q46_16x16<T, MSE, DEC>;
+	k<<<fcu_grid_for(be, k, (int64_t)ntiles * 16, QT), QT, 0, fcu(be)->st>>>(
+		static_cast<const T *>(x), ntiles, bpr, amax, fos_bound_d(cfg->bound), hw, q->codes, q->scales, dec);
+}
+
+template <typename T, bool DEC>
+static void fcu_grad_launch(fos_backend *be, const void *x, int nblk, const float *amax, int hw, int rev,
+			    fos_qtensor *q, uint16_t *dec)
+{
+	auto k = k_grad_1x16<T, DEC>;
+	k<<<fcu_grid_for(be, k, nblk, QT), QT, 0, fcu(be)->st>>>(static_cast<const T *>(x), nblk, amax, hw, rev,
+								     q->codes, q->scales, dec);
+}
+
+template <typename T, bool MSE, bool DEC>
+static void fcu_quant_typed(fos_backend *be, const void *x, int64_t rows, int nblk, int bpr, const fos_qcfg *cfg,
+			    const float *amax, int hw, int rev, int generic, fos_qtensor *q, uint16_t *dec)
+{
+	if (cfg->recipe == FOS_RECIPE_NVFP4)
+		fcu_grad_launch<T, DEC>(be, x, nblk, amax, hw, rev, q, dec);
+	else if (cfg->block == FOS_BLOCK_16X16)
+		fcu_q46_16x16_launch<T, MSE, DEC>(be, x, (int)(rows / 16) * bpr, bpr, cfg, amax, hw, q, dec);
+	else
+		fcu_q46_1x16_launch<T, MSE, DEC>(be, x, nblk, bpr, cfg, amax, hw, rev, generic, q, dec);
+}
+
+template <typename T>
+static void fcu_quant_any(fos_backend *be, const void *x, int64_t rows, int nblk, int bpr, const fos_qcfg *cfg,
+			  const float *amax, int hw, int rev, int generic, fos_qtensor *q, uint16_t *dec)
+{
+	const bool mse = cfg->err_mode == FOS_ERR_MSE && cfg->recipe != FOS_RECIPE_NVFP4;
+	if (mse && dec)
+		fcu_quant_typed<T, true, true>(be, x, rows, nblk, bpr, cfg, amax, hw, rev, generic, q, dec);
+	else if (mse)
+		fcu_quant_typed<T, true, false>(be, x, rows, nblk, bpr, cfg, amax, hw, rev, generic, q, dec);
+	else if (dec)
+		fcu_quant_typed<T, false, true>(be, x, rows, nblk, bpr, cfg, amax, hw, rev, generic, q, dec);
+	else
+		fcu_quant_typed<T, false, false>(be, x, rows, nblk, bpr, cfg, amax, hw, rev, generic, q, dec);
+}
+
+int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
+{
+	int rc = fos_qcfg_check(cfg, rows, cols, err);
+	if (rc)
+		return rc;
+	if (dtype != FOS_BF16 && dtype != FOS_F32)
+		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
+	if (rows * cols / 16 > 0x7FFFFFFF)
+		return fos_seterr(err, FOS_EINVAL, "quantize of (%lld, %lld): more than 2^31 blocks", (long long)rows,
+				  (long long)cols);
+	if (!fcu_aligned(x, 16) || !fcu_aligned(q->codes, 8) || (decoded && !fcu_aligned(decoded, 16)))
+		return fos_seterr(err, FOS_EINVAL, "quantize: input, codes or decoded pointer not 16/8/16-byte aligned");
+	if ((rc = fcu_enter(be, err)))
+		return rc;
+	const int64_t na = cfg->row_scaled ? rows : 1;
+	if (amax_in) {
+		if (amax_in != q->amax &&
+		    (rc = fcu_check(cudaMemcpyAsync(q->amax, amax_in, (size_t)na * sizeof(float), cudaMemcpyDeviceToDevice,
+						    fcu(be)->st),
+				    err, "cudaMemcpyAsync (amax)")))
+			return rc;
+	} else if ((rc = fcu_amax(be, x, dtype, rows, cols, cfg->row_scaled, q->amax, err))) {
+		return rc;
+	}
+	q->rows = rows;
+	q->cols = cols;
+	q->bound = cfg->bound;
+	q->row_scaled = cfg->row_scaled;
+	const int nblk = (int)(rows * cols / 16), bpr = (int)(cols / 16);
+	const int var = fcu(be)->variant;
+	const int generic = var & 1, hw = !((var >> 1) & 1), rev = !amax_in && !((var >> 2) & 1);
+	if (dtype == FOS_F32)
+		fcu_quant_any<float>(be, x, rows, nblk, bpr, cfg, q->amax, hw, rev, generic, q, decoded);
+	else
+		fcu_quant_any<uint16_t>(be, x, rows, nblk, bpr, cfg, q->amax, hw, rev, generic, q, decoded);
+	return fcu_launched(err, "quantize kernel launch");
+}
+
+static int fcu_check_q(const fos_qtensor *q, fos_err *err)
+{
+	if (q->rows <= 0 || q->cols <= 0 || q->cols % 16)
+		return fos_seterr(err, FOS_EINVAL,
+				  "quantized shape (%lld, %lld): columns must be a positive multiple of 16",
+				  (long long)q->rows, (long long)q->cols);
+	if (q->bound != 256 && q->bound != 448)
+		return fos_seterr(err, FOS_EINVAL, "bound %d is not 256 or 448", q->bound);
+	if (q->rows * q->cols / 16 > 0x7FFFFFFF)
+		return fos_seterr(err, FOS_EINVAL, "quantized shape (%lld, %lld): more than 2^31 blocks",
+				  (long long)q->rows, (long long)q->cols);
+	if (!fcu_aligned(q->codes, 8))
+		return fos_seterr(err, FOS_EINVAL, "quantized codes pointer not 8-byte aligned");
+	return FOS_OK;
+}
+
+static int fcu_deq(fos_backend *be, const fos_qtensor *q, int out, void *dst, fos_err *err)
+{
+	int rc = fcu_check_q(q, err);
+	if (rc)
+		return rc;
+	if (!fcu_aligned(dst, 16))
+		return fos_seterr(err, FOS_EINVAL, "dequantize output pointer not 16-byte aligned");
+	if ((rc = fcu_enter(be, err)))
+		return rc;
+	const int nblk = (int)(q->rows * q->cols / 16), bpr = (int)(q->cols / 16);
+	const float d = fos_bound_d(q->bound);
+	cudaStream_t st = fcu(be)->st;
+	if (out == 0)
+		k_dequant<0><<<fcu_grid_for(be, k_dequant<0>, nblk, QT), QT, 0, st>>>(q->codes, q->scales, q->amax,
+										      q->row_scaled, nblk, bpr, d, dst);
+	else if (out == 1)
+		k_dequant<1><<<fcu_grid_for(be, k_dequant<1>, nblk, QT), QT, 0, st>>>(q->codes, q->scales, q->amax,
+										      q->row_scaled, nblk, bpr, d, dst);
+	else
+		k_dequant<2><<<fcu_grid_for(be, k_dequant<2>, nblk, QT), QT, 0, st>>>(q->codes, q->scales, q->amax,
+										      q->row_scaled, nblk, bpr, d, dst);
+	return fcu_launched(err, "dequantize kernel launch");
+}
+
+int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err)
+{
+	if (out_dtype != FOS_BF16 && out_dtype != FOS_F32)
+		return fos_seterr(err, FOS_EINVAL, "unknown output dtype %d", out_dtype);
+	return fcu_deq(be, q, out_dtype == FOS_F32 ? 1 : 0, out, err);
+}
+
+int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err)
+{
+	return fcu_deq(be, q, 2, out, err);
+}

@@ -1,0 +1,521 @@
+/* gpu_linear.c: the CUDA backend's GEMM, column sum and the linear layer (kernels/linear.c on
+ * CUDA) against the CPU backend: quantized operands (weights, columnwise copies, saved X) bit for
+ * bit; GEMM outputs (forward Y, dX, dW, grad-bias) with SQNR > 60 dB; the dequantized and
+ * high_precision backward bit for bit against the CUDA gemm applied to the defined operands; the
+ * GEMM epilogue bit for bit against the CPU's on data whose FP32 accumulation is exact in any order
+ * (so only the epilogue can differ), through both epilogue paths (cuBLASLt alpha, own FP32
+ * epilogue); determinism over repeated runs; and a report of batch invariance (rows 0..15 of Y for
+ * M = 16 against M = 8192). Skips cleanly (exit 0) when there is no usable GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend.h"
+#include "fos_format.h"
+#ifdef FOS_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fos_backend *g_cpu, *g_gpu;
+
+static uint64_t g_rng = 0x13198A2E03707344ull;
+static uint32_t rnd32(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return (uint32_t)(g_rng >> 32);
+}
+static float urand(void)
+{
+	return (float)(rnd32() >> 8) / 8388608.0f - 1.0f;
+}
+
+static uint16_t *rand_bf16(int64_t n, float scale)
+{
+	uint16_t *p = malloc((size_t)n * 2);
+	for (int64_t i = 0; i < n; i++)
+		p[i] = fos_f32_to_bf16((urand() + urand() + urand()) * scale);
+	return p;
+}
+
+static void *dev_copy(fos_backend *be, const void *h, size_t n)
+{
+	void *d = be->alloc(be, n);
+	fos_err e;
+	assert_non_null(d);
+	assert_int_equal(be->h2d(be, d, h, n, &e), FOS_OK);
+	return d;
+}
+
+static void *host_copy(fos_backend *be, const void *d, size_t n)
+{
+	void *h = malloc(n);
+	fos_err e;
+	assert_non_null(h);
+	int rc = be->d2h(be, h, d, n, &e);
+	if (rc)
+		fprintf(stderr, "d2h: %s\n", e.msg);
+	assert_int_equal(rc, FOS_OK);
+	return h;
+}
+
+static double sqnr_db(const uint16_t *ref, const uint16_t *x, int64_t n)
+{
+	double s = 0, e = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double r = fos_bf16_to_f32(ref[i]), v = fos_bf16_to_f32(x[i]);
+		s += r * r;
+		e += (r - v) * (r - v);
+	}
+	if (e == 0)
+		return 999.0;
+	return 10.0 * log10(s / e);
+}
+
+static int64_t diff_bytes(const void *a, const void *b, size_t n)
+{
+	const uint8_t *p = a, *q = b;
+	int64_t d = 0;
+	for (size_t i = 0; i < n; i++)
+		d += p[i] != q[i];
+	return d;
+}
+
+#define NEED_GPU()                                                                                             \
+	do {                                                                                                   \
+		if (!g_gpu)                                                                                    \
+			skip();                                                                                \
+	} while (0)
+
+/* ---- GEMM epilogue, bit for bit --------------------------------------------------------------- */
+
+/* Operands of small integers times 2^e per row: every partial sum is an integer multiple of the
+ * row's 2^e below 2^24 of it, exact in FP32 whatever the order; so GPU and CPU accumulators are
+ * equal and the outputs can differ only through the epilogue. */
+static uint16_t *exact_operand(int64_t rows, int64_t k)
+{
+	uint16_t *p = malloc((size_t)(rows * k) * 2);
+	for (int64_t r = 0; r < rows; r++) {
+		int e = (int)(rnd32() % 9) - 4;
+		for (int64_t c = 0; c < k; c++)
+			p[r * k + c] = fos_f32_to_bf16(ldexpf((float)((int)(rnd32() % 15) - 7), e));
+	}
+	return p;
+}
+
+static void gemm_both(const uint16_t *ah, const uint16_t *bh, int64_t m, int64_t n, int64_t k, const float *a_amax,
+		      const float *b_amax, float dinv_a, float dinv_b, const float *rs, const uint16_t *bias,
+		      uint16_t **yc, uint16_t **yg)
+{
+	fos_err e;
+	fos_backend *bes[2] = {g_cpu, g_gpu};
+	uint16_t **outs[2] = {yc, yg};
+	for (int w = 0; w < 2; w++) {
+		fos_backend *be = bes[w];
+		uint16_t *a = dev_copy(be, ah, (size_t)(m * k) * 2), *b = dev_copy(be, bh, (size_t)(n * k) * 2);
+		uint16_t *y = be->alloc(be, (size_t)(m * n) * 2);
+		float *aa = a_amax ? dev_copy(be, a_amax, 4) : NULL, *ba = b_amax ? dev_copy(be, b_amax, 4) : NULL;
+		float *r = rs ? dev_copy(be, rs, (size_t)m * 4) : NULL;
+		uint16_t *bi = bias ? dev_copy(be, bias, (size_t)n * 2) : NULL;
+		fos_gemm_epi epi = {aa, dinv_a, ba, dinv_b, r, bi};
+		int rc = be->gemm(be, a, b, m, n, k, &epi, y, &e);
+		if (rc)
+			fprintf(stderr, "%s gemm: %s\n", be->name, e.msg);
+		assert_int_equal(rc, FOS_OK);
+		*outs[w] = host_copy(be, y, (size_t)(m * n) * 2);
+		be->free(be, a);
+		be->free(be, b);
+		be->free(be, y);
+		if (aa)
+			be->free(be, aa);
+		if (ba)
+			be->free(be, ba);
+		if (r)
+			be->free(be, r);
+		if (bi)
+			be->free(be, bi);
+	}
+}
+
+static void test_gemm_epilogue_exact(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	fos_err e;
+	const int64_t m = 256, n = 384, k = 512;
+	int64_t total = 0, bad[2] = {0, 0};
+	for (int path = 0; path < 2; path++) { /* 0: cuBLASLt alpha epilogue, 1: FP32 + own epilogue */
+#ifdef FOS_HAVE_CUDA
+		assert_int_equal(fos_cuda_set_gemm_f32(g_gpu, path, &e), FOS_OK);
+#endif
+		for (int trial = 0; trial < 24; trial++) {
+			uint16_t *a = exact_operand(m, k), *b = exact_operand(n, k);
+			/* amaxes / dinvs spread over many exponents so alpha rounds everywhere */
+			float aa = ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 40) - 20);
+			float ba = ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 40) - 20);
+			float dinv_a = trial % 3 ? 1.0f / 2688.0f : 1.0f / 1536.0f, dinv_b = 1.0f / 1536.0f;
+			float *rs = NULL;
+			uint16_t *bias = NULL;
+			int mode = trial % 4; /* 0 plain alpha from host, 1 device alpha, 2 + row scale, 3 + bias */
+			if (mode == 0) {
+				dinv_a = ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 20) - 10);
+				dinv_b = 1.0f;
+			}
+			if (mode == 2) {
+				rs = malloc((size_t)m * 4);
+				for (int64_t i = 0; i < m; i++)
+					rs[i] = ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 30) - 15);
+			}
+			if (mode == 3 || trial % 5 == 0)
+				bias = rand_bf16(n, 50.0f);
+			uint16_t *yc, *yg;
+			gemm_both(a, b, m, n, k, mode ? &aa : NULL, mode ? &ba : NULL, dinv_a, dinv_b, rs, bias, &yc, &yg);
+			int64_t d = diff_bytes(yc, yg, (size_t)(m * n) * 2);
+			bad[path] += d;
+			total += m * n;
+			if (d)
+				fprintf(stderr, "epilogue path %d trial %d mode %d: %lld bytes differ\n", path, trial, mode,
+					(long long)d);
+			free(a);
+			free(b);
+			free(rs);
+			free(bias);
+			free(yc);
+			free(yg);
+		}
+	}
+#ifdef FOS_HAVE_CUDA
+	assert_int_equal(fos_cuda_set_gemm_f32(g_gpu, 0, &e), FOS_OK);
+#endif
+	(void)e;
+	printf("GEMM epilogue on exactly accumulated data: cuBLASLt-alpha path %lld, FP32+own path %lld differing "
+	       "bytes of %lld outputs\n",
+	       (long long)bad[0], (long long)bad[1], (long long)total);
+	assert_true(bad[0] == 0 && bad[1] == 0);
+}
+
+/* Random data: SQNR against the CPU, repeat runs identical, both epilogue paths close. */
+static void test_gemm_random(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t m = 512, n = 256, k = 1024;
+	uint16_t *a = rand_bf16(m * k, 1.0f), *b = rand_bf16(n * k, 0.05f), *bias = rand_bf16(n, 1.0f);
+	float aa = 3.5f, ba = 0.25f, *rs = malloc((size_t)m * 4);
+	for (int64_t i = 0; i < m; i++)
+		rs[i] = 0.5f + (float)i / (float)m;
+	for (int mode = 0; mode < 3; mode++) {
+		uint16_t *yc, *yg, *yc2, *yg2;
+		gemm_both(a, b, m, n, k, mode ? &aa : NULL, mode ? &ba : NULL, 1.0f / 1536, 1.0f / 1536,
+			  mode == 2 ? rs : NULL, mode ? bias : NULL, &yc, &yg);
+		gemm_both(a, b, m, n, k, mode ? &aa : NULL, mode ? &ba : NULL, 1.0f / 1536, 1.0f / 1536,
+			  mode == 2 ? rs : NULL, mode ? bias : NULL, &yc2, &yg2);
+		double s = sqnr_db(yc, yg, m * n);
+		printf("gemm random mode %d: SQNR %.1f dB vs CPU\n", mode, s);
+		assert_true(s > 60.0);
+		assert_memory_equal(yg, yg2, (size_t)(m * n) * 2);
+		assert_memory_equal(yc, yc2, (size_t)(m * n) * 2);
+		free(yc);
+		free(yg);
+		free(yc2);
+		free(yg2);
+	}
+	free(a);
+	free(b);
+	free(bias);
+	free(rs);
+}
+
+static void test_colsum(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t sh[][2] = {{1024, 512}, {300, 72}, {129, 13}};
+	fos_err e;
+	for (int s = 0; s < 3; s++) {
+		int64_t m = sh[s][0], n = sh[s][1];
+		uint16_t *dy = rand_bf16(m * n, 2.0f), dbc[512];
+		assert_int_equal(g_cpu->colsum(g_cpu, dy, m, n, dbc, &e), FOS_OK);
+		uint16_t *d = dev_copy(g_gpu, dy, (size_t)(m * n) * 2), *db = g_gpu->alloc(g_gpu, (size_t)n * 2);
+		assert_int_equal(g_gpu->colsum(g_gpu, d, m, n, db, &e), FOS_OK);
+		uint16_t *dbg = host_copy(g_gpu, db, (size_t)n * 2);
+		assert_memory_equal(dbc, dbg, (size_t)n * 2); /* same strict row order */
+		free(dbg);
+		free(dy);
+		g_gpu->free(g_gpu, d);
+		g_gpu->free(g_gpu, db);
+	}
+}
+
+/* Rows 0..15 of Y = X W^T for M = 16 (and 128, 1024) against M = 8192: reported, not asserted. */
+static void test_batch_invariance(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t shp[][2] = {{4096, 4096}, {8192, 8192}, {14336, 4096}};
+	fos_err e;
+	for (int s = 0; s < 3; s++) {
+		int64_t n = shp[s][0], k = shp[s][1], mmax = 8192;
+		uint16_t *xh = rand_bf16(mmax * k, 1.0f), *wh = rand_bf16(n * k, 0.02f);
+		uint16_t *x = dev_copy(g_gpu, xh, (size_t)(mmax * k) * 2), *w = dev_copy(g_gpu, wh, (size_t)(n * k) * 2);
+		uint16_t *y = g_gpu->alloc(g_gpu, (size_t)(mmax * n) * 2);
+		fos_gemm_epi epi = fos_gemm_epi_plain();
+		assert_int_equal(g_gpu->gemm(g_gpu, x, w, mmax, n, k, &epi, y, &e), FOS_OK);
+		uint16_t *full = host_copy(g_gpu, y, (size_t)(16 * n) * 2);
+		const int64_t ms[] = {16, 128, 1024};
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(g_gpu->gemm(g_gpu, x, w, ms[i], n, k, &epi, y, &e), FOS_OK);
+			uint16_t *part = host_copy(g_gpu, y, (size_t)(16 * n) * 2);
+			int64_t d = diff_bytes(full, part, (size_t)(16 * n) * 2);
+			char a1[160] = "?", a2[160] = "?";
+#ifdef FOS_HAVE_CUDA
+			fos_cuda_gemm_describe(g_gpu, ms[i], n, k, a1, sizeof a1, &e);
+			fos_cuda_gemm_describe(g_gpu, mmax, n, k, a2, sizeof a2, &e);
+#endif
+			printf("batch invariance N=%lld K=%lld: rows 0..15 for M=%lld vs M=%lld: %s (%lld bytes differ); "
+			       "algos [%s] vs [%s]\n",
+			       (long long)n, (long long)k, (long long)ms[i], (long long)mmax, d ? "DIFFER" : "identical",
+			       (long long)d, a1, a2);
+			free(part);
+		}
+		free(full);
+		free(xh);
+		free(wh);
+		g_gpu->free(g_gpu, x);
+		g_gpu->free(g_gpu, w);
+		g_gpu->free(g_gpu, y);
+	}
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+}
+
+/* ---- the linear layer -------------------------------------------------------------------------- */
+
+static void cmp_q(fos_backend *bc, const fos_qtensor *qc, const fos_qtensor *qg, const char *what)
+{
+	if (!qc->codes) {
+		assert_null(qg->codes);
+		return;
+	}
+	assert_non_null(qg->codes);
+	size_t n = (size_t)(qc->rows * qc->cols);
+	size_t na = qc->row_scaled ? (size_t)qc->rows : 1;
+	uint8_t *c = host_copy(g_gpu, qg->codes, n / 2), *s = host_copy(g_gpu, qg->scales, n / 16);
+	float *a = host_copy(g_gpu, qg->amax, na * 4);
+	(void)bc;
+	int64_t d = diff_bytes(qc->codes, c, n / 2) + diff_bytes(qc->scales, s, n / 16) + diff_bytes(qc->amax, a, na * 4);
+	if (d)
+		fprintf(stderr, "%s: %lld bytes differ\n", what, (long long)d);
+	assert_true(d == 0);
+	free(c);
+	free(s);
+	free(a);
+}
+
+static void cmp_bf16(const uint16_t *hc, const uint16_t *dg, int64_t n, const char *what)
+{
+	if (!hc) {
+		assert_null(dg);
+		return;
+	}
+	uint16_t *g = host_copy(g_gpu, dg, (size_t)n * 2);
+	int64_t d = diff_bytes(hc, g, (size_t)n * 2);
+	if (d)
+		fprintf(stderr, "%s: %lld bytes differ\n", what, (long long)d);
+	assert_true(d == 0);
+	free(g);
+}
+
+static int64_t g_lin_cases;
+
+static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *o, int with_bias)
+{
+	fos_err e;
+	int ovr;
+	assert_int_equal(fos_linear_check(o, m, n, k, &ovr, &e), FOS_OK);
+	uint16_t *xh = rand_bf16(m * k, 1.0f), *wh = rand_bf16(n * k, 0.05f), *dyh = rand_bf16(m * n, 0.1f);
+	uint16_t *bh = with_bias ? rand_bf16(n, 0.5f) : NULL;
+	for (int64_t i = 0; i < m * k; i += 61) /* some outliers, -0 and a zero block */
+		xh[i] = (i % 2) ? fos_f32_to_bf16(40.0f * urand()) : 0x8000;
+	memset(xh + 16 * 7, 0, 32);
+	/* CPU */
+	fos_qweight wc, wg;
+	fos_saved sc, sg;
+	uint16_t *yc = malloc((size_t)(m * n) * 2), *dxc = malloc((size_t)(m * k) * 2), *dwc = malloc((size_t)(n * k) * 2);
+	uint16_t dbc[1024];
+	assert_int_equal(fos_qweight_make(g_cpu, wh, n, k, o, 1, 1, &wc, &e), FOS_OK);
+	assert_int_equal(fos_linear_forward(g_cpu, xh, m, &wc, o, bh, yc, &sc, &e), FOS_OK);
+	assert_int_equal(fos_linear_backward(g_cpu, &sc, &wc, dyh, dxc, dwc, bh ? dbc : NULL, &e), FOS_OK);
+	/* GPU */
+	uint16_t *x = dev_copy(g_gpu, xh, (size_t)(m * k) * 2), *w = dev_copy(g_gpu, wh, (size_t)(n * k) * 2);
+	uint16_t *dy = dev_copy(g_gpu, dyh, (size_t)(m * n) * 2), *b = bh ? dev_copy(g_gpu, bh, (size_t)n * 2) : NULL;
+	uint16_t *y = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2), *dx = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2);
+	uint16_t *dw = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2), *db = g_gpu->alloc(g_gpu, (size_t)n * 2);
+	int rc = fos_qweight_make(g_gpu, w, n, k, o, 1, 1, &wg, &e);
+	if (rc)
+		fprintf(stderr, "qweight_make: %s\n", e.msg);
+	assert_int_equal(rc, FOS_OK);
+	rc = fos_linear_forward(g_gpu, x, m, &wg, o, b, y, &sg, &e);
+	if (rc)
+		fprintf(stderr, "forward: %s\n", e.msg);
+	assert_int_equal(rc, FOS_OK);
+	rc = fos_linear_backward(g_gpu, &sg, &wg, dy, dx, dw, b ? db : NULL, &e);
+	if (rc)
+		fprintf(stderr, "backward: %s\n", e.msg);
+	assert_int_equal(rc, FOS_OK);
+	/* quantized operands, bit for bit */
+	cmp_q(g_cpu, &wc.q, &wg.q, "weight rowwise");
+	cmp_bf16(wc.decoded, wg.decoded, n * k, "weight decoded");
+	cmp_q(g_cpu, &wc.qcol, &wg.qcol, "weight columnwise");
+	cmp_bf16(wc.col_decoded, wg.col_decoded, n * k, "weight columnwise decoded");
+	cmp_q(g_cpu, &sc.xq, &sg.xq, "saved x rowwise");
+	cmp_q(g_cpu, &sc.xcol, &sg.xcol, "saved x columnwise");
+	cmp_bf16(sc.xcol_decoded, sg.xcol_decoded, m * k, "saved x columnwise decoded");
+	/* GEMM outputs */
+	uint16_t *yg = host_copy(g_gpu, y, (size_t)(m * n) * 2), *dxg = host_copy(g_gpu, dx, (size_t)(m * k) * 2);
+	uint16_t *dwg = host_copy(g_gpu, dw, (size_t)(n * k) * 2);
+	double s_y = sqnr_db(yc, yg, m * n), s_dx = sqnr_db(dxc, dxg, m * k), s_dw = sqnr_db(dwc, dwg, n * k);
+	double s_db = 999.0;
+	if (bh) {
+		uint16_t *dbg = host_copy(g_gpu, db, (size_t)n * 2);
+		s_db = sqnr_db(dbc, dbg, n);
+		assert_memory_equal(dbc, dbg, (size_t)n * 2);
+		free(dbg);
+	}
+	printf("linear M=%lld N=%lld K=%lld ovr %d block %s err %s bound %d rs %d bias %d: SQNR Y %.1f dX %.1f dW %.1f "
+	       "db %.1f dB\n",
+	       (long long)m, (long long)n, (long long)k, ovr, o->weight_block ? "16x16" : "1x16",
+	       o->err_mode ? "mse" : "mae", o->bound, o->row_scaled, with_bias, s_y, s_dx, s_dw, s_db);
+	assert_true(s_y > 60.0 && s_dx > 60.0 && s_dw > 60.0);
+	/* high_precision / dequantized: bitwise the CUDA bf16 GEMM on the defined operands */
+	if (ovr != FOS_OVR_QUANTIZED) {
+		fos_gemm_epi plain = fos_gemm_epi_plain();
+		uint16_t *wop = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2), *xop = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2);
+		uint16_t *t1 = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2), *t2 = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2);
+		uint16_t *t3 = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
+		uint16_t *rdx = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2), *rdw = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2);
+		if (ovr == FOS_OVR_HIGH_PRECISION) {
+			assert_int_equal(g_gpu->d2d(g_gpu, wop, w, (size_t)(n * k) * 2, &e), FOS_OK);
+			assert_int_equal(g_gpu->d2d(g_gpu, xop, x, (size_t)(m * k) * 2, &e), FOS_OK);
+		} else { /* dequantize(quantize(.)) with the backend's own ops */
+			fos_qtensor qx;
+			fos_qcfg cx = {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled};
+			fos_qcfg cw = {FOS_RECIPE_4OVER6, o->weight_block, o->err_mode, o->bound, 0};
+			assert_int_equal(fos_qtensor_alloc(g_gpu, &qx, m, k, o->row_scaled, &e), FOS_OK);
+			assert_int_equal(g_gpu->quantize(g_gpu, x, FOS_BF16, m, k, &cx, NULL, &qx, NULL, &e), FOS_OK);
+			assert_int_equal(g_gpu->dequantize(g_gpu, &qx, FOS_BF16, xop, &e), FOS_OK);
+			fos_qtensor_free(g_gpu, &qx);
+			assert_int_equal(fos_qtensor_alloc(g_gpu, &qx, n, k, 0, &e), FOS_OK);
+			assert_int_equal(g_gpu->quantize(g_gpu, w, FOS_BF16, n, k, &cw, NULL, &qx, NULL, &e), FOS_OK);
+			assert_int_equal(g_gpu->dequantize(g_gpu, &qx, FOS_BF16, wop, &e), FOS_OK);
+			fos_qtensor_free(g_gpu, &qx);
+		}
+		assert_int_equal(g_gpu->transpose(g_gpu, wop, t1, n, k, 2, &e), FOS_OK);
+		assert_int_equal(g_gpu->gemm(g_gpu, dy, t1, m, k, n, &plain, rdx, &e), FOS_OK);
+		assert_int_equal(g_gpu->transpose(g_gpu, dy, t3, m, n, 2, &e), FOS_OK);
+		assert_int_equal(g_gpu->transpose(g_gpu, xop, t2, m, k, 2, &e), FOS_OK);
+		assert_int_equal(g_gpu->gemm(g_gpu, t3, t2, n, k, m, &plain, rdw, &e), FOS_OK);
+		uint16_t *h1 = host_copy(g_gpu, rdx, (size_t)(m * k) * 2), *h2 = host_copy(g_gpu, rdw, (size_t)(n * k) * 2);
+		assert_memory_equal(h1, dxg, (size_t)(m * k) * 2);
+		assert_memory_equal(h2, dwg, (size_t)(n * k) * 2);
+		free(h1);
+		free(h2);
+		uint16_t *bufs[] = {wop, xop, t1, t2, t3, rdx, rdw};
+		for (int i = 0; i < 7; i++)
+			g_gpu->free(g_gpu, bufs[i]);
+	}
+	/* determinism: the same forward again gives the same bytes */
+	uint16_t *y2 = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
+	assert_int_equal(fos_linear_forward(g_gpu, x, m, &wg, o, b, y2, NULL, &e), FOS_OK);
+	uint16_t *y2h = host_copy(g_gpu, y2, (size_t)(m * n) * 2);
+	assert_memory_equal(y2h, yg, (size_t)(m * n) * 2);
+	free(y2h);
+	g_gpu->free(g_gpu, y2);
+	free(yg);
+	free(dxg);
+	free(dwg);
+	fos_saved_free(g_cpu, &sc);
+	fos_saved_free(g_gpu, &sg);
+	fos_qweight_free(g_cpu, &wc);
+	fos_qweight_free(g_gpu, &wg);
+	uint16_t *gb[] = {x, w, dy, y, dx, dw, db};
+	for (int i = 0; i < 7; i++)
+		g_gpu->free(g_gpu, gb[i]);
+	if (b)
+		g_gpu->free(g_gpu, b);
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+	free(xh);
+	free(wh);
+	free(dyh);
+	free(bh);
+	free(yc);
+	free(dxc);
+	free(dwc);
+	g_lin_cases++;
+}
+
+static void test_linear_all_overrides(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int ovrs[] = {FOS_OVR_DEFAULT, FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION, FOS_OVR_DEQUANTIZED};
+	for (int oi = 0; oi < 4; oi++)
+		for (int wb = 0; wb < 2; wb++)
+			for (int rs = 0; rs < 2; rs++) {
+				fos_linear_opts o = fos_linear_opts_default();
+				o.override = ovrs[oi];
+				o.weight_block = wb ? FOS_BLOCK_16X16 : FOS_BLOCK_1X16;
+				o.row_scaled = rs;
+				o.err_mode = (oi + wb) % 2 ? FOS_ERR_MSE : FOS_ERR_MAE;
+				o.bound = rs ? 448 : 256;
+				fos_err e;
+				if (fos_linear_check(&o, 128, 128, 128, NULL, &e))
+					continue;
+				linear_case(256, 384, 512, &o, (oi + rs) % 2);
+			}
+	fos_linear_opts o = fos_linear_opts_default();
+	linear_case(128, 128, 128, &o, 1);
+	linear_case(512, 256, 1024, &o, 0);
+	printf("linear: %lld cases\n", (long long)g_lin_cases);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fos_err e;
+	g_gpu = fos_backend_cuda(0, &e);
+	if (!g_gpu) {
+		printf("gpu_linear: no CUDA backend (%s): skipping\n", e.msg);
+		return 0;
+	}
+	printf("gpu_linear: %s\n", g_gpu->device);
+	g_cpu = fos_backend_cpu(0, &e);
+	return g_cpu ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (g_gpu)
+		g_gpu->destroy(g_gpu);
+	if (g_cpu)
+		g_cpu->destroy(g_cpu);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gemm_epilogue_exact), cmocka_unit_test(test_gemm_random),
+		cmocka_unit_test(test_colsum),		    cmocka_unit_test(test_linear_all_overrides),
+		cmocka_unit_test(test_batch_invariance),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

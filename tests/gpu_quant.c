@@ -1,0 +1,560 @@
+/* gpu_quant.c: the CUDA backend's amax / quantize / dequantize / decode / transpose against the
+ * CPU reference, bit for bit (NUMERICS.md section 9): every quantize variant (4/6 1x16 and 16x16,
+ * MAE and MSE, bound 256 and 448, per-tensor and row-scaled, given or computed amax, the NVFP4
+ * gradient recipe), bf16 and f32 inputs, on the special data kinds (a -12..12 linspace with
+ * +-1e-3 nudges, bf16 subnormals, -0, all-zero blocks, +-inf, NaN, dtype max) and random data, at
+ * the shapes (128, 256), (64, 1024), (384, 256), (100, 320) and large ones; repeated runs give the
+ * same bytes; the exhaustive self-tests of every fast replacement of an exact operation pass.
+ * Skips cleanly (exit 0) when there is no usable GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend.h"
+#include "fos_format.h"
+#ifdef FOS_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fos_backend *g_cpu, *g_gpu;
+
+/* ---- data ------------------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+static uint32_t rnd32(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return (uint32_t)(g_rng >> 32);
+}
+static float urand(void) /* [-1, 1) */
+{
+	return (float)(rnd32() >> 8) / 8388608.0f - 1.0f;
+}
+static float nrand(void) /* roughly normal */
+{
+	return (urand() + urand() + urand() + urand()) * 0.8660254f;
+}
+
+enum kind {
+	K_LINSPACE,
+	K_SUBNORMAL,
+	K_NEGZERO,
+	K_ZEROBLOCKS,
+	K_INF,
+	K_NAN,
+	K_MAX,
+	K_RANDOM,
+	K_WIDE, /* random exponents over the whole bf16 range */
+	K_COUNT
+};
+static const char *kind_name[K_COUNT] = {"linspace", "subnormal", "negzero", "zeroblocks", "inf",
+					 "nan",	     "dtypemax",  "random",  "wide"};
+
+/* Fills n values (f32 before any cast) of the given kind for a (rows, cols) tensor. */
+static void fill(float *v, int64_t rows, int64_t cols, int kind, int f32)
+{
+	int64_t n = rows * cols;
+	float big = f32 ? FOS_FLT_MAX : fos_bf16_to_f32(0x7F7F);
+	for (int64_t i = 0; i < n; i++) {
+		float x = nrand() * 3.0f;
+		switch (kind) {
+		case K_LINSPACE:
+			x = -12.0f + 24.0f * (float)i / (float)(n - 1);
+			x += (i % 3 == 0) ? 1e-3f : (i % 3 == 1 ? -1e-3f : 0.0f);
+			break;
+		case K_SUBNORMAL:
+			x = fos_bf16_to_f32((uint16_t)((rnd32() & 0x8000u) | (1u + rnd32() % 127u)));
+			if (f32 && (i & 1))
+				x = fos_u2f((rnd32() & 0x80000000u) | (1u + rnd32() % 0x7FFFFFu));
+			break;
+		case K_NEGZERO:
+			if (rnd32() % 4 == 0)
+				x = -0.0f;
+			else if (rnd32() % 8 == 0)
+				x = 0.0f;
+			break;
+		case K_ZEROBLOCKS:
+			if (((i % cols) / 16 + (i / cols) / 16) % 3 == 0)
+				x = (rnd32() & 1) ? -0.0f : 0.0f;
+			break;
+		case K_INF:
+			if (rnd32() % 97 == 0)
+				x = (rnd32() & 1) ? -INFINITY : INFINITY;
+			break;
+		case K_NAN:
+			if (rnd32() % 89 == 0)
+				x = NAN;
+			if (i == 5)
+				x = -NAN;
+			break;
+		case K_MAX:
+			if (rnd32() % 7 == 0)
+				x = (rnd32() & 1) ? -big : big;
+			else
+				x = urand() * big;
+			break;
+		case K_WIDE:
+			x = ldexpf(urand(), (int)(rnd32() % 250) - 125);
+			break;
+		default:
+			x = nrand() * ldexpf(1.0f, (int)((i / cols) % 13) - 6);
+			break;
+		}
+		v[i] = x;
+	}
+}
+
+/* The input in its dtype's bytes. */
+static void *to_dtype(const float *v, int64_t n, int f32)
+{
+	if (f32) {
+		float *p = malloc((size_t)n * 4);
+		memcpy(p, v, (size_t)n * 4);
+		return p;
+	}
+	uint16_t *p = malloc((size_t)n * 2);
+	for (int64_t i = 0; i < n; i++)
+		p[i] = fos_f32_to_bf16(v[i]);
+	return p;
+}
+
+/* ---- running one quantize on a backend --------------------------------------------------------- */
+
+typedef struct {
+	uint8_t *codes, *scales;
+	float *amax;
+	uint16_t *dec;  /* fused decoded output */
+	uint16_t *deq16; /* dequantize bf16 */
+	float *deq32;   /* dequantize f32 */
+	uint16_t *decode; /* decode op */
+} qres;
+
+static void qres_free(qres *r)
+{
+	free(r->codes);
+	free(r->scales);
+	free(r->amax);
+	free(r->dec);
+	free(r->deq16);
+	free(r->deq32);
+	free(r->decode);
+	memset(r, 0, sizeof *r);
+}
+
+static void *dev_copy(fos_backend *be, const void *h, size_t n)
+{
+	void *d = be->alloc(be, n);
+	fos_err e;
+	assert_non_null(d);
+	assert_int_equal(be->h2d(be, d, h, n, &e), FOS_OK);
+	return d;
+}
+
+static void *host_copy(fos_backend *be, const void *d, size_t n)
+{
+	void *h = malloc(n);
+	fos_err e;
+	assert_non_null(h);
+	int rc = be->d2h(be, h, d, n, &e);
+	if (rc)
+		fprintf(stderr, "d2h: %s\n", e.msg);
+	assert_int_equal(rc, FOS_OK);
+	return h;
+}
+
+static void run_quant(fos_backend *be, const void *xh, int f32, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		      const float *amax_in_h, int full, qres *r)
+{
+	fos_err e;
+	size_t n = (size_t)(rows * cols), es = f32 ? 4 : 2;
+	int64_t na = cfg->row_scaled ? rows : 1;
+	void *x = dev_copy(be, xh, n * es);
+	float *ain = amax_in_h ? dev_copy(be, amax_in_h, (size_t)na * 4) : NULL;
+	fos_qtensor q;
+	assert_int_equal(fos_qtensor_alloc(be, &q, rows, cols, cfg->row_scaled, &e), FOS_OK);
+	uint16_t *dec = be->alloc(be, n * 2);
+	assert_non_null(dec);
+	int rc = be->quantize(be, x, f32 ? FOS_F32 : FOS_BF16, rows, cols, cfg, ain, &q, dec, &e);
+	if (rc)
+		fprintf(stderr, "%s quantize: %s\n", be->name, e.msg);
+	assert_int_equal(rc, FOS_OK);
+	r->codes = host_copy(be, q.codes, n / 2);
+	r->scales = host_copy(be, q.scales, n / 16);
+	r->amax = host_copy(be, q.amax, (size_t)na * 4);
+	r->dec = host_copy(be, dec, n * 2);
+	if (full) {
+		uint16_t *o16 = be->alloc(be, n * 2);
+		float *o32 = be->alloc(be, n * 4);
+		assert_int_equal(be->dequantize(be, &q, FOS_BF16, o16, &e), FOS_OK);
+		r->deq16 = host_copy(be, o16, n * 2);
+		assert_int_equal(be->dequantize(be, &q, FOS_F32, o32, &e), FOS_OK);
+		r->deq32 = host_copy(be, o32, n * 4);
+		assert_int_equal(be->decode(be, &q, o16, &e), FOS_OK);
+		r->decode = host_copy(be, o16, n * 2);
+		be->free(be, o16);
+		be->free(be, o32);
+	}
+	be->free(be, dec);
+	fos_qtensor_free(be, &q);
+	be->free(be, x);
+	if (ain)
+		be->free(be, ain);
+	assert_int_equal(be->sync(be, &e), FOS_OK);
+}
+
+/* Bitwise, except that two NaNs are equal (NaN payloads are free, NUMERICS.md section 6). */
+static int64_t diff16(const uint16_t *a, const uint16_t *b, int64_t n)
+{
+	int64_t d = 0;
+	for (int64_t i = 0; i < n; i++) {
+		int na = (a[i] & 0x7FFF) > 0x7F80, nb = (b[i] & 0x7FFF) > 0x7F80;
+		if (a[i] != b[i] && !(na && nb))
+			d++;
+	}
+	return d;
+}
+static int64_t diff32(const float *a, const float *b, int64_t n)
+{
+	int64_t d = 0;
+	for (int64_t i = 0; i < n; i++)
+		if (fos_f2u(a[i]) != fos_f2u(b[i]) && !(a[i] != a[i] && b[i] != b[i]))
+			d++;
+	return d;
+}
+static int64_t diff8(const uint8_t *a, const uint8_t *b, int64_t n)
+{
+	int64_t d = 0;
+	for (int64_t i = 0; i < n; i++)
+		d += a[i] != b[i];
+	return d;
+}
+
+static int64_t g_cases;
+
+/* Quantizes on both backends and compares every output. Returns the number of differing items. */
+static int64_t compare_quant(const void *xh, int f32, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+			     const float *amax_in, int full, const char *what)
+{
+	qres c = {0}, g = {0};
+	run_quant(g_cpu, xh, f32, rows, cols, cfg, amax_in, full, &c);
+	run_quant(g_gpu, xh, f32, rows, cols, cfg, amax_in, full, &g);
+	int64_t n = rows * cols, na = cfg->row_scaled ? rows : 1;
+	int64_t dc = diff8(c.codes, g.codes, n / 2), ds = diff8(c.scales, g.scales, n / 16);
+	int64_t da = diff32(c.amax, g.amax, na), dd = diff16(c.dec, g.dec, n);
+	int64_t d16 = 0, d32 = 0, ddc = 0;
+	if (full) {
+		d16 = diff16(c.deq16, g.deq16, n);
+		d32 = diff32(c.deq32, g.deq32, n);
+		ddc = diff16(c.decode, g.decode, n);
+	}
+	int64_t bad = dc + ds + da + dd + d16 + d32 + ddc;
+	if (bad) {
+		fprintf(stderr,
+			"MISMATCH %s (%lld, %lld) %s recipe %d block %d err %d bound %d rows %d amax_in %d: codes %lld "
+			"scales %lld amax %lld decoded %lld deq16 %lld deq32 %lld decode %lld\n",
+			what, (long long)rows, (long long)cols, f32 ? "f32" : "bf16", cfg->recipe, cfg->block,
+			cfg->err_mode, cfg->bound, cfg->row_scaled, amax_in != NULL, (long long)dc, (long long)ds,
+			(long long)da, (long long)dd, (long long)d16, (long long)d32, (long long)ddc);
+		for (int64_t i = 0, shown = 0; i < n / 16 && shown < 3; i++) {
+			if (c.scales[i] != g.scales[i] || memcmp(c.codes + 8 * i, g.codes + 8 * i, 8)) {
+				fprintf(stderr, "  block %lld: cpu sf %02x codes", (long long)i, c.scales[i]);
+				for (int j = 0; j < 8; j++)
+					fprintf(stderr, " %02x", c.codes[8 * i + j]);
+				fprintf(stderr, " | gpu sf %02x codes", g.scales[i]);
+				for (int j = 0; j < 8; j++)
+					fprintf(stderr, " %02x", g.codes[8 * i + j]);
+				fprintf(stderr, "\n");
+				shown++;
+			}
+		}
+	}
+	g_cases++;
+	qres_free(&c);
+	qres_free(&g);
+	return bad;
+}
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+#define NEED_GPU()                                                                                             \
+	do {                                                                                                   \
+		if (!g_gpu)                                                                                    \
+			skip();                                                                                \
+	} while (0)
+
+static void test_selftests(void **state)
+{
+	(void)state;
+	NEED_GPU();
+#ifdef FOS_HAVE_CUDA
+	static const char *what[3] = {"x / D (D = 6, 1536, 2688) by reciprocal + 2 FMA", "e2m1 code by 3 comparisons",
+				      "hardware e4m3x2 conversion"};
+	for (int w = 0; w < 3; w++) {
+		unsigned long long bad = 1;
+		fos_err e;
+		int rc = fos_cuda_selftest(g_gpu, w, &bad, &e);
+		if (rc)
+			fprintf(stderr, "selftest %d: %s\n", w, e.msg);
+		assert_int_equal(rc, FOS_OK);
+		printf("exhaustive self-test %d (%s): %llu of %s inputs differ\n", w, what[w], bad,
+		       w == 0 ? "3 x 2^32" : (w == 2 ? "2 x 2^32" : "2^32"));
+		assert_true(bad == 0);
+	}
+#endif
+}
+
+static const int64_t shapes[][2] = {{128, 256}, {64, 1024}, {384, 256}, {100, 320}};
+
+/* Every config x kind x shape x dtype, with full dequantize/decode comparison. */
+static void test_special_kinds(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	int64_t bad = 0, before = g_cases;
+	for (int s = 0; s < 4; s++) {
+		int64_t rows = shapes[s][0], cols = shapes[s][1];
+		float *v = malloc((size_t)(rows * cols) * 4);
+		for (int kind = 0; kind < K_COUNT; kind++) {
+			for (int f32 = 0; f32 < 2; f32++) {
+				fill(v, rows, cols, kind, f32);
+				void *xh = to_dtype(v, rows * cols, f32);
+				for (int recipe = 0; recipe < 2; recipe++)
+					for (int block = 0; block < 2; block++)
+						for (int em = 0; em < 2; em++)
+							for (int bound = 0; bound < 2; bound++)
+								for (int rs = 0; rs < 2; rs++) {
+									fos_qcfg c = {recipe, block, em, bound ? 448 : 256, rs};
+									fos_err e;
+									if (fos_qcfg_check(&c, rows, cols, &e))
+										continue;
+									if (recipe == FOS_RECIPE_NVFP4 && em)
+										continue;
+									bad += compare_quant(xh, f32, rows, cols, &c, NULL, 1,
+											     kind_name[kind]);
+								}
+				free(xh);
+			}
+		}
+		free(v);
+	}
+	printf("special kinds: %lld cases, %lld differing items\n", (long long)(g_cases - before), (long long)bad);
+	assert_true(bad == 0);
+}
+
+/* A given amax (the columnwise / gradient path), larger and smaller than the data's, and row amax. */
+static void test_amax_in(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	int64_t rows = 128, cols = 256, bad = 0;
+	float *v = malloc((size_t)(rows * cols) * 4);
+	float am[128];
+	for (int kind = 0; kind < K_COUNT; kind++) {
+		fill(v, rows, cols, kind, 0);
+		void *xh = to_dtype(v, rows * cols, 0);
+		for (int t = 0; t < 4; t++) {
+			for (int r = 0; r < rows; r++)
+				am[r] = t == 0 ? 1.0f : (t == 1 ? 1e-3f : (t == 2 ? 65504.0f * (r + 1) : 0.0f));
+			for (int recipe = 0; recipe < 2; recipe++)
+				for (int rs = 0; rs < 2; rs++) {
+					fos_qcfg c = {recipe, FOS_BLOCK_1X16, FOS_ERR_MAE, recipe ? 448 : 256, rs};
+					fos_err e;
+					if (fos_qcfg_check(&c, rows, cols, &e))
+						continue;
+					bad += compare_quant(xh, 0, rows, cols, &c, am, 1, kind_name[kind]);
+				}
+			fos_qcfg c16 = {FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MSE, 448, 0};
+			bad += compare_quant(xh, 0, rows, cols, &c16, am, 1, kind_name[kind]);
+		}
+		free(xh);
+	}
+	free(v);
+	assert_true(bad == 0);
+}
+
+/* Large random tensors, the shapes the benchmarks use, in every main config. */
+static void test_large_random(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t sh[][2] = {{2048, 5120}, {1024, 8192}, {4096, 1536}};
+	int64_t bad = 0;
+	for (int s = 0; s < 3; s++) {
+		int64_t rows = sh[s][0], cols = sh[s][1];
+		float *v = malloc((size_t)(rows * cols) * 4);
+		fill(v, rows, cols, s == 2 ? K_WIDE : K_RANDOM, 0);
+		void *xh = to_dtype(v, rows * cols, 0);
+		const fos_qcfg cfgs[] = {
+			{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0},
+			{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 448, 0},
+			{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0},
+			{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 1},
+			{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+		};
+		for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
+			bad += compare_quant(xh, 0, rows, cols, &cfgs[c], NULL, c == 0, "large random");
+		free(xh);
+		free(v);
+	}
+	assert_true(bad == 0);
+}
+
+/* The benchmark variants (shared tables, hardware e4m3, reversed walk) give the default's bytes,
+ * and repeated runs give the same bytes. */
+static void test_variants_and_determinism(void **state)
+{
+	(void)state;
+	NEED_GPU();
+#ifdef FOS_HAVE_CUDA
+	int64_t rows = 1024, cols = 4096, n = rows * cols;
+	float *v = malloc((size_t)n * 4);
+	fill(v, rows, cols, K_RANDOM, 0);
+	for (int64_t i = 0; i < n; i += 997)
+		v[i] = (i % 3) ? -0.0f : 1e-30f;
+	void *xh = to_dtype(v, n, 0);
+	fos_err e;
+	const fos_qcfg cfgs[] = {
+		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0},
+		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 448, 0},
+		{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0},
+		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 1},
+		{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+	};
+	for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+		qres ref = {0};
+		assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+		run_quant(g_gpu, xh, 0, rows, cols, &cfgs[c], NULL, 0, &ref);
+		for (int var = 0; var < 8; var++) {
+			qres r = {0};
+			assert_int_equal(fos_cuda_set_variant(g_gpu, var, &e), FOS_OK);
+			run_quant(g_gpu, xh, 0, rows, cols, &cfgs[c], NULL, 0, &r);
+			int64_t d = diff8(ref.codes, r.codes, n / 2) + diff8(ref.scales, r.scales, n / 16) +
+				    diff16(ref.dec, r.dec, n);
+			if (d)
+				fprintf(stderr, "variant %d config %zu differs in %lld items\n", var, c, (long long)d);
+			assert_true(d == 0);
+			qres_free(&r);
+		}
+		qres_free(&ref);
+	}
+	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+	free(xh);
+	free(v);
+#endif
+}
+
+static void test_transpose_amax(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t sh[][2] = {{128, 256}, {67, 45}, {1, 1000}, {1000, 3}, {256, 1024}};
+	fos_err e;
+	for (int s = 0; s < 5; s++) {
+		int64_t rows = sh[s][0], cols = sh[s][1], n = rows * cols;
+		for (int es = 1; es <= 4; es *= 2) {
+			uint8_t *h = malloc((size_t)n * es);
+			for (int64_t i = 0; i < n * es; i++)
+				h[i] = (uint8_t)rnd32();
+			void *d = dev_copy(g_gpu, h, (size_t)n * es), *t = g_gpu->alloc(g_gpu, (size_t)n * es);
+			assert_int_equal(g_gpu->transpose(g_gpu, d, t, rows, cols, (size_t)es, &e), FOS_OK);
+			uint8_t *th = host_copy(g_gpu, t, (size_t)n * es);
+			for (int64_t r = 0; r < rows; r++)
+				for (int64_t c = 0; c < cols; c++)
+					assert_memory_equal(th + (c * rows + r) * es, h + (r * cols + c) * es, (size_t)es);
+			free(th);
+			free(h);
+			g_gpu->free(g_gpu, d);
+			g_gpu->free(g_gpu, t);
+		}
+		/* amax of odd shapes, both dtypes, both modes */
+		for (int f32 = 0; f32 < 2; f32++) {
+			float *v = malloc((size_t)n * 4);
+			fill(v, rows, cols, s % 2 ? K_NAN : K_MAX, f32);
+			void *xh = to_dtype(v, n, f32);
+			for (int pr = 0; pr < 2; pr++) {
+				int64_t na = pr ? rows : 1;
+				float *oc = malloc((size_t)na * 4);
+				void *dx = dev_copy(g_gpu, xh, (size_t)n * (f32 ? 4 : 2));
+				float *og = g_gpu->alloc(g_gpu, (size_t)na * 4);
+				assert_int_equal(g_cpu->amax(g_cpu, xh, f32, rows, cols, pr, oc, &e), FOS_OK);
+				assert_int_equal(g_gpu->amax(g_gpu, dx, f32, rows, cols, pr, og, &e), FOS_OK);
+				float *gh = host_copy(g_gpu, og, (size_t)na * 4);
+				assert_true(diff32(oc, gh, na) == 0);
+				free(gh);
+				free(oc);
+				g_gpu->free(g_gpu, dx);
+				g_gpu->free(g_gpu, og);
+			}
+			free(xh);
+			free(v);
+		}
+	}
+}
+
+/* Bad inputs are refused with a message, like the CPU. */
+static void test_errors(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	fos_err e;
+	fos_qtensor q;
+	assert_int_equal(fos_qtensor_alloc(g_gpu, &q, 32, 32, 0, &e), FOS_OK);
+	void *x = g_gpu->alloc(g_gpu, 32 * 48 * 2);
+	fos_qcfg c = fos_qcfg_default();
+	assert_int_equal(g_gpu->quantize(g_gpu, x, FOS_BF16, 32, 24, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	assert_non_null(strstr(e.msg, "24"));
+	c.bound = 300;
+	assert_int_equal(g_gpu->quantize(g_gpu, x, FOS_BF16, 32, 32, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	assert_non_null(strstr(e.msg, "300"));
+	c = fos_qcfg_default();
+	c.block = FOS_BLOCK_16X16;
+	c.row_scaled = 1;
+	assert_int_equal(g_gpu->quantize(g_gpu, x, FOS_BF16, 32, 32, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	g_gpu->free(g_gpu, x);
+	fos_qtensor_free(g_gpu, &q);
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fos_err e;
+	g_gpu = fos_backend_cuda(0, &e);
+	if (!g_gpu) {
+		printf("gpu_quant: no CUDA backend (%s): skipping\n", e.msg);
+		return 0;
+	}
+	printf("gpu_quant: %s\n", g_gpu->device);
+	g_cpu = fos_backend_cpu(0, &e);
+	return g_cpu ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (g_gpu)
+		g_gpu->destroy(g_gpu);
+	if (g_cpu)
+		g_cpu->destroy(g_cpu);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_selftests),	 cmocka_unit_test(test_special_kinds),
+		cmocka_unit_test(test_amax_in),		 cmocka_unit_test(test_large_random),
+		cmocka_unit_test(test_variants_and_determinism), cmocka_unit_test(test_transpose_amax),
+		cmocka_unit_test(test_errors),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
