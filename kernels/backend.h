@@ -137,6 +137,12 @@ struct fos_backend {
 	 * accumulation in an order that depends on nothing but K (deterministic). See fos_gemm_epi. */
 	int (*gemm)(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 		    const struct fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+	/* Optional (NULL when not offered): gemm with stored-transposed operands. trans_a: a is stored
+	 * (K, M), i.e. A[m, k] = a[k * M + m]; trans_b: b is stored (K, N), B[n, k] = b[k * N + n].
+	 * Same accumulation order and epilogue as gemm, so the bits equal gemm on the transposed copies.
+	 * linear.c uses it, when present, instead of explicit transposes. */
+	int (*gemm_ex)(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t *b, int trans_b, int64_t m,
+		       int64_t n, int64_t k, const struct fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 	/* db (N) bf16 = bf16( sum over m of float(dy[m, n]) ), dy (M, N) bf16, fixed order. */
 	int (*colsum)(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
 };

@@ -137,6 +137,7 @@ fos_backend *fos_backend_cpu(int threads, fos_err *err)
 	be->dequantize = cpu_dequantize;
 	be->decode = cpu_decode;
 	be->gemm = cpu_gemm;
+	be->gemm_ex = cpu_gemm_ex;
 	be->colsum = cpu_colsum;
 	return be;
 }

@@ -46,6 +46,7 @@ micro_kernel(int kc, const float *ap, const float *bp, float *c, int64_t ldc, in
 
 typedef struct {
 	const uint16_t *a, *b;
+	int ta, tb; /* stored transposed: a (K, M), b (K, N) */
 	int64_t m, n, k;
 	int64_t mpad; /* m rounded up to MR */
 	float *c;     /* mpad x npad partial sums */
@@ -73,15 +74,19 @@ static void gemm_cols(void *ctx, int64_t p0, int64_t p1)
 			for (int kk = 0; kk < kc; kk++)
 				for (int i = 0; i < MR; i++)
 					ap[mp * kc + kk * MR + i] =
-						mp + i < j->m ? fos_bf16_to_f32(j->a[(mp + i) * j->k + kb + kk]) : 0.0f;
+						mp + i >= j->m ? 0.0f
+						: fos_bf16_to_f32(j->ta ? j->a[(kb + kk) * j->m + mp + i]
+									: j->a[(mp + i) * j->k + kb + kk]);
 		for (int64_t nb = n0; nb < n1; nb += NC) {
 			int64_t nc = n1 - nb < NC ? n1 - nb : NC;
 			for (int64_t np = 0; np < nc; np += NR)
 				for (int jj = 0; jj < NR; jj++) {
 					int64_t col = nb + np + jj;
-					const uint16_t *brow = j->b + col * j->k + kb;
 					for (int kk = 0; kk < kc; kk++)
-						bp[np * kc + kk * NR + jj] = col < j->n ? fos_bf16_to_f32(brow[kk]) : 0.0f;
+						bp[np * kc + kk * NR + jj] =
+							col >= j->n ? 0.0f
+							: fos_bf16_to_f32(j->tb ? j->b[(kb + kk) * j->n + col]
+										: j->b[col * j->k + kb + kk]);
 				}
 			for (int64_t mp = 0; mp < j->mpad; mp += MR)
 				for (int64_t np = 0; np < nc; np += NR)
@@ -120,6 +125,12 @@ static void epi_rows(void *ctx, int64_t r0, int64_t r1)
 int cpu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
 {
+	return cpu_gemm_ex(be, a, 0, b, 0, m, n, k, epi, y, err);
+}
+
+int cpu_gemm_ex(fos_backend *be, const uint16_t *a, int ta, const uint16_t *b, int tb, int64_t m, int64_t n,
+		int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+{
 	if (m <= 0 || n <= 0 || k <= 0)
 		return fos_seterr(err, FOS_EINVAL, "gemm shape M=%lld N=%lld K=%lld must be positive", (long long)m,
 				  (long long)n, (long long)k);
@@ -128,7 +139,7 @@ int cpu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, i
 		epi = &plain;
 	int64_t panels = (n + NR - 1) / NR;
 	int64_t mpad = (m + MR - 1) / MR * MR;
-	gemm_job j = {a, b, m, n, k, mpad, 0, panels * NR, 0};
+	gemm_job j = {a, b, ta != 0, tb != 0, m, n, k, mpad, 0, panels * NR, 0};
 	j.c = malloc((size_t)mpad * (size_t)j.ldc * sizeof(float));
 	if (!j.c)
 		return fos_seterr(err, FOS_ENOMEM, "out of memory for a %lld x %lld FP32 accumulator", (long long)m,

@@ -23,5 +23,7 @@ int cpu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *o
 int cpu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
 int cpu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+int cpu_gemm_ex(fos_backend *be, const uint16_t *a, int ta, const uint16_t *b, int tb, int64_t m, int64_t n,
+		int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 
 #endif

@@ -324,11 +324,17 @@ static int backward_bf16(fos_backend *be, const fos_saved *sv, const uint16_t *w
 			 const uint16_t *dy, uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
 {
 	int64_t m = sv->m, n = sv->n, k = sv->k;
+	fos_gemm_epi plain = fos_gemm_epi_plain();
+	if (be->gemm_ex) {
+		/* dX[m, k] = sum_n dY[m, n] W[n, k]: W read as stored-transposed B.
+		 * dW[n, k] = sum_m dY[m, n] X[m, k]: dY and X both read as stored-transposed. */
+		int rc = be->gemm_ex(be, dy, 0, wop, 1, m, k, n, &plain, dx, err);
+		return rc ? rc : be->gemm_ex(be, dy, 1, xop, 1, n, k, m, &plain, dw, err);
+	}
 	uint16_t *wt = scr_alloc(s, (size_t)(n * k) * 2), *xt = scr_alloc(s, (size_t)(m * k) * 2);
 	uint16_t *dyt = scr_alloc(s, (size_t)(m * n) * 2);
 	if (!wt || !xt || !dyt)
 		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the backward operands");
-	fos_gemm_epi plain = fos_gemm_epi_plain();
 	int rc = be->transpose(be, wop, wt, n, k, 2, err);
 	if (!rc)
 		rc = be->gemm(be, dy, wt, m, k, n, &plain, dx, err);

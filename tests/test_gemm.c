@@ -396,6 +396,50 @@ static void test_transpose(void **state)
 	}
 }
 
+/* gemm_ex on stored-transposed operands gives the same bits as gemm on the transposed copies, for
+ * every combination of trans_a / trans_b and an epilogue with alpha, row scale and bias. */
+static void test_gemm_ex_transposed_operands(void **state)
+{
+	(void)state;
+	if (!g_be->gemm_ex)
+		skip();
+	const int64_t m = 40, n = 70, k = 96;
+	ref_rng r;
+	ref_rng_seed(&r, 11);
+	uint16_t *a = malloc((size_t)(m * k) * 2), *b = malloc((size_t)(n * k) * 2);
+	uint16_t *at = malloc((size_t)(m * k) * 2), *bt = malloc((size_t)(n * k) * 2);
+	uint16_t *want = malloc((size_t)(m * n) * 2), *got = malloc((size_t)(m * n) * 2), bias[70];
+	float rs[40], amax = 3.5f;
+	ref_randn_bf16(a, m * k, 1.0, &r);
+	ref_randn_bf16(b, n * k, 0.5, &r);
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < k; j++)
+			at[j * m + i] = a[i * k + j];
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = 0; j < k; j++)
+			bt[j * n + i] = b[i * k + j];
+	for (int i = 0; i < 40; i++)
+		rs[i] = 0.25f * (float)(i + 1);
+	for (int i = 0; i < 70; i++)
+		bias[i] = ref_f32_bf16((float)i - 35.0f);
+	fos_gemm_epi epi = {&amax, 0.5f, NULL, 1.0f / 1536.0f, rs, bias};
+	fos_err err = {0};
+	assert_int_equal(g_be->gemm(g_be, a, b, m, n, k, &epi, want, &err), FOS_OK);
+	for (int t = 0; t < 4; t++) {
+		memset(got, 0xAB, (size_t)(m * n) * 2);
+		assert_int_equal(g_be->gemm_ex(g_be, (t & 1) ? at : a, t & 1, (t & 2) ? bt : b, (t & 2) != 0, m, n, k,
+					       &epi, got, &err),
+				 FOS_OK);
+		assert_memory_equal(got, want, (size_t)(m * n) * 2);
+	}
+	free(a);
+	free(b);
+	free(at);
+	free(bt);
+	free(want);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -407,6 +451,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_same_bits_any_thread_count),
 		cmocka_unit_test(test_colsum),
 		cmocka_unit_test(test_transpose),
+		cmocka_unit_test(test_gemm_ex_transposed_operands),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
