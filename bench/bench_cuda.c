@@ -9,7 +9,10 @@
  *   - forward (quantize X + GEMM with the cached quantized W) at 8192^3 and 8192x4096x4096;
  *     baseline: a plain cuBLASLt bf16 GEMM of the same shape (heuristic's first choice, 32 MiB
  *     workspace), and the backend's own deterministic GEMM (no workspace, split-K 1);
- *   - each backward mode at the same shapes; baseline: the two bf16 GEMMs it contains.
+ *   - each backward mode at the same shapes; baseline: the two bf16 GEMMs it contains (plain
+ *     cuBLASLt on untransposed operands); the bf16 backwards also with gemm_ex switched off
+ *     (explicit transposes, the path before gemm_ex), and gemm_ex alone on the backward's two
+ *     layouts against the plain GEMM of the same shape.
  * Prints markdown table rows. Usage: bench_cuda [quick] */
 #include "backend.h"
 #include "fos_format.h"
@@ -159,13 +162,17 @@ typedef struct {
 	int64_t m, n, k;
 	uint16_t *y;
 	size_t ws;
-	int own;
+	int own;		 /* 0 baseline, 1 backend gemm, 2 backend gemm_ex with ta, tb */
 	const fos_gemm_epi *epi; /* own GEMM with this epilogue (NULL: plain) */
+	int ta, tb;
 } g_ctx;
 static void op_gemm(void *c)
 {
 	g_ctx *x = c;
-	if (x->own) {
+	if (x->own == 2) {
+		fos_gemm_epi e = fos_gemm_epi_plain();
+		CK(be->gemm_ex(be, x->a, x->ta, x->b, x->tb, x->m, x->n, x->k, &e, x->y, &err));
+	} else if (x->own) {
 		fos_gemm_epi e = x->epi ? *x->epi : fos_gemm_epi_plain();
 		CK(be->gemm(be, x->a, x->b, x->m, x->n, x->k, &e, x->y, &err));
 	} else {
@@ -292,7 +299,7 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 	uint16_t *y = be->alloc(be, (size_t)(m * n) * 2), *dx = be->alloc(be, (size_t)(m * k) * 2);
 	uint16_t *dw = be->alloc(be, (size_t)(n * k) * 2), *t = dev_rand((m > n ? m : n) * k, 0.02f);
 	/* baselines: Y = X W^T, dX = dY W (m, k, n), dW = dY^T X (n, k, m), plain cuBLASLt, 32 MiB ws */
-	g_ctx g = {x, w, m, n, k, y, 32u << 20, 0, NULL};
+	g_ctx g = {x, w, m, n, k, y, 32u << 20, 0, NULL, 0, 0};
 	g_ctx own = g;
 	own.own = 1;
 	double base_f, own_f;
@@ -322,8 +329,19 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 	fos_qtensor_free(be, &qx.q);
 	be->free(be, xdec);
 	be->free(be, rs);
-	g_ctx gx = {dy, t, m, k, n, dx, 32u << 20, 0, NULL}, gw = {dy, x, n, k, m, dw, 32u << 20, 0, NULL};
+	g_ctx gx = {dy, t, m, k, n, dx, 32u << 20, 0, NULL, 0, 0}, gw = {dy, x, n, k, m, dw, 32u << 20, 0, NULL, 0, 0};
 	two_ctx both = {&gx, &gw};
+	/* the bf16 backward's GEMMs through gemm_ex: dX = dY W (W stored (N, K) = B^T), dW = dY^T X (both
+	 * stored transposed) */
+	g_ctx ex_dx = {dy, w, m, k, n, dx, 0, 2, NULL, 0, 1}, ex_dw = {dy, x, n, k, m, dw, 0, 2, NULL, 1, 1};
+	if (be->gemm_ex && !quick) {
+		row_pair("  gemm_ex dX = dY W (b stored (K, N))", shape, op_gemm, &ex_dx, "plain", op_gemm, &gx);
+		CK(fos_cuda_gemm_ex_describe(be, 0, 1, m, k, n, desc, sizeof desc, &err));
+		printf("|   its algorithm | %s | %s | | |\n", shape, desc);
+		row_pair("  gemm_ex dW = dY^T X (a, b stored transposed)", shape, op_gemm, &ex_dw, "plain", op_gemm, &gw);
+		CK(fos_cuda_gemm_ex_describe(be, 1, 1, n, k, m, desc, sizeof desc, &err));
+		printf("|   its algorithm | %s | %s | | |\n", shape, desc);
+	}
 	fos_linear_opts o = fos_linear_opts_default();
 	for (int wb = 1; wb >= 0; wb--) {
 		if (quick && wb == 0)
@@ -347,6 +365,14 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 				CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
 				snprintf(name, sizeof name, "backward %s (dX + dW)", on[i]);
 				row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
+				if (i > 0 && be->gemm_ex && !quick) { /* the path before gemm_ex, for comparison */
+					int (*keep)(fos_backend *, const uint16_t *, int, const uint16_t *, int, int64_t, int64_t,
+						    int64_t, const struct fos_gemm_epi *, uint16_t *, fos_err *) = be->gemm_ex;
+					be->gemm_ex = NULL;
+					snprintf(name, sizeof name, "  backward %s without gemm_ex (3 transposes)", on[i]);
+					row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
+					be->gemm_ex = keep;
+				}
 				fos_saved_free(be, &l.sv);
 				if (quick)
 					break;

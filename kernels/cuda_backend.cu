@@ -167,6 +167,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->dequantize = fcu_dequantize;
 	be->decode = fcu_decode;
 	be->gemm = fcu_gemm;
+	be->gemm_ex = fcu_gemm_ex;
 	be->colsum = fcu_colsum;
 
 	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");

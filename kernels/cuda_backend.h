@@ -1,7 +1,7 @@
 /* cuda_backend.h: CUDA-only extras of the CUDA backend (kernels/cuda_*.cu), for its GPU tests and
  * benchmarks: stream-event timing, the GEMM path switch, a baseline cuBLASLt GEMM, the chosen
- * GEMM algorithm's description, and exhaustive self-tests of every fast replacement of an exact
- * operation used by the kernels. Every function returns FOS_OK or an error code with err set. The
+ * GEMM algorithm's description (per operand layout), and exhaustive self-tests of every fast
+ * replacement of an exact operation used by the kernels. Every function returns FOS_OK or an error code with err set. The
  * backend itself is made with fos_backend_cuda (backend.h). Only defined in builds with CUDA
  * (FOS_HAVE_CUDA); callers guard their uses with #ifdef FOS_HAVE_CUDA. */
 #ifndef FOS_CUDA_BACKEND_H
@@ -38,6 +38,10 @@ int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b
  * (e.g. "algo 66 tile 18 splitK 1 stages 22"), choosing it if not yet chosen. */
 int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, char *buf, size_t len,
 			   fos_err *err);
+
+/* Likewise for the backend's gemm_ex with the given stored-transposed layouts (0, 0: gemm's plan). */
+int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, char *buf,
+			      size_t len, fos_err *err);
 
 /* Exhaustive self-tests on the GPU; each sets *bad to the number of inputs where the fast form
  * differs from the exact one (0 = proven equal over every input):

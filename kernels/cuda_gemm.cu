@@ -3,11 +3,15 @@
  * cuda_backend.h (baseline GEMM, algorithm description).
  *
  * Row-major y (M, N) = a (M, K) b (N, K)^T is column-major y^T (N, M) = b^T a: cuBLASLt's "A" is b
- * (K x N column-major, op T), "B" is a (K x M, op N), D is N x M with ld N.
+ * (K x N column-major, op T), "B" is a (K x M, op N), D is N x M with ld N. gemm_ex's stored-
+ * transposed operands are only other cuBLASLt layouts, never copies: b stored (K, N) row-major is
+ * N x K column-major (ld N, op N); a stored (K, M) is M x K column-major (ld M, op T).
  *
- * Determinism: each (shape, output kind) gets one plan, chosen once by cuBLASLt's heuristic with no
- * workspace and a split-K of 1 (no cross-CTA reduction), and reused; so the same call gives the
- * same bytes, and a row of y does not depend on the other rows' algorithm choice through split-K.
+ * Determinism: each (shape, operand layout, output kind) gets one plan, chosen once by cuBLASLt's
+ * heuristic with no workspace and a split-K of 1 (no cross-CTA reduction), and reused; so the same
+ * call gives the same bytes, and a row of y does not depend on the other rows' algorithm choice
+ * through split-K. (On the H200 with cuBLASLt 13, every layout gave the bytes of gemm on transposed
+ * copies, even with another tile: gpu_linear's test_gemm_ex_layouts reports it.)
  *
  * Epilogue: alpha = rn(ga * gb) (computed on the device when an amax is involved). Without a row
  * scale, cuBLASLt writes bf16 = RNE(rn(acc * alpha)) itself (fos_cuda_set_gemm_f32 switches this
@@ -185,17 +189,20 @@ void fcu_gemm_release(fos_backend *be)
 }
 
 /* Builds a plan: descriptors and the first heuristic algorithm (with split-K 1 unless ws > 0). */
-static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int64_t n, int64_t k, int out_f32,
-			 int dev_alpha, int64_t ws, fos_err *err)
+static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int64_t n, int64_t k, int lta, int ltb,
+			 int out_f32, int dev_alpha, int64_t ws, fos_err *err)
 {
 	memset(p, 0, sizeof *p);
 	p->m = m;
 	p->n = n;
 	p->k = k;
+	p->ta = lta;
+	p->tb = ltb;
 	p->out_f32 = out_f32;
 	p->dev_alpha = dev_alpha;
 	p->ws = ws;
-	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	/* cuBLASLt's A is our b, its B our a (see the top of the file). */
+	cublasOperation_t ta = ltb ? CUBLAS_OP_N : CUBLAS_OP_T, tb = lta ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasLtPointerMode_t pm = dev_alpha ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
 	int rc = fcu_lt_check(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), err,
 			      "cublasLtMatmulDescCreate");
@@ -209,11 +216,13 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 		rc = fcu_lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm),
 				  err, "cublasLtMatmulDescSetAttribute (POINTER_MODE)");
 	if (!rc)
-		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k), err,
-				  "cublasLtMatrixLayoutCreate (A)");
+		rc = fcu_lt_check(ltb ? cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)n, (uint64_t)k, n)
+				      : cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k),
+				  err, "cublasLtMatrixLayoutCreate (A)");
 	if (!rc)
-		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k), err,
-				  "cublasLtMatrixLayoutCreate (B)");
+		rc = fcu_lt_check(lta ? cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)m, (uint64_t)k, m)
+				      : cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, k),
+				  err, "cublasLtMatrixLayoutCreate (B)");
 	if (!rc)
 		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->ld, out_f32 ? CUDA_R_32F : CUDA_R_16BF, (uint64_t)n,
 							     (uint64_t)m, n),
@@ -234,8 +243,9 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 	if (pref)
 		cublasLtMatmulPreferenceDestroy(pref);
 	if (!rc && nres <= 0)
-		rc = fos_seterr(err, FOS_EINTERNAL, "cuBLASLt has no algorithm for a bf16 GEMM M=%lld N=%lld K=%lld",
-				(long long)m, (long long)n, (long long)k);
+		rc = fos_seterr(err, FOS_EINTERNAL,
+				"cuBLASLt has no algorithm for a bf16 GEMM M=%lld N=%lld K=%lld (a%s, b%s)", (long long)m,
+				(long long)n, (long long)k, lta ? " stored (K, M)" : "", ltb ? " stored (K, N)" : "");
 	if (!rc) {
 		int pick = -1;
 		for (int i = 0; i < nres && pick < 0; i++) {
@@ -264,14 +274,15 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 }
 
 /* Finds or makes the plan; returns with im->mu held on success. */
-static int fcu_plan_get(struct fcu_impl *im, int64_t m, int64_t n, int64_t k, int out_f32, int dev_alpha, int64_t ws,
-			struct fcu_plan **out, fos_err *err)
+static int fcu_plan_get(struct fcu_impl *im, int64_t m, int64_t n, int64_t k, int ta, int tb, int out_f32, int dev_alpha,
+			int64_t ws, struct fcu_plan **out, fos_err *err)
 {
 	pthread_mutex_lock(&im->mu);
 	im->tick++;
 	for (int i = 0; i < im->nplans; i++) {
 		struct fcu_plan *p = &im->plans[i];
-		if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->dev_alpha == dev_alpha && p->ws == ws) {
+		if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->out_f32 == out_f32 &&
+		    p->dev_alpha == dev_alpha && p->ws == ws) {
 			p->use = im->tick;
 			*out = p;
 			return FOS_OK;
@@ -285,7 +296,7 @@ static int fcu_plan_get(struct fcu_impl *im, int64_t m, int64_t n, int64_t k, in
 				slot = i;
 		fcu_plan_destroy(&im->plans[slot]);
 	}
-	int rc = fcu_plan_make(im, &im->plans[slot], m, n, k, out_f32, dev_alpha, ws, err);
+	int rc = fcu_plan_make(im, &im->plans[slot], m, n, k, ta, tb, out_f32, dev_alpha, ws, err);
 	if (rc) {
 		if (slot < im->nplans) { /* keep the array dense */
 			im->plans[slot] = im->plans[im->nplans - 1];
@@ -330,12 +341,16 @@ static int fcu_grow(fos_backend *be, void **buf, size_t *have, size_t need, fos_
 
 /* ---- ops ------------------------------------------------------------------------------------- */
 
-int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
-	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+/* gemm and gemm_ex: ta / tb select the stored-transposed layouts (0, 0 for gemm). */
+static int fcu_gemm_any(fos_backend *be, const uint16_t *a, int ta, const uint16_t *b, int tb, int64_t m, int64_t n,
+			int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
 {
 	if (m <= 0 || n <= 0 || k <= 0)
 		return fos_seterr(err, FOS_EINVAL, "gemm shape M=%lld N=%lld K=%lld must be positive", (long long)m,
 				  (long long)n, (long long)k);
+	if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+		return fos_seterr(err, FOS_EINVAL, "gemm_ex transpose flags must be 0 or 1 (trans_a %d, trans_b %d)", ta,
+				  tb);
 	if ((uintptr_t)a % 16 || (uintptr_t)b % 16 || (uintptr_t)y % 16)
 		return fos_seterr(err, FOS_EINVAL, "gemm operands must be 16-byte aligned");
 	fos_gemm_epi plain = fos_gemm_epi_plain();
@@ -360,7 +375,7 @@ int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, i
 	if (epi->row_scale || im->force_f32) {
 		if ((rc = fcu_grow(be, (void **)&im->acc, &im->acc_bytes, (size_t)(m * n) * sizeof(float), err)))
 			return rc;
-		if ((rc = fcu_plan_get(im, m, n, k, 1, 0, 0, &p, err)))
+		if ((rc = fcu_plan_get(im, m, n, k, ta, tb, 1, 0, 0, &p, err)))
 			return rc;
 		if ((rc = fcu_plan_run(im, p, &one, &zero, a, b, im->acc, err)))
 			return rc;
@@ -368,7 +383,7 @@ int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, i
 						  epi->bias, y, n % 4 == 0);
 		return fcu_launched(err, "GEMM epilogue kernel launch");
 	}
-	if ((rc = fcu_plan_get(im, m, n, k, 0, dev_alpha, 0, &p, err)))
+	if ((rc = fcu_plan_get(im, m, n, k, ta, tb, 0, dev_alpha, 0, &p, err)))
 		return rc;
 	if (dev_alpha)
 		rc = fcu_plan_run(im, p, im->scal, im->scal + 1, a, b, y, err);
@@ -379,6 +394,18 @@ int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, i
 	const int vec8 = n % 8 == 0 && (uintptr_t)epi->bias % 16 == 0;
 	k_bias<<<eg, ET, 0, im->st>>>(y, m, n, epi->bias, vec8);
 	return fcu_launched(err, "bias kernel launch");
+}
+
+int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
+	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+{
+	return fcu_gemm_any(be, a, 0, b, 0, m, n, k, epi, y, err);
+}
+
+int fcu_gemm_ex(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t *b, int trans_b, int64_t m, int64_t n,
+		int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+{
+	return fcu_gemm_any(be, a, trans_a, b, trans_b, m, n, k, epi, y, err);
 }
 
 int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err)
@@ -411,7 +438,7 @@ extern "C" int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const 
 	if (ws_bytes && (rc = fcu_grow(be, &im->ws, &im->ws_bytes, ws_bytes, err)))
 		return rc;
 	struct fcu_plan *p;
-	if ((rc = fcu_plan_get(im, m, n, k, 0, 0, (int64_t)ws_bytes, &p, err)))
+	if ((rc = fcu_plan_get(im, m, n, k, 0, 0, 0, 0, (int64_t)ws_bytes, &p, err)))
 		return rc;
 	const float one = 1.0f, zero = 0.0f;
 	return fcu_plan_run(im, p, &one, &zero, a, b, y, err);
@@ -420,12 +447,21 @@ extern "C" int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const 
 extern "C" int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, char *buf, size_t len,
 				      fos_err *err)
 {
+	return fos_cuda_gemm_ex_describe(be, 0, 0, m, n, k, buf, len, err);
+}
+
+extern "C" int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+					 char *buf, size_t len, fos_err *err)
+{
+	if ((trans_a != 0 && trans_a != 1) || (trans_b != 0 && trans_b != 1))
+		return fos_seterr(err, FOS_EINVAL, "transpose flags must be 0 or 1 (trans_a %d, trans_b %d)", trans_a,
+				  trans_b);
 	int rc = fcu_enter(be, err);
 	if (rc)
 		return rc;
 	struct fcu_impl *im = fcu(be);
 	struct fcu_plan *p;
-	if ((rc = fcu_plan_get(im, m, n, k, 0, 0, 0, &p, err)))
+	if ((rc = fcu_plan_get(im, m, n, k, trans_a, trans_b, 0, 0, 0, &p, err)))
 		return rc;
 	int32_t v[6] = {0, 0, 0, 0, 0, 0};
 	const cublasLtMatmulAlgoConfigAttributes_t at[6] = {

@@ -11,9 +11,11 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 
-/* One cached GEMM plan: descriptors and the algorithm chosen once for a shape and output kind. */
+/* One cached GEMM plan: descriptors and the algorithm chosen once for a shape, operand layout and
+ * output kind. */
 struct fcu_plan {
 	int64_t m, n, k;
+	int ta, tb;   /* operand a stored (K, M) / b stored (K, N) (gemm_ex); 0, 0 for gemm */
 	int out_f32;  /* 1: FP32 D (own epilogue), 0: bf16 D with cuBLASLt alpha */
 	int dev_alpha; /* alpha read from device memory */
 	int64_t ws;    /* workspace the plan was chosen with (0: deterministic plans) */
@@ -103,6 +105,8 @@ int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *er
 /* ops (cuda_gemm.cu) */
 int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+int fcu_gemm_ex(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t *b, int trans_b, int64_t m,
+		int64_t n, int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
 void fcu_gemm_release(fos_backend *be);
 

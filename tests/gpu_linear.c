@@ -1,11 +1,14 @@
-/* gpu_linear.c: the CUDA backend's GEMM, column sum and the linear layer (kernels/linear.c on
- * CUDA) against the CPU backend: quantized operands (weights, columnwise copies, saved X) bit for
+/* gpu_linear.c: the CUDA backend's GEMM, gemm_ex, column sum and the linear layer (kernels/linear.c
+ * on CUDA) against the CPU backend: quantized operands (weights, columnwise copies, saved X) bit for
  * bit; GEMM outputs (forward Y, dX, dW, grad-bias) with SQNR > 60 dB; the dequantized and
- * high_precision backward bit for bit against the CUDA gemm applied to the defined operands; the
- * GEMM epilogue bit for bit against the CPU's on data whose FP32 accumulation is exact in any order
- * (so only the epilogue can differ), through both epilogue paths (cuBLASLt alpha, own FP32
- * epilogue); determinism over repeated runs; and a report of batch invariance (rows 0..15 of Y for
- * M = 16 against M = 8192). Skips cleanly (exit 0) when there is no usable GPU. */
+ * high_precision backward bit for bit against the CUDA gemm_ex applied to the defined operands (the
+ * call linear.c makes), and against gemm on explicitly transposed copies (bit for bit reported,
+ * SQNR > 60 dB asserted); the GEMM epilogue bit for bit against the CPU's on data whose FP32
+ * accumulation is exact in any order (so only the epilogue can differ), through both epilogue paths
+ * (cuBLASLt alpha, own FP32 epilogue) and every gemm_ex layout; gemm_ex on every layout against
+ * gemm on transposed copies (identical bytes reported, SQNR > 60 dB asserted); determinism over
+ * repeated runs; and a report of batch invariance (rows 0..15 of Y for M = 16 against M = 8192).
+ * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,6 +237,184 @@ static void test_gemm_random(void **state)
 	free(rs);
 }
 
+/* ---- gemm_ex ---------------------------------------------------------------------------------- */
+
+/* The stored form of a (rows, cols) device operand: itself, or its (cols, rows) transpose. */
+static uint16_t *stored(fos_backend *be, const uint16_t *d, int64_t rows, int64_t cols, int trans)
+{
+	fos_err e;
+	uint16_t *t = be->alloc(be, (size_t)(rows * cols) * 2);
+	assert_non_null(t);
+	if (trans)
+		assert_int_equal(be->transpose(be, d, t, rows, cols, 2, &e), FOS_OK);
+	else
+		assert_int_equal(be->d2d(be, t, d, (size_t)(rows * cols) * 2, &e), FOS_OK);
+	return t;
+}
+
+/* An epilogue of the given mode in backend memory: 0 plain, 1 alpha from device amaxes, 2 + row
+ * scale (FP32 path), 3 + bias. Freed with epi_free. */
+static fos_gemm_epi epi_make(fos_backend *be, int mode, int64_t m, int64_t n)
+{
+	fos_gemm_epi epi = fos_gemm_epi_plain();
+	if (mode == 0)
+		return epi;
+	float am[2] = {ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 20) - 10),
+		       ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 20) - 10)};
+	float *d = dev_copy(be, am, sizeof am);
+	epi.a_amax = d;
+	epi.b_amax = d + 1;
+	epi.a_dinv = 1.0f / 2688.0f;
+	epi.b_dinv = 1.0f / 1536.0f;
+	if (mode == 2) {
+		float *rs = malloc((size_t)m * 4);
+		for (int64_t i = 0; i < m; i++)
+			rs[i] = ldexpf(1.0f + urand() * 0.99f, (int)(rnd32() % 30) - 15);
+		epi.row_scale = dev_copy(be, rs, (size_t)m * 4);
+		free(rs);
+	}
+	if (mode == 3) {
+		uint16_t *b = rand_bf16(n, 2.0f);
+		epi.bias = dev_copy(be, b, (size_t)n * 2);
+		free(b);
+	}
+	return epi;
+}
+
+static void epi_free(fos_backend *be, fos_gemm_epi *epi)
+{
+	if (epi->a_amax)
+		be->free(be, (void *)epi->a_amax);
+	if (epi->row_scale)
+		be->free(be, (void *)epi->row_scale);
+	if (epi->bias)
+		be->free(be, (void *)epi->bias);
+}
+
+/* gemm_ex bit for bit against the CPU's gemm_ex on exactly accumulated data, every layout and
+ * epilogue mode: proves the layouts (which element is A[m, k]) and the shared epilogue. */
+static void test_gemm_ex_exact(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	assert_non_null(g_gpu->gemm_ex);
+	assert_non_null(g_cpu->gemm_ex);
+	const int64_t sh[][3] = {{256, 384, 512}, {136, 200, 72}, {100, 60, 40}};
+	fos_err e;
+	int64_t total = 0, bad = 0;
+	for (int s = 0; s < 3; s++) {
+		int64_t m = sh[s][0], n = sh[s][1], k = sh[s][2];
+		for (int lay = 0; lay < 4; lay++) {
+			int ta = lay & 1, tb = lay >> 1;
+			for (int mode = 0; mode < 4; mode++) {
+				uint16_t *ah = exact_operand(m, k), *bh = exact_operand(n, k);
+				uint16_t *yh[2];
+				fos_backend *bes[2] = {g_cpu, g_gpu};
+				uint64_t keep = g_rng;
+				for (int w = 0; w < 2; w++) {
+					fos_backend *be = bes[w];
+					g_rng = keep; /* the same epilogue values on both */
+					uint16_t *a0 = dev_copy(be, ah, (size_t)(m * k) * 2), *b0 = dev_copy(be, bh, (size_t)(n * k) * 2);
+					uint16_t *a = stored(be, a0, m, k, ta), *b = stored(be, b0, n, k, tb);
+					uint16_t *y = be->alloc(be, (size_t)(m * n) * 2);
+					fos_gemm_epi epi = epi_make(be, mode, m, n);
+					int rc = be->gemm_ex(be, a, ta, b, tb, m, n, k, &epi, y, &e);
+					if (rc)
+						fprintf(stderr, "%s gemm_ex: %s\n", be->name, e.msg);
+					assert_int_equal(rc, FOS_OK);
+					yh[w] = host_copy(be, y, (size_t)(m * n) * 2);
+					epi_free(be, &epi);
+					uint16_t *bufs[] = {a0, b0, a, b, y};
+					for (int i = 0; i < 5; i++)
+						be->free(be, bufs[i]);
+				}
+				int64_t d = diff_bytes(yh[0], yh[1], (size_t)(m * n) * 2);
+				if (d)
+					fprintf(stderr, "gemm_ex exact M=%lld N=%lld K=%lld ta %d tb %d mode %d: %lld bytes differ\n",
+						(long long)m, (long long)n, (long long)k, ta, tb, mode, (long long)d);
+				bad += d;
+				total += m * n;
+				free(yh[0]);
+				free(yh[1]);
+				free(ah);
+				free(bh);
+			}
+		}
+	}
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+	printf("gemm_ex on exactly accumulated data, 4 layouts x 4 epilogues x 3 shapes: %lld differing bytes of "
+	       "%lld outputs vs the CPU's gemm_ex\n",
+	       (long long)bad, (long long)total);
+	assert_true(bad == 0);
+}
+
+/* gemm_ex on each stored-transposed layout against gemm on the (M, K) / (N, K) operands, random
+ * data, including the backward's shapes. Identical bytes are reported (cuBLASLt may choose another
+ * kernel for another layout, so only FP32 accumulation order may differ); SQNR > 60 dB is asserted.
+ * Repeat calls give the same bytes. */
+static void test_gemm_ex_layouts(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t sh[][3] = {{512, 256, 1024}, {256, 384, 512}, {100, 60, 40},
+				 {8192, 4096, 4096}, {4096, 4096, 8192}, {2048, 14336, 4096}};
+	fos_err e;
+	int64_t bad_all = 0, outs = 0;
+	for (int s = 0; s < 6; s++) {
+		int64_t m = sh[s][0], n = sh[s][1], k = sh[s][2];
+		int big = m * n * k > ((int64_t)1 << 30);
+		uint16_t *ah = rand_bf16(m * k, 1.0f), *bh = rand_bf16(n * k, 0.05f);
+		uint16_t *a0 = dev_copy(g_gpu, ah, (size_t)(m * k) * 2), *b0 = dev_copy(g_gpu, bh, (size_t)(n * k) * 2);
+		uint16_t *y = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2), *y2 = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
+		for (int mode = 0; mode < (big ? 1 : 4); mode++) {
+			fos_gemm_epi epi = epi_make(g_gpu, mode, m, n);
+			assert_int_equal(g_gpu->gemm(g_gpu, a0, b0, m, n, k, &epi, y, &e), FOS_OK);
+			uint16_t *ref = host_copy(g_gpu, y, (size_t)(m * n) * 2);
+			for (int lay = 0; lay < 4; lay++) {
+				int ta = lay & 1, tb = lay >> 1;
+				uint16_t *a = stored(g_gpu, a0, m, k, ta), *b = stored(g_gpu, b0, n, k, tb);
+				int rc = g_gpu->gemm_ex(g_gpu, a, ta, b, tb, m, n, k, &epi, y, &e);
+				if (rc)
+					fprintf(stderr, "gemm_ex: %s\n", e.msg);
+				assert_int_equal(rc, FOS_OK);
+				assert_int_equal(g_gpu->gemm_ex(g_gpu, a, ta, b, tb, m, n, k, &epi, y2, &e), FOS_OK);
+				uint16_t *got = host_copy(g_gpu, y, (size_t)(m * n) * 2), *got2 = host_copy(g_gpu, y2, (size_t)(m * n) * 2);
+				assert_memory_equal(got, got2, (size_t)(m * n) * 2);
+				int64_t d = diff_bytes(ref, got, (size_t)(m * n) * 2);
+				double q = sqnr_db(ref, got, m * n);
+				char a1[160] = "?", a2[160] = "?";
+#ifdef FOS_HAVE_CUDA
+				fos_cuda_gemm_ex_describe(g_gpu, 0, 0, m, n, k, a1, sizeof a1, &e);
+				fos_cuda_gemm_ex_describe(g_gpu, ta, tb, m, n, k, a2, sizeof a2, &e);
+#endif
+				printf("gemm_ex M=%lld N=%lld K=%lld ta %d tb %d epilogue %d: %s (%lld bytes differ, SQNR %.1f dB) "
+				       "vs gemm on transposed copies; algos [%s] vs [%s]\n",
+				       (long long)m, (long long)n, (long long)k, ta, tb, mode, d ? "DIFFER" : "identical",
+				       (long long)d, q, a2, a1);
+				assert_true(q > 60.0);
+				bad_all += d;
+				outs += m * n;
+				free(got);
+				free(got2);
+				g_gpu->free(g_gpu, a);
+				g_gpu->free(g_gpu, b);
+			}
+			free(ref);
+			epi_free(g_gpu, &epi);
+		}
+		uint16_t *bufs[] = {a0, b0, y, y2};
+		for (int i = 0; i < 4; i++)
+			g_gpu->free(g_gpu, bufs[i]);
+		free(ah);
+		free(bh);
+	}
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+	printf("gemm_ex vs gemm on transposed copies, all layouts and shapes: %s (%lld differing bytes of %lld "
+	       "outputs)\n",
+	       bad_all ? "NOT bit for bit (SQNR > 60 dB holds)" : "BIT FOR BIT identical", (long long)bad_all,
+	       (long long)outs);
+}
+
 static void test_colsum(void **state)
 {
 	(void)state;
@@ -333,7 +514,7 @@ static void cmp_bf16(const uint16_t *hc, const uint16_t *dg, int64_t n, const ch
 	free(g);
 }
 
-static int64_t g_lin_cases;
+static int64_t g_lin_cases, g_lin_transposed_diff;
 
 static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *o, int with_bias)
 {
@@ -394,7 +575,9 @@ static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *
 	       (long long)m, (long long)n, (long long)k, ovr, o->weight_block ? "16x16" : "1x16",
 	       o->err_mode ? "mse" : "mae", o->bound, o->row_scaled, with_bias, s_y, s_dx, s_dw, s_db);
 	assert_true(s_y > 60.0 && s_dx > 60.0 && s_dw > 60.0);
-	/* high_precision / dequantized: bitwise the CUDA bf16 GEMM on the defined operands */
+	/* high_precision / dequantized: bitwise the CUDA bf16 GEMM on the defined operands: gemm_ex with
+	 * the layouts linear.c uses (asserted), and gemm on explicitly transposed copies (reported;
+	 * SQNR > 60 dB asserted) */
 	if (ovr != FOS_OVR_QUANTIZED) {
 		fos_gemm_epi plain = fos_gemm_epi_plain();
 		uint16_t *wop = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2), *xop = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2);
@@ -417,14 +600,32 @@ static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *
 			assert_int_equal(g_gpu->dequantize(g_gpu, &qx, FOS_BF16, wop, &e), FOS_OK);
 			fos_qtensor_free(g_gpu, &qx);
 		}
+		if (g_gpu->gemm_ex) {
+			assert_int_equal(g_gpu->gemm_ex(g_gpu, dy, 0, wop, 1, m, k, n, &plain, rdx, &e), FOS_OK);
+			assert_int_equal(g_gpu->gemm_ex(g_gpu, dy, 1, xop, 1, n, k, m, &plain, rdw, &e), FOS_OK);
+			uint16_t *h1 = host_copy(g_gpu, rdx, (size_t)(m * k) * 2), *h2 = host_copy(g_gpu, rdw, (size_t)(n * k) * 2);
+			assert_memory_equal(h1, dxg, (size_t)(m * k) * 2);
+			assert_memory_equal(h2, dwg, (size_t)(n * k) * 2);
+			free(h1);
+			free(h2);
+		}
 		assert_int_equal(g_gpu->transpose(g_gpu, wop, t1, n, k, 2, &e), FOS_OK);
 		assert_int_equal(g_gpu->gemm(g_gpu, dy, t1, m, k, n, &plain, rdx, &e), FOS_OK);
 		assert_int_equal(g_gpu->transpose(g_gpu, dy, t3, m, n, 2, &e), FOS_OK);
 		assert_int_equal(g_gpu->transpose(g_gpu, xop, t2, m, k, 2, &e), FOS_OK);
 		assert_int_equal(g_gpu->gemm(g_gpu, t3, t2, n, k, m, &plain, rdw, &e), FOS_OK);
 		uint16_t *h1 = host_copy(g_gpu, rdx, (size_t)(m * k) * 2), *h2 = host_copy(g_gpu, rdw, (size_t)(n * k) * 2);
-		assert_memory_equal(h1, dxg, (size_t)(m * k) * 2);
-		assert_memory_equal(h2, dwg, (size_t)(n * k) * 2);
+		int64_t d1 = diff_bytes(h1, dxg, (size_t)(m * k) * 2), d2 = diff_bytes(h2, dwg, (size_t)(n * k) * 2);
+		double q1 = sqnr_db(h1, dxg, m * k), q2 = sqnr_db(h2, dwg, n * k);
+		printf("  backward ovr %d vs gemm on transposed copies: dX %s (%lld bytes, %.1f dB), dW %s (%lld bytes, "
+		       "%.1f dB)\n",
+		       ovr, d1 ? "DIFFERS" : "identical", (long long)d1, q1, d2 ? "DIFFERS" : "identical", (long long)d2, q2);
+		g_lin_transposed_diff += d1 + d2;
+		if (!g_gpu->gemm_ex) { /* the explicit-transpose path is then what linear.c ran */
+			assert_memory_equal(h1, dxg, (size_t)(m * k) * 2);
+			assert_memory_equal(h2, dwg, (size_t)(n * k) * 2);
+		}
+		assert_true(q1 > 60.0 && q2 > 60.0);
 		free(h1);
 		free(h2);
 		uint16_t *bufs[] = {wop, xop, t1, t2, t3, rdx, rdw};
@@ -483,7 +684,9 @@ static void test_linear_all_overrides(void **state)
 	fos_linear_opts o = fos_linear_opts_default();
 	linear_case(128, 128, 128, &o, 1);
 	linear_case(512, 256, 1024, &o, 0);
-	printf("linear: %lld cases\n", (long long)g_lin_cases);
+	printf("linear: %lld cases; bf16 backward (gemm_ex) vs gemm on transposed copies: %lld differing bytes in "
+	       "total\n",
+	       (long long)g_lin_cases, (long long)g_lin_transposed_diff);
 }
 
 static int setup(void **state)
@@ -514,6 +717,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gemm_epilogue_exact), cmocka_unit_test(test_gemm_random),
+		cmocka_unit_test(test_gemm_ex_exact),	    cmocka_unit_test(test_gemm_ex_layouts),
 		cmocka_unit_test(test_colsum),		    cmocka_unit_test(test_linear_all_overrides),
 		cmocka_unit_test(test_batch_invariance),
 	};

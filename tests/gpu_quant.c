@@ -4,7 +4,9 @@
  * gradient recipe), bf16 and f32 inputs, on the special data kinds (a -12..12 linspace with
  * +-1e-3 nudges, bf16 subnormals, -0, all-zero blocks, +-inf, NaN, dtype max) and random data, at
  * the shapes (128, 256), (64, 1024), (384, 256), (100, 320) and large ones; repeated runs give the
- * same bytes; the exhaustive self-tests of every fast replacement of an exact operation pass.
+ * same bytes; the exhaustive self-tests of every fast replacement of an exact operation pass;
+ * dequantize / decode of hand-made tensors holding every scale byte (the sign-bit bytes 0x80..0xFF,
+ * which no quantizer writes, and the NaN bytes 0x7F / 0xFF) with every code, against the CPU.
  * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -500,6 +502,100 @@ static void test_transpose_amax(void **state)
 	}
 }
 
+/* Every scale byte 0x00..0xFF (0x80..0xFF: sign bit set, never written by a quantizer; 0x7F and
+ * 0xFF: NaN) with every code 0..15, dequantized (bf16, f32; per tensor and row-scaled; bound 256 and
+ * 448; amax normal, tiny, huge (overflowing to inf) and 0) and decoded, on both backends: bit for
+ * bit, NaN outputs by NaN-ness only. Block b holds scale byte b % 256 and codes (j + b / 256) % 16,
+ * so each of the 4096 (scale, code) pairs occurs. The GPU output is poisoned first. */
+static void test_scale_bytes(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t rows = 64, cols = 256, n = rows * cols, nblk = n / 16; /* 1024 blocks */
+	uint8_t *codes = malloc((size_t)n / 2), *scales = malloc((size_t)nblk);
+	for (int64_t b = 0; b < nblk; b++) {
+		scales[b] = (uint8_t)(b % 256);
+		for (int j = 0; j < 8; j++) {
+			uint32_t lo = (uint32_t)(2 * j + b / 256) % 16u, hi = (uint32_t)(2 * j + 1 + b / 256) % 16u;
+			codes[8 * b + j] = (uint8_t)(lo | (hi << 4));
+		}
+	}
+	const float amaxes[] = {3.5f, 1e-30f, 3e38f, 0.0f};
+	float ra[64];
+	fos_err e;
+	int64_t bad = 0, compared = 0, high = 0, nan_outs = 0;
+	for (int ai = 0; ai < 5; ai++) { /* 4 per-tensor amaxes, then per-row */
+		int rs = ai == 4;
+		for (int r = 0; r < rows; r++)
+			ra[r] = rs ? ldexpf(1.0f + (float)r / 64.0f, r - 32) * (r % 5 ? 1.0f : -1.0f) : amaxes[ai];
+		for (int bound = 256; bound <= 448; bound += 192) {
+			for (int out = 0; out < 3; out++) { /* 0 bf16 dequantize, 1 f32 dequantize, 2 decode */
+				if (out == 2 && bound != 256)
+					continue; /* decode ignores amax and bound */
+				void *res[2];
+				fos_backend *bes[2] = {g_cpu, g_gpu};
+				for (int w = 0; w < 2; w++) {
+					fos_backend *be = bes[w];
+					fos_qtensor q;
+					assert_int_equal(fos_qtensor_alloc(be, &q, rows, cols, rs, &e), FOS_OK);
+					q.bound = bound;
+					assert_int_equal(be->h2d(be, q.codes, codes, (size_t)n / 2, &e), FOS_OK);
+					assert_int_equal(be->h2d(be, q.scales, scales, (size_t)nblk, &e), FOS_OK);
+					assert_int_equal(be->h2d(be, q.amax, ra, (size_t)(rs ? rows : 1) * 4, &e), FOS_OK);
+					size_t ob = (size_t)n * (out == 1 ? 4 : 2);
+					void *o = be->alloc(be, ob);
+					assert_non_null(o);
+					uint8_t *poison = malloc(ob);
+					memset(poison, 0x5A, ob);
+					assert_int_equal(be->h2d(be, o, poison, ob, &e), FOS_OK);
+					free(poison);
+					int rc = out == 2 ? be->decode(be, &q, o, &e)
+							  : be->dequantize(be, &q, out == 1 ? FOS_F32 : FOS_BF16, o, &e);
+					if (rc)
+						fprintf(stderr, "%s dequantize: %s\n", be->name, e.msg);
+					assert_int_equal(rc, FOS_OK);
+					res[w] = host_copy(be, o, ob);
+					be->free(be, o);
+					fos_qtensor_free(be, &q);
+				}
+				int64_t d = 0;
+				for (int64_t i = 0; i < n; i++) {
+					int differ, isnan;
+					if (out == 1) {
+						const float *c = res[0], *g = res[1];
+						isnan = c[i] != c[i];
+						differ = (isnan || g[i] != g[i]) ? (c[i] != c[i]) != (g[i] != g[i])
+										: fos_f2u(c[i]) != fos_f2u(g[i]);
+					} else {
+						const uint16_t *c = res[0], *g = res[1];
+						int nc = (c[i] & 0x7FFF) > 0x7F80, ng = (g[i] & 0x7FFF) > 0x7F80;
+						isnan = nc;
+						differ = (nc || ng) ? nc != ng : c[i] != g[i];
+					}
+					if (differ && d < 4)
+						fprintf(stderr, "scale byte %02x code %u amax case %d bound %d out %d: differ at %lld\n",
+							scales[i / 16], (unsigned)((codes[i / 2] >> (4 * (i & 1))) & 15u), ai, bound,
+							out, (long long)i);
+					d += differ;
+					high += scales[i / 16] >= 0x80;
+					nan_outs += isnan;
+				}
+				bad += d;
+				compared += n;
+				free(res[0]);
+				free(res[1]);
+			}
+		}
+	}
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+	printf("every scale byte x every code: %lld outputs compared (%lld with a scale byte >= 0x80, %lld NaN on "
+	       "the CPU), %lld differ from the CPU\n",
+	       (long long)compared, (long long)high, (long long)nan_outs, (long long)bad);
+	free(codes);
+	free(scales);
+	assert_true(bad == 0);
+}
+
 /* Bad inputs are refused with a message, like the CPU. */
 static void test_errors(void **state)
 {
@@ -554,7 +650,7 @@ int main(void)
 		cmocka_unit_test(test_selftests),	 cmocka_unit_test(test_special_kinds),
 		cmocka_unit_test(test_amax_in),		 cmocka_unit_test(test_large_random),
 		cmocka_unit_test(test_variants_and_determinism), cmocka_unit_test(test_transpose_amax),
-		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_scale_bytes),	 cmocka_unit_test(test_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
