@@ -127,6 +127,13 @@ struct fos_backend {
 	int (*quantize)(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols,
 			const fos_qcfg *cfg, const float *amax_in, fos_qtensor *q, uint16_t *decoded,
 			fos_err *err);
+	/* Optional (NULL when not offered): quantize of an input stored transposed. The logical
+	 * (rows, cols) tensor is X[r, c] = x[c * rows + r] (x is stored (cols, rows)); the outputs are
+	 * bit for bit those of quantize on the transposed copy. Per-tensor only (row_scaled: EINVAL).
+	 * linear.c uses it, when present, for the columnwise X and dY^T instead of a transpose. */
+	int (*quantize_t)(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols,
+			  const fos_qcfg *cfg, const float *amax_in, fos_qtensor *q, uint16_t *decoded,
+			  fos_err *err);
 	/* out (rows, cols) of out_dtype = dequantize(q) (section 6). */
 	int (*dequantize)(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 	/* out (rows, cols) bf16 = e2m1 value * e4m3 scale, no amax (exact in bf16). */

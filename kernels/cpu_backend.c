@@ -134,6 +134,7 @@ fos_backend *fos_backend_cpu(int threads, fos_err *err)
 	be->amax = cpu_amax;
 	be->transpose = cpu_transpose;
 	be->quantize = cpu_quantize;
+	be->quantize_t = cpu_quantize_t;
 	be->dequantize = cpu_dequantize;
 	be->decode = cpu_decode;
 	be->gemm = cpu_gemm;

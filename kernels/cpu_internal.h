@@ -19,6 +19,8 @@ int cpu_amax(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t co
 	     fos_err *err);
 int cpu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
+int cpu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
 int cpu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 int cpu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
 int cpu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,

@@ -7,6 +7,20 @@
 
 #include <stdlib.h>
 
+static void load_row(const void *x, int dtype, int64_t cols, int64_t r, float *out);
+
+/* Row r of the logical (rows, cols) input as floats; trans: x is stored (cols, rows). */
+static void load_row_t(const void *x, int dtype, int64_t rows, int64_t cols, int64_t r, int trans, float *out)
+{
+	if (!trans) {
+		load_row(x, dtype, cols, r, out);
+		return;
+	}
+	for (int64_t c = 0; c < cols; c++)
+		out[c] = dtype == FOS_F32 ? ((const float *)x)[c * rows + r]
+					  : fos_bf16_to_f32(((const uint16_t *)x)[c * rows + r]);
+}
+
 static void load_row(const void *x, int dtype, int64_t cols, int64_t r, float *out)
 {
 	if (dtype == FOS_F32) {
@@ -76,6 +90,7 @@ typedef struct {
 	const float *amax; /* 1 or rows */
 	fos_qtensor *q;
 	uint16_t *decoded;
+	int trans;        /* x stored transposed, (cols, rows) */
 	volatile int oom; /* a worker could not get its row buffer */
 } quant_job;
 
@@ -120,7 +135,7 @@ static void quant_rows_1x16(void *ctx, int64_t r0, int64_t r1)
 		float a = j->cfg.row_scaled ? j->amax[r] : j->amax[0];
 		float s_enc = fos_s_enc(a, d);
 		float s_dec = 1.0f / s_enc;
-		load_row(j->x, j->dtype, j->cols, r, row);
+		load_row_t(j->x, j->dtype, j->rows, j->cols, r, j->trans, row);
 		for (int64_t b = 0; b < j->cols / 16; b++) {
 			const float *xf = row + b * 16;
 			float bamax = 0.0f;
@@ -164,7 +179,7 @@ static void quant_tiles_16x16(void *ctx, int64_t t0, int64_t t1)
 	int mse = j->cfg.err_mode == FOS_ERR_MSE;
 	for (int64_t t = t0; t < t1; t++) {
 		for (int i = 0; i < 16; i++)
-			load_row(j->x, j->dtype, cols, t * 16 + i, rows + i * cols);
+			load_row_t(j->x, j->dtype, j->rows, cols, t * 16 + i, j->trans, rows + i * cols);
 		for (int64_t b = 0; b < cols / 16; b++) {
 			float bamax = 0.0f;
 			for (int i = 0; i < 16; i++)
@@ -187,26 +202,29 @@ static void quant_tiles_16x16(void *ctx, int64_t t0, int64_t t1)
 	free(rows);
 }
 
-int cpu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
-		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
+static int quantize_any(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, int trans,
+			const fos_qcfg *cfg, const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
 {
 	int rc = fos_qcfg_check(cfg, rows, cols, err);
 	if (rc)
 		return rc;
 	if (dtype != FOS_BF16 && dtype != FOS_F32)
 		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
+	if (trans && cfg->row_scaled)
+		return fos_seterr(err, FOS_EINVAL, "quantize of a transposed input is per-tensor only, not row-scaled");
 	int64_t na = cfg->row_scaled ? rows : 1;
 	if (amax_in) {
 		if (amax_in != q->amax)
 			memcpy(q->amax, amax_in, (size_t)na * sizeof(float));
-	} else if ((rc = cpu_amax(be, x, dtype, rows, cols, cfg->row_scaled, q->amax, err))) {
+	} else if ((rc = trans ? cpu_amax(be, x, dtype, cols, rows, 0, q->amax, err) /* same set of values */
+			       : cpu_amax(be, x, dtype, rows, cols, cfg->row_scaled, q->amax, err))) {
 		return rc;
 	}
 	q->rows = rows;
 	q->cols = cols;
 	q->bound = cfg->bound;
 	q->row_scaled = cfg->row_scaled;
-	quant_job j = {x, dtype, rows, cols, *cfg, q->amax, q, decoded, 0};
+	quant_job j = {x, dtype, rows, cols, *cfg, q->amax, q, decoded, trans, 0};
 	if (cfg->block == FOS_BLOCK_16X16)
 		fos_parallel_for(cpu_threads(be), rows / 16, 1 + 4096 / cols, quant_tiles_16x16, &j);
 	else
@@ -215,6 +233,18 @@ int cpu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 		return fos_seterr(err, FOS_ENOMEM, "out of memory for quantize row buffers (%lld columns)",
 				  (long long)cols);
 	return FOS_OK;
+}
+
+int cpu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
+{
+	return quantize_any(be, x, dtype, rows, cols, 0, cfg, amax_in, q, decoded, err);
+}
+
+int cpu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
+{
+	return quantize_any(be, x, dtype, rows, cols, 1, cfg, amax_in, q, decoded, err);
 }
 
 /* ---- dequantize / decode ------------------------------------------------------------------- */

@@ -68,8 +68,10 @@ void fos_qtensor_free(fos_backend *be, fos_qtensor *q)
 	q->amax = 0;
 }
 
-/* Quantizes x (rows, cols) into a fresh q (+ its bf16 decoding when dec is non-NULL). */
-static int quantize_new(fos_backend *be, const void *x, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+/* Quantizes x (rows, cols) into a fresh q (+ its bf16 decoding when dec is non-NULL). trans: x is
+ * stored transposed, (cols, rows): the backend's quantize_t reads it in place when it has one,
+ * else a transposed copy is made here. */
+static int quantize_new(fos_backend *be, const void *x, int trans, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 			const float *amax_in, fos_qtensor *q, uint16_t **dec, fos_err *err)
 {
 	int rc = fos_qtensor_alloc(be, q, rows, cols, cfg->row_scaled, err);
@@ -83,7 +85,22 @@ static int quantize_new(fos_backend *be, const void *x, int64_t rows, int64_t co
 					  (long long)rows, (long long)cols);
 		}
 	}
-	rc = be->quantize(be, x, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
+	if (!trans) {
+		rc = be->quantize(be, x, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
+	} else if (be->quantize_t) {
+		rc = be->quantize_t(be, x, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
+	} else {
+		uint16_t *xt = be->alloc(be, (size_t)(rows * cols) * 2);
+		rc = xt ? be->transpose(be, x, xt, cols, rows, 2, err)
+			: fos_seterr(err, FOS_ENOMEM, "out of backend memory for a transposed (%lld, %lld) operand",
+				     (long long)rows, (long long)cols);
+		if (!rc)
+			rc = be->quantize(be, xt, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
+		if (!rc)
+			rc = be->sync(be, err); /* xt is freed next */
+		if (xt)
+			be->free(be, xt);
+	}
 	if (rc) {
 		fos_qtensor_free(be, q);
 		if (dec) {
@@ -105,18 +122,9 @@ static fos_qcfg cfg_46(int block, int err_mode, int bound, int row_scaled)
 /* The columnwise copy: 4/6(W^T (K x N), w_amax, weight_block), re-quantized from the master. */
 static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w, fos_err *err)
 {
-	scratch s = {be, {0}, 0};
-	uint16_t *wt = scr_alloc(&s, (size_t)(qw->n * qw->k) * 2);
-	if (!wt)
-		return fos_seterr(err, FOS_ENOMEM, "out of backend memory transposing the weight");
-	int rc = be->transpose(be, w, wt, qw->n, qw->k, 2, err);
 	fos_qcfg c = cfg_46(qw->opts.weight_block, qw->opts.err_mode, qw->opts.bound, 0);
-	if (!rc)
-		rc = quantize_new(be, wt, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, &qw->col_decoded, err);
-	if (!rc)
-		rc = be->sync(be, err);
-	scr_free(&s);
-	return rc;
+	int rc = quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, &qw->col_decoded, err);
+	return rc ? rc : be->sync(be, err);
 }
 
 int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
@@ -132,7 +140,7 @@ int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, c
 	qw->opts.override = FOS_OVR_DEFAULT;
 	qw->opts.row_scaled = 0;
 	fos_qcfg c = cfg_46(o->weight_block, o->err_mode, o->bound, 0);
-	rc = quantize_new(be, w, n, k, &c, 0, &qw->q, &qw->decoded, err);
+	rc = quantize_new(be, w, 0, n, k, &c, 0, &qw->q, &qw->decoded, err);
 	if (!rc && keep_master) {
 		qw->master = be->alloc(be, (size_t)(n * k) * 2);
 		rc = qw->master ? be->d2d(be, qw->master, w, (size_t)(n * k) * 2, err)
@@ -224,7 +232,7 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
 	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
-	if ((rc = quantize_new(be, x, m, k, &c, 0, &xq, &xdec, err)))
+	if ((rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err)))
 		return rc;
 	fos_gemm_epi epi = {xq.amax, dinv, qw->q.amax, dinv, 0, bias};
 	if (o->row_scaled) {
@@ -249,21 +257,14 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 				      : fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X");
 		} else {
 			/* x_col = 4/6(X^T (K x M), x_amax, 1x16) */
-			scratch s = {be, {0}, 0};
-			uint16_t *xt = scr_alloc(&s, (size_t)(m * k) * 2);
 			saved->x_amax = be->alloc(be, sizeof(float));
-			if (!xt || !saved->x_amax)
-				rc = fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X's columnwise copy");
-			if (!rc)
-				rc = be->d2d(be, saved->x_amax, xq.amax, sizeof(float), err);
-			if (!rc)
-				rc = be->transpose(be, x, xt, m, k, 2, err);
+			rc = saved->x_amax ? be->d2d(be, saved->x_amax, xq.amax, sizeof(float), err)
+					   : fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X's amax");
 			fos_qcfg cc = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, 0);
 			if (!rc)
-				rc = quantize_new(be, xt, k, m, &cc, xq.amax, &saved->xcol, &saved->xcol_decoded, err);
+				rc = quantize_new(be, x, 1, k, m, &cc, xq.amax, &saved->xcol, &saved->xcol_decoded, err);
 			if (!rc)
 				rc = be->sync(be, err);
-			scr_free(&s);
 		}
 		if (rc)
 			fos_saved_free(be, saved);
@@ -290,8 +291,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	}
 	fos_qcfg g = {FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0};
 	float *dy_amax = scr_alloc(s, sizeof(float));
-	uint16_t *dyt = scr_alloc(s, (size_t)(m * n) * 2);
-	if (!dy_amax || !dyt)
+	if (!dy_amax)
 		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the gradient");
 	if ((rc = be->amax(be, dy, FOS_BF16, m, n, 0, dy_amax, err)))
 		return rc;
@@ -299,7 +299,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	fos_qtensor dq;
 	uint16_t *ddec = 0;
 	/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
-	if ((rc = quantize_new(be, dy, m, n, &g, dy_amax, &dq, &ddec, err)))
+	if ((rc = quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
 	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, dinv, 0, 0};
 	rc = be->gemm(be, ddec, qw->col_decoded, m, k, n, &e1, dx, err);
@@ -308,9 +308,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	if (rc)
 		return rc;
 	/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
-	if ((rc = be->transpose(be, dy, dyt, m, n, 2, err)))
-		return rc;
-	if ((rc = quantize_new(be, dyt, n, m, &g, dy_amax, &dq, &ddec, err)))
+	if ((rc = quantize_new(be, dy, 1, n, m, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
 	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, dinv, 0, 0};
 	rc = be->gemm(be, ddec, sv->xcol_decoded, n, k, m, &e2, dw, err);
