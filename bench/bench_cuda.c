@@ -12,7 +12,12 @@
  *   - each backward mode at the same shapes; baseline: the two bf16 GEMMs it contains (plain
  *     cuBLASLt on untransposed operands); the bf16 backwards also with gemm_ex switched off
  *     (explicit transposes, the path before gemm_ex), and gemm_ex alone on the backward's two
- *     layouts against the plain GEMM of the same shape.
+ *     layouts against the plain GEMM of the same shape;
+ *   - quantize_t (an input stored transposed, read in place) against transpose + quantize of the
+ *     same tensor: the gradient recipe on the quantized backward's dY^T (logical 4096x8192 from a
+ *     stored 8192x4096 dY), the forward's columnwise X (4/6 1x16) and the weight's columnwise copy
+ *     (4/6 16x16); the quantized backward and the forward with its saved context (quantized
+ *     override) also with quantize_t switched off (linear.c then transposes first).
  * Prints markdown table rows. Usage: bench_cuda [quick] */
 #include "backend.h"
 #include "fos_format.h"
@@ -157,6 +162,34 @@ static void op_tr(void *c)
 	CK(be->transpose(be, x->x, x->dec, x->rows, x->cols, 2, &err));
 }
 
+/* quantize_t of the logical (rows, cols) tensor stored (cols, rows) at x, and the path it replaces:
+ * transpose into tmp, then quantize; amax: NULL (computed) or a device pointer (given). */
+typedef struct {
+	const uint16_t *x;
+	uint16_t *tmp;
+	int64_t rows, cols;
+	fos_qcfg cfg;
+	const float *amax;
+	fos_qtensor q;
+	uint16_t *dec;
+} qt_ctx;
+static void op_qt(void *c)
+{
+	qt_ctx *x = c;
+	CK(be->quantize_t(be, x->x, FOS_BF16, x->rows, x->cols, &x->cfg, x->amax, &x->q, x->dec, &err));
+}
+static void op_tr_q(void *c)
+{
+	qt_ctx *x = c;
+	CK(be->transpose(be, x->x, x->tmp, x->cols, x->rows, 2, &err));
+	CK(be->quantize(be, x->tmp, FOS_BF16, x->rows, x->cols, &x->cfg, x->amax, &x->q, x->dec, &err));
+}
+static void op_q_rowwise(void *c) /* the same quantize on an untransposed tensor of the same shape */
+{
+	qt_ctx *x = c;
+	CK(be->quantize(be, x->tmp, FOS_BF16, x->rows, x->cols, &x->cfg, x->amax, &x->q, x->dec, &err));
+}
+
 typedef struct {
 	const uint16_t *a, *b;
 	int64_t m, n, k;
@@ -198,6 +231,16 @@ static void op_bwd(void *c)
 	l_ctx *x = c;
 	CK(fos_linear_backward(be, &x->sv, x->qw, x->dy, x->dx, x->dw, NULL, &err));
 }
+static void op_fwd_save(void *c) /* forward keeping what the backward of its override needs */
+{
+	l_ctx *x = c;
+	fos_saved sv;
+	CK(fos_linear_forward(be, x->x, x->m, x->qw, &x->o, NULL, x->y, &sv, &err));
+	fos_saved_free(be, &sv);
+}
+
+typedef int (*quantize_t_fn)(fos_backend *, const void *, int, int64_t, int64_t, const fos_qcfg *, const float *,
+			     fos_qtensor *, uint16_t *, fos_err *);
 
 static void row(const char *what, const char *shape, double us, const char *base, double base_us)
 {
@@ -291,6 +334,59 @@ static void bench_quant(int64_t rows, int64_t cols, int quick)
 	CK(be->sync(be, &err));
 }
 
+/* quantize_t against transpose + quantize on a stored (cols, rows) bf16 tensor. */
+static void bench_quant_t(int64_t rows, int64_t cols, int quick)
+{
+	if (!be->quantize_t) {
+		printf("| quantize_t | | not offered by this backend | | |\n");
+		return;
+	}
+	char shape[96];
+	snprintf(shape, sizeof shape, "logical %lldx%lld from stored %lldx%lld bf16", (long long)rows, (long long)cols,
+		 (long long)cols, (long long)rows);
+	int64_t n = rows * cols;
+	uint16_t *x = dev_rand(n, 0.01f), *tmp = dev_rand(n, 0.01f), *dec = be->alloc(be, (size_t)n * 2);
+	copy_ctx cc = {x, tmp, (size_t)n * 2};
+	double copy = time_us(op_copy, &cc);
+	printf("| D2D copy of the input | %s | %.1f us | (%.0f GB/s read+write) | |\n", shape, copy, 2.0 * n * 2 / copy / 1e3);
+	float amax = 0.05f, *dam = be->alloc(be, sizeof amax);
+	CK(be->h2d(be, dam, &amax, sizeof amax, &err));
+	qt_ctx q = {x, tmp, rows, cols, fos_qcfg_default(), NULL, {0}, dec};
+	CK(fos_qtensor_alloc(be, &q.q, rows, cols, 0, &err));
+	struct {
+		const char *name;
+		int recipe, block, given, dec;
+	} cases[] = {
+		{"NVFP4 gradient quantize_t, amax given, + decoded (the backward's dY^T)", 1, 0, 1, 1},
+		{"NVFP4 gradient quantize_t, amax computed, + decoded", 1, 0, 0, 1},
+		{"NVFP4 gradient quantize_t, amax given, no decoded", 1, 0, 1, 0},
+		{"4/6 quantize_t 1x16 MAE, amax given, + decoded (the forward's saved X^T)", 0, 0, 1, 1},
+		{"4/6 quantize_t 16x16 MAE, amax given, + decoded (the weight's columnwise copy)", 0, 1, 1, 1},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		if (quick && i > 0)
+			break;
+		q.cfg = fos_qcfg_default();
+		q.cfg.recipe = cases[i].recipe;
+		q.cfg.block = cases[i].block;
+		q.cfg.bound = cases[i].recipe ? 448 : 256;
+		q.amax = cases[i].given ? dam : NULL;
+		q.dec = cases[i].dec ? dec : NULL;
+		double t_qt, t_trq, t_row;
+		time_pair_us(op_qt, &q, op_tr_q, &q, &t_qt, &t_trq);
+		row(cases[i].name, shape, t_qt, "transpose + quantize", t_trq);
+		t_row = time_us(op_q_rowwise, &q);
+		row("  the same quantize on an untransposed tensor", shape, t_row, "copy", copy);
+		printf("|   quantize_t over the untransposed quantize | %s | | | %.2fx |\n", shape, t_qt / t_row);
+	}
+	fos_qtensor_free(be, &q.q);
+	be->free(be, dam);
+	be->free(be, dec);
+	be->free(be, tmp);
+	be->free(be, x);
+	CK(be->sync(be, &err));
+}
+
 static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 {
 	char shape[64];
@@ -358,6 +454,17 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 			l.o.override = FOS_OVR_HIGH_PRECISION;
 			row_pair("forward, row-scaled X", shape, op_fwd, &l, "plain GEMM", op_gemm, &g);
 			l.o = o;
+			l.o.override = FOS_OVR_QUANTIZED;
+			row_pair("forward + saved context (quantized override: columnwise X)", shape, op_fwd_save, &l,
+				 "plain GEMM", op_gemm, &g);
+			if (be->quantize_t && !quick) {
+				quantize_t_fn keep = be->quantize_t;
+				be->quantize_t = NULL;
+				row_pair("  same without quantize_t (transpose + quantize)", shape, op_fwd_save, &l, "plain GEMM",
+					 op_gemm, &g);
+				be->quantize_t = keep;
+			}
+			l.o = o;
 			const int ovr[] = {FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION, FOS_OVR_DEQUANTIZED};
 			const char *on[] = {"quantized", "high_precision", "dequantized"};
 			for (int i = 0; i < 3; i++) {
@@ -365,6 +472,13 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 				CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
 				snprintf(name, sizeof name, "backward %s (dX + dW)", on[i]);
 				row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
+				if (i == 0 && be->quantize_t && !quick) { /* dY^T through transpose + quantize */
+					quantize_t_fn keep = be->quantize_t;
+					be->quantize_t = NULL;
+					row_pair("  backward quantized without quantize_t (transpose + quantize)", shape, op_bwd, &l,
+						 "its 2 plain GEMMs", op_two_gemms, &both);
+					be->quantize_t = keep;
+				}
 				if (i > 0 && be->gemm_ex && !quick) { /* the path before gemm_ex, for comparison */
 					int (*keep)(fos_backend *, const uint16_t *, int, const uint16_t *, int, int64_t, int64_t,
 						    int64_t, const struct fos_gemm_epi *, uint16_t *, fos_err *) = be->gemm_ex;
@@ -399,6 +513,7 @@ int main(int argc, char **argv)
 	printf("| what | shape | time (median of 11) | baseline | ratio |\n|---|---|---|---|---|\n");
 	bench_quant(8192, 5120, quick);
 	bench_quant(8192, 8192, quick);
+	bench_quant_t(4096, 8192, quick);
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
 	be->destroy(be);

@@ -164,6 +164,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->amax = fcu_amax;
 	be->transpose = fcu_transpose;
 	be->quantize = fcu_quantize;
+	be->quantize_t = fcu_quantize_t;
 	be->dequantize = fcu_dequantize;
 	be->decode = fcu_decode;
 	be->gemm = fcu_gemm;

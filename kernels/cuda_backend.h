@@ -26,7 +26,8 @@ int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
 /* Quantize kernel variant, for benchmarks and cross-checks (0 = default, every variant gives the
  * same bytes). Bit 0: per-tensor 1x16 through the generic kernel (per-thread candidate tables)
  * instead of the per-CTA tabled one; bit 1: software e4m3 encode instead of the hardware
- * conversion; bit 2: walk the blocks from the start rather than from the end after an amax pass. */
+ * conversion; bit 2: walk the blocks from the start rather than from the end after an amax pass.
+ * Bits 1 and 2 apply to quantize_t too. */
 int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
 
 /* A plain cuBLASLt bf16 GEMM y = a b^T (bf16 out, alpha 1) with cuBLASLt's first heuristic choice

@@ -100,6 +100,8 @@ int fcu_transpose(fos_backend *be, const void *src, void *dst, int64_t rows, int
 		  fos_err *err);
 int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
+int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
 int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
 /* ops (cuda_gemm.cu) */

@@ -1,7 +1,10 @@
 /* cuda_quant.cu: the CUDA backend's elementwise ops: amax (per tensor / per row), transpose,
  * four-over-six quantize (1x16 per-tensor and row-scaled, 16x16 tiles), the NVFP4 gradient
- * quantize, dequantize and decode. Bit-identical to the CPU reference (kernels/cpu_quant.c): the
- * per-block arithmetic is cuda_q46.cuh, every float operation an __f*_rn intrinsic.
+ * quantize, quantize_t (the same quantizers on an input stored transposed, read in place through
+ * shared-memory tiles), dequantize and decode. Bit-identical to the CPU reference
+ * (kernels/cpu_quant.c): the per-block arithmetic is cuda_q46.cuh and the block functions
+ * fcu_blk46 / fcu_blk46_tile / fcu_blk_grad, shared by the rowwise and the transposed kernels;
+ * every float operation an __f*_rn intrinsic.
  *
  * Layout: a 1x16 block of a row-major (rows, cols) tensor is 16 contiguous elements, so block b
  * reads x + 16 b, writes 8 code bytes at codes + 8 b, its scale byte at scales + b and 16 bf16 at
@@ -354,6 +357,31 @@ __device__ __forceinline__ void fcu_store_pt(int64_t b, uint64_t cw, uint32_t sf
 
 /* ---- 4/6, 1x16, per tensor ------------------------------------------------------------------- */
 
+/* One 1x16 block of the per-tensor 4/6 quantizer (section 3) from its raw input bits: returns the
+ * 16 codes (element i at bits 4i) and sets *sf_out to the scale byte. Shared by the rowwise kernel
+ * and the transposed-input kernel, so both run the same arithmetic. */
+template <typename T, bool MSE>
+__device__ __forceinline__ uint64_t fcu_blk46(const fcu_raw<T> &cur, float s_enc, float r6, int hw,
+					      const fcu_pt_smem &sm, uint32_t svt0, uint32_t *sf_out)
+{
+	float xf[16];
+	fcu_unpack(cur, xf);
+	float bamax = 0.0f;
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+	const float base = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+	uint32_t sf6, sf4;
+	fcu_cands(base, hw, &sf6, &sf4);
+	const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
+	uint64_t m6, m4;
+	const float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
+	const float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
+	const bool p4 = e4 < e6;
+	*sf_out = p4 ? sf4 : sf6;
+	return (p4 ? m4 : m6) | fcu_pick_signs(cur, xf, p4 ? inv4 : inv6, e6 != e6 || e4 != e4);
+}
+
 /* One thread per block, two blocks' bytes in flight ahead of the one being worked on. rev: walk
  * from the end (the amax pass just read the tensor, its tail is still in L2). hw: the hardware
  * e4m3 conversion (exhaustively equal, self-test 2). */
@@ -381,31 +409,50 @@ __global__ void __launch_bounds__(QT) k_q46_pt(const T *__restrict__ x, int nblk
 		r0 = r1;
 		if (i + 2 * stride < nblk)
 			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
-		float xf[16];
-		fcu_unpack(cur, xf);
-		float bamax = 0.0f;
-#pragma unroll
-		for (int j = 0; j < 16; j++)
-			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
-		const float base = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
-		uint32_t sf6, sf4;
-		fcu_cands(base, hw, &sf6, &sf4);
-		const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
-		uint64_t m6, m4;
-		const float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
-		const float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
-		const bool p4 = e4 < e6;
-		const uint32_t sf = p4 ? sf4 : sf6;
-		const uint64_t cw = (p4 ? m4 : m6) | fcu_pick_signs(cur, xf, p4 ? inv4 : inv6, e6 != e6 || e4 != e4);
+		uint32_t sf;
+		const uint64_t cw = fcu_blk46<T, MSE>(cur, s_enc, r6, hw, sm, svt0, &sf);
 		fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
 	}
 }
 
 /* ---- 4/6, 16x16 tiles ------------------------------------------------------------------------ */
 
-/* A half-warp per tile: lane r of the half owns the tile's row r (one 1x16 row-group). The tile
- * amax is a max over the half (exact), the tile error the section 3 tree by xor-shuffles 8, 4, 2, 1
- * (every lane ends with the same sum: the tree's additions only commute). */
+/* One row-group (16 elements) of a 16x16 tile; the tile's 16 row-groups are held by 16 lanes of
+ * one warp, lane stride LS apart (LS 1: the lanes of a half-warp; LS 2: every other lane). The
+ * tile amax is a max over those lanes (exact), the tile error the section 3 tree by xor-shuffles
+ * 8, 4, 2, 1 row-groups apart (every lane ends with the same sum: the tree's additions only
+ * commute). Every lane of the warp must call it. Returns the row-group's codes, *sf_out its scale. */
+template <typename T, bool MSE, int LS>
+__device__ __forceinline__ uint64_t fcu_blk46_tile(const fcu_raw<T> &raw, float s_enc, float r6, int hw,
+						   const fcu_pt_smem &sm, uint32_t svt0, uint32_t *sf_out)
+{
+	float xf[16], bamax = 0.0f;
+	fcu_unpack(raw, xf);
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+#pragma unroll
+	for (int o = 8; o >= 1; o >>= 1)
+		bamax = fmaxf(bamax, __shfl_xor_sync(0xffffffffu, bamax, o * LS, 16 * LS)); /* no NaN here */
+	const float bs = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+	uint32_t sf6, sf4;
+	fcu_cands(bs, hw, &sf6, &sf4);
+	const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
+	uint64_t m6, m4;
+	float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
+	float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
+	const bool nan_err = e6 != e6 || e4 != e4; /* this row-group's own */
+#pragma unroll
+	for (int o = 8; o >= 1; o >>= 1) {
+		e6 = FOS_ADD(e6, __shfl_xor_sync(0xffffffffu, e6, o * LS, 16 * LS));
+		e4 = FOS_ADD(e4, __shfl_xor_sync(0xffffffffu, e4, o * LS, 16 * LS));
+	}
+	const bool p4 = e4 < e6;
+	*sf_out = p4 ? sf4 : sf6;
+	return (p4 ? m4 : m6) | fcu_pick_signs(raw, xf, p4 ? inv4 : inv6, nan_err);
+}
+
+/* A half-warp per tile: lane r of the half owns the tile's row r (one 1x16 row-group). */
 template <typename T, bool MSE, bool DEC>
 __global__ void __launch_bounds__(QT) k_q46_16x16(const T *__restrict__ x, int ntiles, int bpr,
 						  const float *__restrict__ amax, float d, int hw,
@@ -431,37 +478,37 @@ __global__ void __launch_bounds__(QT) k_q46_16x16(const T *__restrict__ x, int n
 		} else {
 			fcu_zero(raw);
 		}
-		float xf[16], bamax = 0.0f;
-		fcu_unpack(raw, xf);
-#pragma unroll
-		for (int j = 0; j < 16; j++)
-			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
-#pragma unroll
-		for (int o = 8; o >= 1; o >>= 1)
-			bamax = fmaxf(bamax, __shfl_xor_sync(0xffffffffu, bamax, o, 16)); /* no NaN here */
-		const float bs = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
-		uint32_t sf6, sf4;
-		fcu_cands(bs, hw, &sf6, &sf4);
-		const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
-		uint64_t m6, m4;
-		float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
-		float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
-		const bool nan_err = e6 != e6 || e4 != e4; /* this row-group's own */
-#pragma unroll
-		for (int o = 8; o >= 1; o >>= 1) {
-			e6 = FOS_ADD(e6, __shfl_xor_sync(0xffffffffu, e6, o, 16));
-			e4 = FOS_ADD(e4, __shfl_xor_sync(0xffffffffu, e4, o, 16));
-		}
-		const bool p4 = e4 < e6;
-		if (on) {
-			const uint32_t sf = p4 ? sf4 : sf6;
-			const uint64_t cw = (p4 ? m4 : m6) | fcu_pick_signs(raw, xf, p4 ? inv4 : inv6, nan_err);
+		uint32_t sf;
+		const uint64_t cw = fcu_blk46_tile<T, MSE, 1>(raw, s_enc, r6, hw, sm, svt0, &sf);
+		if (on)
 			fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
-		}
 	}
 }
 
 /* ---- standard NVFP4 gradient quantize (section 5) -------------------------------------------- */
+
+/* One 1x16 block of the gradient quantizer; g = rn(s_enc * fp32(1/6)). Returns the codes, *sf_out
+ * the scale byte. Shared by the rowwise and the transposed-input kernels. */
+template <typename T>
+__device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g, int hw, const fcu_pt_smem &sm,
+						 uint32_t *sf_out)
+{
+	float xf[16], bamax = 0.0f;
+	fcu_unpack(cur, xf);
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+	const float v = FOS_MUL(bamax, g);
+	const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
+	const float inv = sm.sinv[sf];
+	const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
+	bool has_nan = false;
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		has_nan |= xf[j] != xf[j];
+	*sf_out = sf;
+	return m | fcu_pick_signs(cur, xf, inv, has_nan);
+}
 
 template <typename T, bool DEC>
 __global__ void __launch_bounds__(QT) k_grad_1x16(const T *__restrict__ x, int nblk, const float *__restrict__ amax,
@@ -485,20 +532,143 @@ __global__ void __launch_bounds__(QT) k_grad_1x16(const T *__restrict__ x, int n
 		r0 = r1;
 		if (i + 2 * stride < nblk)
 			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
-		float xf[16], bamax = 0.0f;
-		fcu_unpack(cur, xf);
+		uint32_t sf;
+		const uint64_t cw = fcu_blk_grad<T>(cur, g, hw, sm, &sf);
+		fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
+	}
+}
+
+/* ---- quantize of an input stored transposed (quantize_t) ------------------------------------- */
+
+/* The logical (rows, cols) tensor is X[r, c] = x[c * rows + r]: its 1x16 block (r, b) is a strip
+ * of 16 stored rows in one stored column. A CTA takes a tile of QTT_R logical rows x QTT_C logical
+ * columns (QTT_C / 16 = 4 blocks per logical row): the tile's QTT_C stored rows of QTT_R elements
+ * (one 128-byte line each for bf16, two for f32) are copied into shared memory with 16-byte
+ * cp.async (zero-filled past the edges); then each thread gathers one block's 16 elements from a
+ * stored column of the tile and runs the same per-block arithmetic as the rowwise kernels
+ * (fcu_blk46 / fcu_blk46_tile / fcu_blk_grad). Lane mapping: the W blocks of a logical row on W
+ * neighbouring lanes (W = 4; 2 for 16x16, whose 16 row-groups must share a warp), so a warp's code
+ * and decoded stores cover whole 32-byte sectors of consecutive logical rows. In the shared tile,
+ * stored row j starts at j * QTT_R + (j / 16) * (32 / W) elements: the skew puts the strips of a
+ * warp's W blocks on disjoint banks, and the 16-byte copies stay conflict-free. Two tile buffers:
+ * the next tile's copy is in flight while the current one is worked on (persistent grid, one
+ * barrier per tile). Tiles are walked in stored order (rev: from the end, as the rowwise kernels
+ * do after an amax pass). Stored rows that are not 16-byte aligned take element loads instead. */
+#define QTT_R 64 /* logical rows per tile */
+#define QTT_C 64 /* logical columns per tile */
+
+enum { FCU_QT_46 = 0, FCU_QT_46_TILE = 1, FCU_QT_GRAD = 2 };
+
+__device__ __forceinline__ void fcu_cp_async16(uint32_t dst, const void *src, bool on)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(on ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void fcu_cp_commit()
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void fcu_cp_wait_all()
+{
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+template <typename T, int MODE, bool MSE, bool DEC>
+__global__ void __launch_bounds__(QT, MODE == FCU_QT_GRAD ? 4 : 3) k_quant_t(const T *__restrict__ x, int rows, int cols, int nrt,
+						int ntiles, const float *__restrict__ amax, float d, int hw, int rev,
+						int vec, uint8_t *__restrict__ codes, uint8_t *__restrict__ scales,
+						uint16_t *__restrict__ dec)
+{
+	constexpr int W = MODE == FCU_QT_46_TILE ? 2 : 4; /* blocks of one logical row on W lanes */
+	constexpr int RW = 32 / W;			  /* logical rows per warp (also the skew) */
+	constexpr int EPC = 16 / (int)sizeof(T);	  /* elements per 16-byte chunk */
+	constexpr int CPR = QTT_R / EPC;		  /* chunks per stored tile row */
+	constexpr int NCH = QTT_C * CPR / QT;		  /* chunks per thread */
+	constexpr int TSZ = QTT_C * QTT_R + 3 * RW;	  /* one tile buffer, elements (16-byte multiple) */
+	static_assert(QT == 256 && QTT_C == 64 && QTT_R == 64 && NCH * QT == QTT_C * CPR, "tile shape");
+	static_assert((TSZ * sizeof(T)) % 16 == 0, "tile buffer alignment");
+	__shared__ fcu_pt_smem sm;
+	__shared__ __align__(16) T tile[2 * TSZ];
+	const int t = threadIdx.x, lane = t & 31, wp = t >> 5;
+	const float a = amax[0];
+	const float s_enc = fos_s_enc(a, MODE == FCU_QT_GRAD ? 2688.0f : d), s_dec = FOS_DIV(1.0f, s_enc);
+	if (MODE == FCU_QT_GRAD)
+		fcu_pt_setup(sm, a, 2688.0f, s_dec, false, DEC);
+	else
+		fcu_pt_setup(sm, a, d, s_dec, true, DEC);
+	const float g = FOS_MUL(s_enc, FOS_ONE_SIXTH);
+	const float r6 = FOS_DIV(1.0f, 6.0f);
+	const uint32_t svt0 = (uint32_t)__cvta_generic_to_shared(sm.svt);
+	const uint32_t tile0 = (uint32_t)__cvta_generic_to_shared(tile);
+	const int rl = (wp / (4 / W)) * RW + lane / W; /* this thread's logical row in the tile */
+	const int bl = (wp % (4 / W)) * W + lane % W;   /* and its block (0..3) */
+	const int bpr = cols / 16;
+	/* tile i: its first logical row r0 and column c0 (stored order, c0 major) */
+	auto tile_at = [&](int i, int &r0, int &c0) {
+		const int ti = rev ? ntiles - 1 - i : i;
+		const int ct = ti / nrt;
+		r0 = (ti - ct * nrt) * QTT_R;
+		c0 = ct * QTT_C;
+	};
+	auto issue = [&](int i, int buf) {
+		int r0, c0;
+		tile_at(i, r0, c0);
 #pragma unroll
-		for (int j = 0; j < 16; j++)
-			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
-		const float v = FOS_MUL(bamax, g);
-		const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
-		const float inv = sm.sinv[sf];
-		const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
-		bool has_nan = false;
+		for (int h = 0; h < NCH; h++) {
+			const int q = t + QT * h, j = q / CPR, k = q % CPR;
+			const int c = c0 + j, r = r0 + k * EPC;
+			const bool on = c < cols && r < rows;
+			fcu_cp_async16(tile0 + (uint32_t)((buf * TSZ + j * QTT_R + (j / 16) * RW + k * EPC) * sizeof(T)),
+				       on ? (const void *)(x + (int64_t)c * rows + r) : (const void *)x, on);
+		}
+		fcu_cp_commit();
+	};
+	int i = blockIdx.x, buf = 0;
+	if (vec && i < ntiles)
+		issue(i, 0);
+	for (; i < ntiles; i += gridDim.x, buf ^= 1) {
+		int r0, c0;
+		tile_at(i, r0, c0);
+		T *tb = tile + buf * TSZ;
+		if (vec) {
+			fcu_cp_wait_all();
+			__syncthreads(); /* tile i landed; every thread is done with the other buffer */
+			if (i + (int)gridDim.x < ntiles)
+				issue(i + gridDim.x, buf ^ 1);
+		} else { /* element loads, consecutive threads along a stored row */
+			__syncthreads();
+			for (int e = t; e < QTT_C * QTT_R; e += QT) {
+				const int j = e / QTT_R, k = e % QTT_R;
+				const int c = c0 + j, r = r0 + k;
+				tb[j * QTT_R + (j / 16) * RW + k] = (c < cols && r < rows) ? x[(int64_t)c * rows + r] : T(0);
+			}
+			__syncthreads();
+		}
+		/* gather this thread's block: logical (rl, 16 bl .. 16 bl + 15) = stored rows 16 bl + jj */
+		fcu_raw<T> raw;
+		const T *src = tb + (16 * bl) * QTT_R + bl * RW + rl;
+		uint32_t *w = reinterpret_cast<uint32_t *>(raw.v);
+		if (sizeof(T) == 2) {
+			const uint16_t *s16 = reinterpret_cast<const uint16_t *>(src);
 #pragma unroll
-		for (int j = 0; j < 16; j++)
-			has_nan |= xf[j] != xf[j];
-		fcu_store_pt<DEC>(b, m | fcu_pick_signs(cur, xf, inv, has_nan), sf, codes, scales, dec, sm.sdec);
+			for (int jj = 0; jj < 8; jj++)
+				w[jj] = (uint32_t)s16[(2 * jj) * QTT_R] | ((uint32_t)s16[(2 * jj + 1) * QTT_R] << 16);
+		} else {
+			const uint32_t *s32 = reinterpret_cast<const uint32_t *>(src);
+#pragma unroll
+			for (int jj = 0; jj < 16; jj++)
+				w[jj] = s32[jj * QTT_R];
+		}
+		uint32_t sf;
+		uint64_t cw;
+		if (MODE == FCU_QT_GRAD)
+			cw = fcu_blk_grad<T>(raw, g, hw, sm, &sf);
+		else if (MODE == FCU_QT_46_TILE)
+			cw = fcu_blk46_tile<T, MSE, W>(raw, s_enc, r6, hw, sm, svt0, &sf); /* row-groups W lanes apart */
+		else
+			cw = fcu_blk46<T, MSE>(raw, s_enc, r6, hw, sm, svt0, &sf);
+		const int r = r0 + rl, b = c0 / 16 + bl;
+		if (r < rows && b < bpr)
+			fcu_store_pt<DEC>((int64_t)r * bpr + b, cw, sf, codes, scales, dec, sm.sdec);
 	}
 }
 
@@ -972,6 +1142,87 @@ int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 	else
 		fcu_quant_any<uint16_t>(be, x, rows, nblk, bpr, cfg, q->amax, hw, rev, generic, q, decoded);
 	return fcu_launched(err, "quantize kernel launch");
+}
+
+/* quantize_t: mode and template dispatch of k_quant_t. */
+template <typename T, int MODE, bool MSE, bool DEC>
+static void fcu_qt_launch(fos_backend *be, const void *x, int rows, int cols, float d, const float *amax,
+			  int hw, int rev, int vec, fos_qtensor *q, uint16_t *dec)
+{
+	const int nrt = (rows + QTT_R - 1) / QTT_R, nct = (cols + QTT_C - 1) / QTT_C;
+	const int ntiles = nrt * nct;
+	auto k = k_quant_t<T, MODE, MSE, DEC>;
+	k<<<fcu_grid_for(be, k, (int64_t)ntiles * QT, QT), QT, 0, fcu(be)->st>>>(
+		static_cast<const T *>(x), rows, cols, nrt, ntiles, amax, d, hw, rev, vec, q->codes, q->scales, dec);
+}
+
+template <typename T, bool MSE, bool DEC>
+static void fcu_qt_mode(fos_backend *be, const void *x, int rows, int cols, const fos_qcfg *cfg,
+			const float *amax, int hw, int rev, int vec, fos_qtensor *q, uint16_t *dec)
+{
+	const float d = fos_bound_d(cfg->bound);
+	if (cfg->recipe == FOS_RECIPE_NVFP4)
+		fcu_qt_launch<T, FCU_QT_GRAD, false, DEC>(be, x, rows, cols, d, amax, hw, rev, vec, q, dec);
+	else if (cfg->block == FOS_BLOCK_16X16)
+		fcu_qt_launch<T, FCU_QT_46_TILE, MSE, DEC>(be, x, rows, cols, d, amax, hw, rev, vec, q, dec);
+	else
+		fcu_qt_launch<T, FCU_QT_46, MSE, DEC>(be, x, rows, cols, d, amax, hw, rev, vec, q, dec);
+}
+
+template <typename T>
+static void fcu_qt_any(fos_backend *be, const void *x, int rows, int cols, const fos_qcfg *cfg,
+		       const float *amax, int hw, int rev, int vec, fos_qtensor *q, uint16_t *dec)
+{
+	const bool mse = cfg->err_mode == FOS_ERR_MSE && cfg->recipe != FOS_RECIPE_NVFP4;
+	if (mse && dec)
+		fcu_qt_mode<T, true, true>(be, x, rows, cols, cfg, amax, hw, rev, vec, q, dec);
+	else if (mse)
+		fcu_qt_mode<T, true, false>(be, x, rows, cols, cfg, amax, hw, rev, vec, q, dec);
+	else if (dec)
+		fcu_qt_mode<T, false, true>(be, x, rows, cols, cfg, amax, hw, rev, vec, q, dec);
+	else
+		fcu_qt_mode<T, false, false>(be, x, rows, cols, cfg, amax, hw, rev, vec, q, dec);
+}
+
+/* x is stored (cols, rows); the outputs are those of fcu_quantize on the (rows, cols) transpose. */
+int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
+{
+	int rc = fos_qcfg_check(cfg, rows, cols, err);
+	if (rc)
+		return rc;
+	if (dtype != FOS_BF16 && dtype != FOS_F32)
+		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
+	if (cfg->row_scaled)
+		return fos_seterr(err, FOS_EINVAL, "quantize of a transposed input is per-tensor only, not row-scaled");
+	if (rows * cols / 16 > 0x7FFFFFFF || rows > 0x7FFFFFFF - QTT_R || cols > 0x7FFFFFFF - QTT_C)
+		return fos_seterr(err, FOS_EINVAL, "quantize of (%lld, %lld): more than 2^31 blocks or rows", (long long)rows,
+				  (long long)cols);
+	if (!fcu_aligned(q->codes, 8) || (decoded && !fcu_aligned(decoded, 16)))
+		return fos_seterr(err, FOS_EINVAL, "quantize: codes or decoded pointer not 8/16-byte aligned");
+	if ((rc = fcu_enter(be, err)))
+		return rc;
+	if (amax_in) {
+		if (amax_in != q->amax &&
+		    (rc = fcu_check(cudaMemcpyAsync(q->amax, amax_in, sizeof(float), cudaMemcpyDeviceToDevice, fcu(be)->st),
+				    err, "cudaMemcpyAsync (amax)")))
+			return rc;
+	} else if ((rc = fcu_amax(be, x, dtype, cols, rows, 0, q->amax, err))) { /* the stored tensor: same values */
+		return rc;
+	}
+	q->rows = rows;
+	q->cols = cols;
+	q->bound = cfg->bound;
+	q->row_scaled = 0;
+	const size_t es = dtype == FOS_F32 ? 4 : 2;
+	const int vec = fcu_aligned(x, 16) && ((size_t)rows * es) % 16 == 0;
+	const int var = fcu(be)->variant;
+	const int hw = !((var >> 1) & 1), rev = !amax_in && !((var >> 2) & 1);
+	if (dtype == FOS_F32)
+		fcu_qt_any<float>(be, x, (int)rows, (int)cols, cfg, q->amax, hw, rev, vec, q, decoded);
+	else
+		fcu_qt_any<uint16_t>(be, x, (int)rows, (int)cols, cfg, q->amax, hw, rev, vec, q, decoded);
+	return fcu_launched(err, "quantize_t kernel launch");
 }
 
 static int fcu_check_q(const fos_qtensor *q, fos_err *err)

@@ -7,7 +7,10 @@
  * accumulation is exact in any order (so only the epilogue can differ), through both epilogue paths
  * (cuBLASLt alpha, own FP32 epilogue) and every gemm_ex layout; gemm_ex on every layout against
  * gemm on transposed copies (identical bytes reported, SQNR > 60 dB asserted); determinism over
- * repeated runs; and a report of batch invariance (rows 0..15 of Y for M = 16 against M = 8192).
+ * repeated runs; a report of batch invariance (rows 0..15 of Y for M = 16 against M = 8192); and
+ * the quantized forward / backward with the backend's quantize_t (columnwise X, the weight's
+ * columnwise copy, dY^T read in place) bit for bit equal to the same calls with quantize_t
+ * switched off (linear.c's transpose-then-quantize path).
  * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -689,6 +692,92 @@ static void test_linear_all_overrides(void **state)
 	       (long long)g_lin_cases, (long long)g_lin_transposed_diff);
 }
 
+/* The quantized override through quantize_t against the same calls with be->quantize_t switched
+ * off (linear.c then transposes and quantizes): saved columnwise X, the weight's columnwise copy
+ * (made eagerly and lazily from the master), dX and dW, bit for bit. */
+static void test_linear_quantize_t(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	assert_non_null(g_gpu->quantize_t);
+	const int64_t sh[][3] = {{256, 384, 512}, {2048, 1024, 1536}, {1024, 4096, 512}};
+	int64_t cases = 0;
+	for (int s = 0; s < 3; s++)
+		for (int v = 0; v < 4; v++) {
+			int64_t m = sh[s][0], n = sh[s][1], k = sh[s][2];
+			fos_linear_opts o = fos_linear_opts_default();
+			o.override = FOS_OVR_QUANTIZED;
+			o.weight_block = v & 1 ? FOS_BLOCK_1X16 : FOS_BLOCK_16X16;
+			o.err_mode = v & 2 ? FOS_ERR_MSE : FOS_ERR_MAE;
+			o.bound = v & 2 ? 448 : 256;
+			const int eager = (v + s) % 2; /* build the columnwise weight now, or lazily in backward */
+			fos_err e;
+			uint16_t *xh = rand_bf16(m * k, 1.0f), *wh = rand_bf16(n * k, 0.05f), *dyh = rand_bf16(m * n, 0.1f);
+			uint16_t *x = dev_copy(g_gpu, xh, (size_t)(m * k) * 2), *w = dev_copy(g_gpu, wh, (size_t)(n * k) * 2);
+			uint16_t *dy = dev_copy(g_gpu, dyh, (size_t)(m * n) * 2);
+			uint16_t *y = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
+			void *res[2][8];
+			int (*keep)(fos_backend *, const void *, int, int64_t, int64_t, const fos_qcfg *, const float *,
+				    fos_qtensor *, uint16_t *, fos_err *) = g_gpu->quantize_t;
+			for (int pass = 0; pass < 2; pass++) {
+				g_gpu->quantize_t = pass ? NULL : keep;
+				fos_qweight qw;
+				fos_saved sv;
+				uint16_t *dx = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2), *dw = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2);
+				int rc = fos_qweight_make(g_gpu, w, n, k, &o, 1, eager, &qw, &e);
+				if (!rc)
+					rc = fos_linear_forward(g_gpu, x, m, &qw, &o, NULL, y, &sv, &e);
+				if (!rc)
+					rc = fos_linear_backward(g_gpu, &sv, &qw, dy, dx, dw, NULL, &e);
+				g_gpu->quantize_t = keep;
+				if (rc)
+					fprintf(stderr, "quantized linear (quantize_t %s): %s\n", pass ? "off" : "on", e.msg);
+				assert_int_equal(rc, FOS_OK);
+				assert_non_null(qw.qcol.codes);
+				assert_non_null(sv.xcol.codes);
+				res[pass][0] = host_copy(g_gpu, sv.xcol.codes, (size_t)(m * k) / 2);
+				res[pass][1] = host_copy(g_gpu, sv.xcol.scales, (size_t)(m * k) / 16);
+				res[pass][2] = host_copy(g_gpu, sv.xcol_decoded, (size_t)(m * k) * 2);
+				res[pass][3] = host_copy(g_gpu, qw.qcol.codes, (size_t)(n * k) / 2);
+				res[pass][4] = host_copy(g_gpu, qw.qcol.scales, (size_t)(n * k) / 16);
+				res[pass][5] = host_copy(g_gpu, qw.col_decoded, (size_t)(n * k) * 2);
+				res[pass][6] = host_copy(g_gpu, dx, (size_t)(m * k) * 2);
+				res[pass][7] = host_copy(g_gpu, dw, (size_t)(n * k) * 2);
+				fos_saved_free(g_gpu, &sv);
+				fos_qweight_free(g_gpu, &qw);
+				g_gpu->free(g_gpu, dx);
+				g_gpu->free(g_gpu, dw);
+			}
+			const size_t bytes[8] = {(size_t)(m * k) / 2, (size_t)(m * k) / 16, (size_t)(m * k) * 2,
+						 (size_t)(n * k) / 2, (size_t)(n * k) / 16, (size_t)(n * k) * 2,
+						 (size_t)(m * k) * 2, (size_t)(n * k) * 2};
+			static const char *what[8] = {"saved x columnwise codes", "saved x columnwise scales",
+						      "saved x columnwise decoded", "weight columnwise codes",
+						      "weight columnwise scales", "weight columnwise decoded", "dX", "dW"};
+			int64_t d = 0;
+			for (int i = 0; i < 8; i++) {
+				int64_t di = diff_bytes(res[0][i], res[1][i], bytes[i]);
+				if (di)
+					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ with quantize_t\n",
+						(long long)m, (long long)n, (long long)k, v, what[i], (long long)di);
+				d += di;
+				free(res[0][i]);
+				free(res[1][i]);
+			}
+			assert_true(d == 0);
+			cases++;
+			g_gpu->free(g_gpu, x);
+			g_gpu->free(g_gpu, w);
+			g_gpu->free(g_gpu, dy);
+			g_gpu->free(g_gpu, y);
+			assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+			free(xh);
+			free(wh);
+			free(dyh);
+		}
+	printf("quantized linear with quantize_t vs transpose + quantize: %lld cases, identical\n", (long long)cases);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -719,7 +808,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_epilogue_exact), cmocka_unit_test(test_gemm_random),
 		cmocka_unit_test(test_gemm_ex_exact),	    cmocka_unit_test(test_gemm_ex_layouts),
 		cmocka_unit_test(test_colsum),		    cmocka_unit_test(test_linear_all_overrides),
-		cmocka_unit_test(test_batch_invariance),
+		cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_linear_quantize_t),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

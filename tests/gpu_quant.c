@@ -6,8 +6,12 @@
  * the shapes (128, 256), (64, 1024), (384, 256), (100, 320) and large ones; repeated runs give the
  * same bytes; the exhaustive self-tests of every fast replacement of an exact operation pass;
  * dequantize / decode of hand-made tensors holding every scale byte (the sign-bit bytes 0x80..0xFF,
- * which no quantizer writes, and the NaN bytes 0x7F / 0xFF) with every code, against the CPU.
- * Skips cleanly (exit 0) when there is no usable GPU. */
+ * which no quantizer writes, and the NaN bytes 0x7F / 0xFF) with every code, against the CPU;
+ * quantize_t (an input stored transposed, read in place) against the CPU's quantize_t and against
+ * CUDA quantize on a GPU-transposed copy, bit for bit, for every per-tensor config, bf16 and f32,
+ * given and computed amax, with and without the decoded output, on support_ref.h's data kinds at
+ * odd, non-square and large shapes (logical 4096x8192), under every kernel variant; row-scaled
+ * refused. Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,7 @@
 
 #include "backend.h"
 #include "fos_format.h"
+#include "support_ref.h"
 #ifdef FOS_HAVE_CUDA
 #include "cuda_backend.h"
 #endif
@@ -620,6 +625,278 @@ static void test_errors(void **state)
 	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
 }
 
+/* ---- quantize_t ------------------------------------------------------------------------------ */
+
+/* How one quantize_t case is run on a backend. */
+enum { QT_OP = 0, QT_TRANSPOSE_THEN_QUANTIZE = 1 };
+
+/* Quantizes the logical (rows, cols) tensor stored as xs (cols, rows) on be: through quantize_t, or
+ * through be->transpose + be->quantize. Outputs are poisoned first, so an unwritten byte shows. */
+static void run_quant_t(fos_backend *be, int how, const void *xs, int f32, int64_t rows, int64_t cols,
+			const fos_qcfg *cfg, const float *amax_in_h, int with_dec, qres *r)
+{
+	fos_err e;
+	size_t n = (size_t)(rows * cols), es = f32 ? 4 : 2;
+	void *x = dev_copy(be, xs, n * es);
+	float *ain = amax_in_h ? dev_copy(be, amax_in_h, 4) : NULL;
+	fos_qtensor q;
+	assert_int_equal(fos_qtensor_alloc(be, &q, rows, cols, 0, &e), FOS_OK);
+	uint16_t *dec = with_dec ? be->alloc(be, n * 2) : NULL;
+	uint8_t *poison = malloc(n * 2);
+	memset(poison, 0xA5, n * 2);
+	assert_int_equal(be->h2d(be, q.codes, poison, n / 2, &e), FOS_OK);
+	assert_int_equal(be->h2d(be, q.scales, poison, n / 16, &e), FOS_OK);
+	if (dec)
+		assert_int_equal(be->h2d(be, dec, poison, n * 2, &e), FOS_OK);
+	free(poison);
+	int rc;
+	if (how == QT_OP) {
+		assert_non_null(be->quantize_t);
+		rc = be->quantize_t(be, x, f32 ? FOS_F32 : FOS_BF16, rows, cols, cfg, ain, &q, dec, &e);
+	} else {
+		void *xt = be->alloc(be, n * es);
+		assert_non_null(xt);
+		rc = be->transpose(be, x, xt, cols, rows, es, &e);
+		if (!rc)
+			rc = be->quantize(be, xt, f32 ? FOS_F32 : FOS_BF16, rows, cols, cfg, ain, &q, dec, &e);
+		if (!rc)
+			rc = be->sync(be, &e);
+		be->free(be, xt);
+	}
+	if (rc)
+		fprintf(stderr, "%s quantize_t (how %d): %s\n", be->name, how, e.msg);
+	assert_int_equal(rc, FOS_OK);
+	r->codes = host_copy(be, q.codes, n / 2);
+	r->scales = host_copy(be, q.scales, n / 16);
+	r->amax = host_copy(be, q.amax, 4);
+	if (dec)
+		r->dec = host_copy(be, dec, n * 2);
+	assert_true(q.rows == rows && q.cols == cols && q.bound == cfg->bound && q.row_scaled == 0);
+	if (dec)
+		be->free(be, dec);
+	fos_qtensor_free(be, &q);
+	be->free(be, x);
+	if (ain)
+		be->free(be, ain);
+	assert_int_equal(be->sync(be, &e), FOS_OK);
+}
+
+static int64_t qres_diff(const qres *a, const qres *b, int64_t n, int with_dec, int64_t *dc, int64_t *ds, int64_t *da,
+			 int64_t *dd)
+{
+	*dc = diff8(a->codes, b->codes, n / 2);
+	*ds = diff8(a->scales, b->scales, n / 16);
+	*da = diff32(a->amax, b->amax, 1);
+	*dd = with_dec ? diff16(a->dec, b->dec, n) : 0;
+	return *dc + *ds + *da + *dd;
+}
+
+static int64_t g_qt_cases;
+
+/* One quantize_t case, three ways: CPU quantize_t (the reference), CUDA quantize_t, CUDA transpose
+ * + quantize. Returns the number of differing items (both comparisons). */
+static int64_t compare_quant_t(const void *xs, int f32, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+			       const float *amax_in, int with_dec, const char *what)
+{
+	qres c = {0}, g = {0}, gt = {0};
+	run_quant_t(g_cpu, QT_OP, xs, f32, rows, cols, cfg, amax_in, with_dec, &c);
+	run_quant_t(g_gpu, QT_OP, xs, f32, rows, cols, cfg, amax_in, with_dec, &g);
+	run_quant_t(g_gpu, QT_TRANSPOSE_THEN_QUANTIZE, xs, f32, rows, cols, cfg, amax_in, with_dec, &gt);
+	int64_t n = rows * cols, dc, ds, da, dd, ec, es, ea, ed;
+	int64_t bad = qres_diff(&c, &g, n, with_dec, &dc, &ds, &da, &dd);
+	int64_t bad2 = qres_diff(&gt, &g, n, with_dec, &ec, &es, &ea, &ed);
+	if (bad || bad2) {
+		fprintf(stderr,
+			"QUANTIZE_T MISMATCH %s logical (%lld, %lld) %s recipe %d block %d err %d bound %d amax_in %d dec %d: "
+			"vs CPU quantize_t: codes %lld scales %lld amax %lld decoded %lld; vs CUDA transpose+quantize: "
+			"codes %lld scales %lld amax %lld decoded %lld\n",
+			what, (long long)rows, (long long)cols, f32 ? "f32" : "bf16", cfg->recipe, cfg->block, cfg->err_mode,
+			cfg->bound, amax_in != NULL, with_dec, (long long)dc, (long long)ds, (long long)da, (long long)dd,
+			(long long)ec, (long long)es, (long long)ea, (long long)ed);
+		int64_t bpr = cols / 16;
+		for (int64_t i = 0, shown = 0; i < n / 16 && shown < 3; i++) {
+			if (c.scales[i] != g.scales[i] || memcmp(c.codes + 8 * i, g.codes + 8 * i, 8)) {
+				fprintf(stderr, "  logical row %lld block %lld: cpu sf %02x codes", (long long)(i / bpr),
+					(long long)(i % bpr), c.scales[i]);
+				for (int j = 0; j < 8; j++)
+					fprintf(stderr, " %02x", c.codes[8 * i + j]);
+				fprintf(stderr, " | gpu sf %02x codes", g.scales[i]);
+				for (int j = 0; j < 8; j++)
+					fprintf(stderr, " %02x", g.codes[8 * i + j]);
+				fprintf(stderr, "\n");
+				shown++;
+			}
+		}
+	}
+	g_qt_cases++;
+	qres_free(&c);
+	qres_free(&g);
+	qres_free(&gt);
+	return bad + bad2;
+}
+
+/* The stored (cols, rows) form of a logical (rows, cols) tensor of kind `kind` (support_ref.h's
+ * generators, which place their special blocks along the logical rows). */
+static void *gen_stored(int kind, int64_t rows, int64_t cols, uint64_t seed, int f32)
+{
+	int64_t n = rows * cols;
+	size_t es = f32 ? 4 : 2;
+	uint8_t *logical = malloc((size_t)n * es), *stored = malloc((size_t)n * es);
+	assert_non_null(logical);
+	assert_non_null(stored);
+	if (f32)
+		ref_gen_f32(kind, rows, cols, seed, (float *)logical);
+	else
+		ref_gen_bf16(kind, rows, cols, seed, (uint16_t *)logical);
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < cols; c++)
+			memcpy(stored + (c * rows + r) * es, logical + (r * cols + c) * es, es);
+	free(logical);
+	return stored;
+}
+
+/* The per-tensor configs quantize_t takes: 4/6 1x16 and 16x16 x MAE/MSE x bound 256/448, and the
+ * NVFP4 gradient recipe. */
+static const fos_qcfg qt_cfgs[] = {
+	{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0},  {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+	{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 256, 0},  {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 448, 0},
+	{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0}, {FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 448, 0},
+	{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MSE, 256, 0}, {FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MSE, 448, 0},
+	{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+};
+#define QT_NCFG ((int)(sizeof qt_cfgs / sizeof qt_cfgs[0]))
+
+/* Every config x data kind x dtype at small shapes: square and not, partial tiles in both
+ * directions (the kernel's tile is 64 x 64 logical), and stored rows that are not a multiple of 16
+ * bytes (100 bf16: the element-load path). Given amax (1, 3e-3) or computed, decoded on or off. */
+static void test_quantize_t_kinds(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t sh[][2] = {{128, 256}, {64, 1024}, {384, 256}, {100, 320}, {48, 80}, {72, 144}, {1040, 48}};
+	const float given[2] = {1.0f, 3e-3f};
+	int64_t bad = 0, before = g_qt_cases, skipped = 0;
+	for (int s = 0; s < (int)(sizeof sh / sizeof sh[0]); s++) {
+		int64_t rows = sh[s][0], cols = sh[s][1];
+		for (int kind = 0; kind < REF_NKINDS; kind++)
+			for (int f32 = 0; f32 < 2; f32++) {
+				void *xs = gen_stored(kind, rows, cols, 1000u + 37u * (uint64_t)s + 3u * (uint64_t)kind + (uint64_t)f32,
+						      f32);
+				for (int ci = 0; ci < QT_NCFG; ci++) {
+					fos_err e;
+					if (fos_qcfg_check(&qt_cfgs[ci], rows, cols, &e)) {
+						skipped++;
+						continue;
+					}
+					int sel = (kind + ci + s) % 3; /* 0: computed amax, 1, 2: given */
+					int with_dec = (kind + ci) % 4 != 3;
+					bad += compare_quant_t(xs, f32, rows, cols, &qt_cfgs[ci], sel ? &given[sel - 1] : NULL,
+							       with_dec, ref_kind_name(kind));
+				}
+				free(xs);
+			}
+	}
+	printf("quantize_t, data kinds: %lld cases (%lld config/shape pairs refused by the config check), %lld "
+	       "differing items\n",
+	       (long long)(g_qt_cases - before), (long long)skipped, (long long)bad);
+	assert_true(bad == 0);
+}
+
+/* Large and non-square: the quantized backward's dY^T (logical 4096 x 8192 from a stored 8192 x 4096
+ * gradient, given and computed amax), the forward's X^T and the weight's 16x16 columnwise copy, the
+ * other orientation, and f32. */
+static void test_quantize_t_large(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	static const struct {
+		int64_t rows, cols;
+		int f32, cfg, given, kind;
+	} cases[] = {
+		{4096, 8192, 0, 8, 1, REF_RANDN}, /* gradient recipe, amax given (as in the backward) */
+		{4096, 8192, 0, 8, 0, REF_HEAVY},
+		{4096, 8192, 0, 0, 0, REF_RANDN}, /* 4/6 1x16 MAE 256 */
+		{4096, 8192, 0, 4, 1, REF_WIDE},  /* 16x16 MAE 256 */
+		{8192, 4096, 0, 3, 0, REF_HEAVY}, /* 1x16 MSE 448 */
+		{2048, 1536, 0, 7, 0, REF_NAN},   /* 16x16 MSE 448 */
+		{1024, 3072, 1, 8, 0, REF_RANDN},
+		{1024, 3072, 1, 1, 1, REF_MIXED_SUB},
+		{1104, 2064, 1, 6, 0, REF_INF},   /* partial tiles both ways */
+	};
+	int64_t bad = 0;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		void *xs = gen_stored(cases[i].kind, cases[i].rows, cases[i].cols, 77u + i, cases[i].f32);
+		float am = 2.5f;
+		bad += compare_quant_t(xs, cases[i].f32, cases[i].rows, cases[i].cols, &qt_cfgs[cases[i].cfg],
+				       cases[i].given ? &am : NULL, 1, "large");
+		free(xs);
+	}
+	printf("quantize_t, large shapes: %zu cases, %lld differing items\n", sizeof cases / sizeof cases[0],
+	       (long long)bad);
+	assert_true(bad == 0);
+}
+
+/* Every kernel variant (hardware / software e4m3, walk from the end / the start) gives the
+ * default's bytes, and repeated runs give the same bytes. */
+static void test_quantize_t_variants(void **state)
+{
+	(void)state;
+	NEED_GPU();
+#ifdef FOS_HAVE_CUDA
+	const int64_t rows = 1024, cols = 4096, n = rows * cols;
+	fos_err e;
+	const int cfg_idx[] = {0, 3, 4, 8};
+	void *xs = gen_stored(REF_MIXED_SUB, rows, cols, 4242, 0);
+	for (size_t c = 0; c < sizeof cfg_idx / sizeof cfg_idx[0]; c++) {
+		qres ref = {0};
+		assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+		run_quant_t(g_gpu, QT_OP, xs, 0, rows, cols, &qt_cfgs[cfg_idx[c]], NULL, 1, &ref);
+		for (int var = 0; var < 8; var++) {
+			qres r = {0};
+			int64_t dc, ds, da, dd;
+			assert_int_equal(fos_cuda_set_variant(g_gpu, var, &e), FOS_OK);
+			run_quant_t(g_gpu, QT_OP, xs, 0, rows, cols, &qt_cfgs[cfg_idx[c]], NULL, 1, &r);
+			int64_t d = qres_diff(&ref, &r, n, 1, &dc, &ds, &da, &dd);
+			if (d)
+				fprintf(stderr, "quantize_t variant %d config %d differs in %lld items\n", var, cfg_idx[c],
+					(long long)d);
+			assert_true(d == 0);
+			qres_free(&r);
+		}
+		qres_free(&ref);
+	}
+	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+	free(xs);
+#endif
+}
+
+/* Row-scaled and bad shapes are refused with a message. */
+static void test_quantize_t_errors(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	fos_err e;
+	fos_qtensor q;
+	assert_non_null(g_gpu->quantize_t);
+	assert_int_equal(fos_qtensor_alloc(g_gpu, &q, 64, 64, 1, &e), FOS_OK);
+	void *x = g_gpu->alloc(g_gpu, 64 * 64 * 4);
+	fos_qcfg c = fos_qcfg_default();
+	c.row_scaled = 1;
+	memset(&e, 0, sizeof e);
+	assert_int_equal(g_gpu->quantize_t(g_gpu, x, FOS_BF16, 64, 64, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	assert_non_null(strstr(e.msg, "row-scaled"));
+	c = fos_qcfg_default();
+	assert_int_equal(g_gpu->quantize_t(g_gpu, x, FOS_BF16, 64, 24, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	assert_non_null(strstr(e.msg, "24"));
+	c.block = FOS_BLOCK_16X16;
+	assert_int_equal(g_gpu->quantize_t(g_gpu, x, FOS_BF16, 40, 64, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	c = fos_qcfg_default();
+	assert_int_equal(g_gpu->quantize_t(g_gpu, x, 7, 64, 64, &c, NULL, &q, NULL, &e), FOS_EINVAL);
+	g_gpu->free(g_gpu, x);
+	fos_qtensor_free(g_gpu, &q);
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -651,6 +928,8 @@ int main(void)
 		cmocka_unit_test(test_amax_in),		 cmocka_unit_test(test_large_random),
 		cmocka_unit_test(test_variants_and_determinism), cmocka_unit_test(test_transpose_amax),
 		cmocka_unit_test(test_scale_bytes),	 cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_quantize_t_kinds), cmocka_unit_test(test_quantize_t_large),
+		cmocka_unit_test(test_quantize_t_variants), cmocka_unit_test(test_quantize_t_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
