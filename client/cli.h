@@ -1,21 +1,24 @@
 /* cli.h: the pieces of the `fos` command line tool shared between its files: the flag parser, error
- * reporting, .npy loading / checking / writing helpers, and each subcommand's job description.
+ * reporting, .npy loading / checking / writing helpers, the daemon connection, JSON output, the
+ * latency histogram, and each subcommand's job description and main.
  *
- * Every subcommand is split the same way so that a daemon path can be added beside the local one
- * without touching the rest:
+ * quantize, dequantize and linear are split the same way:
  *   cli_X_main      parse flags -> check options -> load and check the .npy inputs -> run -> write
- *   cli_X_local     the computation in this process, on a backend from kernels/backend.h; it takes
- *                   a cli_X_job (inputs in host memory, already checked) and fills caller-allocated
- *                   host buffers. A cli_X_remote with the same signature (through libfos) is the
- *                   only thing the daemon path needs to add.
- * Only cli_main.c prints; the helpers return fos_err messages. */
+ *   cli_X_local     the computation in this process, on a backend from kernels/backend.h
+ *   cli_X_remote    the same computation through fosd (libfos); same job, same outputs, bit for bit
+ * Both take a cli_X_job (inputs in host memory, already checked) and fill caller-allocated host
+ * buffers. The other subcommands only talk to fosd (or, `check`, only read files).
+ * Helpers return fos_err messages; the subcommand mains print (results on stdout, one "fos: ..."
+ * line on stderr for an error). */
 #ifndef FOS_CLI_H
 #define FOS_CLI_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "backend.h"
+#include "fos.h"
 #include "npy.h"
 
 /* Exit statuses. */
@@ -25,9 +28,14 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 typedef struct cli_global {
 	const char *server; /* --server, $FOS_SERVER, or CLI_DEFAULT_SERVER */
 	const char *token;  /* --token, $FOS_TOKEN, or NULL */
+	int server_given;   /* 1 when --server or $FOS_SERVER chose the server */
+	int timeout_ms;     /* --timeout, $FOS_TIMEOUT, or CLI_DEFAULT_TIMEOUT_MS: bounds each request */
+	const char *tls_ca;          /* --tls-ca, $FOS_TLS_CA, or NULL (the system's CAs) */
+	const char *tls_server_name; /* --tls-server-name, or NULL (the URL's host) */
 } cli_global;
 
 #define CLI_DEFAULT_SERVER "ipc:///tmp/fosd.sock"
+#define CLI_DEFAULT_TIMEOUT_MS 60000
 
 /* ---- the flag parser (cli_args.c) ------------------------------------------------------------ */
 
@@ -92,8 +100,15 @@ int cli_errf(fos_err *err, const char *fmt, ...)
 	;
 /* Prepends "prefix: " to err->msg; returns err->rc. */
 int cli_err_prefix(fos_err *err, const char *prefix);
-/* The daemon path: not available in this build yet. Fills err; returns CLI_EXIT_USAGE. */
-int cli_remote_unavailable(const cli_global *g, const char *cmd, fos_err *err);
+/* Parses a duration: "250ms", "1.5s", "2m", or a plain number of seconds; > 0. Returns FOS_OK with
+ * *ns filled, or FOS_EINVAL with a message naming flag. */
+int cli_parse_duration(const char *flag, const char *s, uint64_t *ns, fos_err *err);
+/* Parses a whole unsigned decimal number in [lo, hi] (message names flag). */
+int cli_parse_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi, uint64_t *out, fos_err *err);
+/* "512 B", "1.5 KiB", "3.2 GiB" into buf; returns buf. */
+char *cli_human_bytes(uint64_t b, char *buf, size_t cap);
+/* Parses a finite double (message names flag). */
+int cli_parse_double(const char *flag, const char *s, double *out, fos_err *err);
 
 /* ---- .npy inputs and outputs (cli_io.c) ------------------------------------------------------ */
 
@@ -128,6 +143,101 @@ void *cli_dev_alloc(fos_backend *be, size_t n, fos_err *err);
 /* be->free on a possibly NULL pointer. */
 void cli_dev_free(fos_backend *be, void *p);
 
+/* ---- the daemon (cli_remote.c) -------------------------------------------------------------- */
+
+/* fos_connect to g->server with g->token and g->timeout_ms; message names the URL. */
+int cli_connect(const cli_global *g, fos_client **out, fos_err *err);
+/* A libfos failure as a fos_err: "CODE_NAME: message" (prefixed with what when not NULL). */
+int cli_status_err(const fos_status *st, const char *what, fos_err *err);
+/* backend.h enums -> the wire's (fos.h) */
+int cli_wire_block(int fos_block);
+/* fos.h's FOS_BLOCKS_* / FOS_ERRMODE_* / FOS_OVERRIDE_* value names, for printing */
+const char *cli_block_name(int wire_block, int is_weight);
+const char *cli_errmode_name(int wire_err);
+const char *cli_override_name(int wire_override);
+/* "--backend" given without "--local": a usage error (fosd picks its own backend). */
+int cli_check_backend_local(const cli_flag *backend, const cli_flag *local, fos_err *err);
+
+/* ---- JSON output and input (cli_json.c) ---------------------------------------------------- */
+
+/* A tiny streaming writer: objects and arrays nest, commas and indentation are handled. */
+typedef struct cli_jw {
+	FILE *f;
+	int depth;
+	int first[16]; /* per depth: no member written yet */
+	int pretty;
+} cli_jw;
+
+void cli_jw_init(cli_jw *w, FILE *f, int pretty);
+void cli_jw_obj(cli_jw *w, const char *key);   /* key NULL inside an array / at the top */
+void cli_jw_arr(cli_jw *w, const char *key);
+void cli_jw_end(cli_jw *w, char closer);       /* '}' or ']' */
+void cli_jw_str(cli_jw *w, const char *key, const char *v);
+void cli_jw_u64(cli_jw *w, const char *key, uint64_t v);
+void cli_jw_i64(cli_jw *w, const char *key, int64_t v);
+void cli_jw_dbl(cli_jw *w, const char *key, double v); /* non-finite -> null */
+void cli_jw_bool(cli_jw *w, const char *key, int v);
+void cli_jw_null(cli_jw *w, const char *key);
+/* Writes s as a JSON string literal (quotes included). */
+void cli_json_quote(FILE *f, const char *s);
+
+/* A parsed JSON value (strict RFC 8259; depth <= 64). */
+enum { CLI_JNULL, CLI_JBOOL, CLI_JNUM, CLI_JSTR, CLI_JARR, CLI_JOBJ };
+typedef struct cli_jv {
+	int type;
+	int b;
+	double num;
+	char *str;             /* CLI_JSTR (NUL-terminated; may hold \u0000 as a byte 0 only at the end) */
+	struct cli_jv *items;  /* CLI_JARR / CLI_JOBJ: n values */
+	char **keys;           /* CLI_JOBJ: n keys */
+	size_t n;
+	char num_raw[40];      /* CLI_JNUM: the literal as written (integers beyond 2^53 stay exact) */
+} cli_jv;
+
+/* Parses text (len bytes) into *v; FOS_OK or FOS_EINVAL with "line L column C: why". */
+int cli_json_parse(const char *text, size_t len, cli_jv *v, fos_err *err);
+void cli_json_free(cli_jv *v);
+/* The member key of an object, or NULL. */
+const cli_jv *cli_json_get(const cli_jv *obj, const char *key);
+/* Follows "a.b.c" through nested objects; NULL when any step is missing. */
+const cli_jv *cli_json_path(const cli_jv *v, const char *path);
+
+/* ---- the latency histogram (cli_hist.c) ---------------------------------------------------- */
+
+/* A log-linear (HDR-style) histogram of non-negative 64-bit integers (nanoseconds here): exact below
+ * 256, then 128 sub-buckets per power of two, so every value is known to within 1/128 (< 0.8 %)
+ * of itself. Fixed size (CLI_HIST_BUCKETS counters), no allocation after init, O(1) record. */
+#define CLI_HIST_SUB_BITS 7
+#define CLI_HIST_SUB (1u << CLI_HIST_SUB_BITS)
+#define CLI_HIST_BUCKETS ((64 - CLI_HIST_SUB_BITS + 1) * CLI_HIST_SUB)
+
+typedef struct cli_hist {
+	uint64_t count;
+	uint64_t min, max; /* exact; min = UINT64_MAX when empty */
+	double sum;
+	uint64_t *buckets; /* CLI_HIST_BUCKETS */
+} cli_hist;
+
+int cli_hist_init(cli_hist *h);       /* FOS_OK or FOS_ENOMEM */
+void cli_hist_free(cli_hist *h);
+void cli_hist_reset(cli_hist *h);
+void cli_hist_record(cli_hist *h, uint64_t v);
+void cli_hist_merge(cli_hist *dst, const cli_hist *src);
+/* Bucket index of v, and the inclusive value range [lo, hi] a bucket covers. */
+size_t cli_hist_index(uint64_t v);
+void cli_hist_bucket_range(size_t idx, uint64_t *lo, uint64_t *hi);
+/* The value at percentile p (0..100): the highest value equivalent to the bucket that holds the
+ * ceil(p/100 * count)-th smallest recorded value, clamped to [min, max]; 0 when empty. */
+uint64_t cli_hist_percentile(const cli_hist *h, double p);
+double cli_hist_mean(const cli_hist *h);
+
+/* ---- the consistency check (cli_check.c) ---------------------------------------------------- */
+
+/* The ordered integer form of a bf16 / f32 bit pattern: adjacent floats differ by 1, -0 == +0;
+ * the ulp distance of two finite values is |key(a) - key(b)|. */
+int64_t cli_ulp_key_bf16(uint16_t bits);
+int64_t cli_ulp_key_f32(uint32_t bits);
+
 /* ---- quantize (cli_quantize.c) --------------------------------------------------------------- */
 
 /* A quantized tensor in host memory: codes (rows, cols/2), scales (rows, cols/16), amax (1 or rows). */
@@ -140,6 +250,7 @@ typedef struct cli_qhost {
 } cli_qhost;
 
 typedef struct cli_quantize_job {
+	const cli_global *g;  /* remote: the server */
 	const char *backend;  /* local: cpu | cuda | auto */
 	const void *x;        /* (rows, cols) of x_dtype, host memory */
 	int x_dtype;          /* FOS_BF16 or FOS_F32 */
@@ -150,11 +261,13 @@ typedef struct cli_quantize_job {
 
 /* Fills out->codes / scales / amax (caller-allocated to the sizes above). */
 int cli_quantize_local(const cli_quantize_job *job, cli_qhost *out, fos_err *err);
+int cli_quantize_remote(const cli_quantize_job *job, cli_qhost *out, fos_err *err);
 int cli_quantize_main(const cli_global *g, int argc, char **argv);
 
 /* ---- dequantize (cli_dequantize.c) ----------------------------------------------------------- */
 
 typedef struct cli_dequantize_job {
+	const cli_global *g;
 	const char *backend;
 	cli_qhost q; /* inputs (not owned) */
 	int bound;   /* 256 or 448 */
@@ -163,11 +276,13 @@ typedef struct cli_dequantize_job {
 
 /* Fills out (rows * cols elements of out_dtype, caller-allocated). */
 int cli_dequantize_local(const cli_dequantize_job *job, void *out, fos_err *err);
+int cli_dequantize_remote(const cli_dequantize_job *job, void *out, fos_err *err);
 int cli_dequantize_main(const cli_global *g, int argc, char **argv);
 
 /* ---- linear (cli_linear.c) ------------------------------------------------------------------- */
 
 typedef struct cli_linear_job {
+	const cli_global *g;
 	const char *backend;
 	int64_t m, n, k;
 	const uint16_t *x;    /* (M, K) bf16 */
@@ -183,6 +298,74 @@ typedef struct cli_linear_out {
 } cli_linear_out;
 
 int cli_linear_local(const cli_linear_job *job, cli_linear_out *out, fos_err *err);
+int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *err);
 int cli_linear_main(const cli_global *g, int argc, char **argv);
+
+/* ---- the daemon-only subcommands ------------------------------------------------------------ */
+
+int cli_health_main(const cli_global *g, int argc, char **argv);       /* cli_info.c */
+int cli_stats_main(const cli_global *g, int argc, char **argv);        /* cli_info.c */
+int cli_put_weight_main(const cli_global *g, int argc, char **argv);   /* cli_weights.c */
+int cli_drop_weight_main(const cli_global *g, int argc, char **argv);  /* cli_weights.c */
+int cli_list_weights_main(const cli_global *g, int argc, char **argv); /* cli_weights.c */
+int cli_forward_main(const cli_global *g, int argc, char **argv);      /* cli_forward.c */
+int cli_backward_main(const cli_global *g, int argc, char **argv);     /* cli_backward.c */
+int cli_check_main(const cli_global *g, int argc, char **argv);        /* cli_check.c */
+int cli_load_main(const cli_global *g, int argc, char **argv);         /* cli_load.c */
+
+/* ---- the load tester (cli_load.c runs it, cli_load_report.c reports it) --------------------- */
+
+enum { CLI_LOAD_FORWARD, CLI_LOAD_BACKWARD, CLI_LOAD_LINEAR, CLI_LOAD_QUANTIZE };
+
+typedef struct cli_load_cfg {
+	int op;               /* CLI_LOAD_* */
+	int64_t m, n, k;
+	int override;         /* FOS_OVERRIDE_* (forward, backward, linear) */
+	int concurrency;      /* closed loop: requests in flight; open loop: most in flight */
+	double rate;          /* open loop: requests per second; 0: closed loop */
+	uint64_t duration_ns; /* measured time (0 with requests) */
+	uint64_t requests;    /* measured requests (0 with duration_ns) */
+	uint64_t warmup_ns;
+	int connections;      /* client handles the workers share */
+	int json, progress;
+	const char *server;
+} cli_load_cfg;
+
+typedef struct cli_load_result {
+	uint64_t measured;     /* requests in the measured window (sent at or after the warmup) */
+	uint64_t ok;           /* of those, answered OK */
+	uint64_t failed;       /* every failed request, warmup included */
+	uint64_t warmup;       /* requests made during the warmup */
+	uint64_t due;          /* open loop: requests due in the measured window */
+	uint64_t unsent;       /* open loop: of those, never sent (the client fell too far behind) */
+	uint64_t by_code[FOS_STATS_CODES]; /* failures by status code, warmup included */
+	char first_error[600]; /* the first failure's message */
+	uint64_t elapsed_ns;   /* measured window: warmup end to the last measured reply */
+	uint64_t bytes_per_request; /* request + reply tensor bytes */
+	uint64_t max_send_lag_ns;   /* open loop: the latest a request went out after its intended time */
+	int interrupted;
+	cli_hist latency;      /* OK measured requests: closed loop from send, open loop from the
+				* intended send time (coordinated omission corrected) */
+	cli_hist service;      /* OK measured requests, from the actual send */
+	char weight[64];       /* the weight it registered ("" for linear / quantize) */
+} cli_load_result;
+
+const char *cli_load_op_name(int op);
+/* Writes the final report (text, or JSON with cfg->json) to f. */
+void cli_load_report(const cli_load_cfg *cfg, const cli_load_result *r, FILE *f);
+
+/* ---- the context file (cli_context.c) ------------------------------------------------------- */
+
+/* What `fos forward --context-out` writes and `fos backward` reads: the fos_context fields, the
+ * server that holds the context, and the forward's X and bias files (for a recompute). */
+typedef struct cli_ctxfile {
+	fos_context ctx;
+	char server[512];
+	char x_path[PATH_MAX];    /* absolute path of the forward's X.npy, or "" */
+	char bias_path[PATH_MAX]; /* absolute path of the forward's bias, or "" */
+} cli_ctxfile;
+
+int cli_ctxfile_write(const char *path, const cli_ctxfile *cf, fos_err *err);
+int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err);
 
 #endif

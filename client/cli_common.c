@@ -1,8 +1,11 @@
-/* cli_common.c: how fos reports errors (one "fos: ..." line on stderr) and the placeholder for the
- * daemon path, which a later change replaces with libfos calls. */
+/* cli_common.c: how fos reports errors (one "fos: ..." line on stderr) and the parsers of numeric
+ * option values (whole numbers, numbers, durations). */
 #include "cli.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 int cli_errf(fos_err *err, const char *fmt, ...)
@@ -66,10 +69,81 @@ int cli_fail(int code, const char *fmt, ...)
 	return cli_report(&e, code);
 }
 
-int cli_remote_unavailable(const cli_global *g, const char *cmd, fos_err *err)
+int cli_parse_u64(const char *flag, const char *s, uint64_t lo, uint64_t hi, uint64_t *out, fos_err *err)
 {
-	cli_errf(err, "%s: the daemon path (%s) is not available in this build yet; add --local to compute in "
-		      "this process",
-		 cmd, g && g->server ? g->server : CLI_DEFAULT_SERVER);
-	return CLI_EXIT_USAGE;
+	if (!s || !*s)
+		return cli_errf(err, "%s needs a number", flag);
+	uint64_t v = 0;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return cli_errf(err, "bad value '%s' for %s (expected a whole number from %llu to %llu)", s, flag,
+					(unsigned long long)lo, (unsigned long long)hi);
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return cli_errf(err, "bad value '%s' for %s (too large; at most %llu)", s, flag,
+					(unsigned long long)hi);
+		v = v * 10 + d;
+	}
+	if (v < lo || v > hi)
+		return cli_errf(err, "bad value '%s' for %s (expected a whole number from %llu to %llu)", s, flag,
+				(unsigned long long)lo, (unsigned long long)hi);
+	*out = v;
+	return FOS_OK;
+}
+
+int cli_parse_double(const char *flag, const char *s, double *out, fos_err *err)
+{
+	char *end;
+	errno = 0;
+	double v = s && *s ? strtod(s, &end) : 0;
+	if (!s || !*s || *end || errno || !isfinite(v))
+		return cli_errf(err, "bad value '%s' for %s (expected a number)", s ? s : "", flag);
+	*out = v;
+	return FOS_OK;
+}
+
+int cli_parse_duration(const char *flag, const char *s, uint64_t *ns, fos_err *err)
+{
+	char *end;
+	errno = 0;
+	double v = s && *s ? strtod(s, &end) : 0;
+	if (!s || !*s || errno || !isfinite(v) || end == s)
+		goto bad;
+	double mul;
+	if (!strcmp(end, "") || !strcmp(end, "s"))
+		mul = 1e9;
+	else if (!strcmp(end, "ms"))
+		mul = 1e6;
+	else if (!strcmp(end, "us"))
+		mul = 1e3;
+	else if (!strcmp(end, "m"))
+		mul = 60e9;
+	else if (!strcmp(end, "h"))
+		mul = 3600e9;
+	else
+		goto bad;
+	double t = v * mul;
+	if (!(t >= 1.0) || t > 1e18)
+		goto bad;
+	*ns = (uint64_t)t;
+	return FOS_OK;
+bad:
+	return cli_errf(err, "bad value '%s' for %s (expected a positive duration like 10s, 500ms, 2m)", s ? s : "",
+			flag);
+}
+
+char *cli_human_bytes(uint64_t b, char *buf, size_t cap)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+	double v = (double)b;
+	int u = 0;
+	while (v >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%llu B", (unsigned long long)b);
+	else
+		snprintf(buf, cap, "%.1f %s", v, units[u]);
+	return buf;
 }

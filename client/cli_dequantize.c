@@ -1,5 +1,6 @@
 /* cli_dequantize.c: `fos dequantize`: codes + scales + amax (.npy) back to a bf16 or float32 matrix
- * (NUMERICS.md section 6); row-scaled when the amax has one value per row. */
+ * (NUMERICS.md section 6); row-scaled when the amax has one value per row. In this process (--local)
+ * or through fosd. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -34,6 +35,29 @@ done:
 	return rc;
 }
 
+int cli_dequantize_remote(const cli_dequantize_job *job, void *out, fos_err *err)
+{
+	fos_client *c;
+	if (cli_connect(job->g, &c, err))
+		return err->rc;
+	const cli_qhost *h = &job->q;
+	int64_t R = h->rows, C = h->cols;
+	int od = job->out_dtype == FOS_F32 ? FOS_DTYPE_F32 : FOS_DTYPE_BF16;
+	fos_tensor codes = fos_tensor_2d(FOS_DTYPE_U8, R, C / 2, h->codes);
+	fos_tensor scales = fos_tensor_2d(FOS_DTYPE_E4M3, R, C / 16, h->scales);
+	fos_tensor amax = fos_tensor_1d(FOS_DTYPE_F32, h->row_scaled ? R : 1, h->amax);
+	fos_tensor o = fos_tensor_2d(od, R, C, out);
+	size_t want = o.size;
+	fos_status st;
+	int rc = FOS_OK;
+	if (fos_dequantize(c, &codes, &scales, &amax, job->bound, h->row_scaled, od, &o, &st))
+		rc = cli_status_err(&st, "fosd", err);
+	else if (o.size != want)
+		rc = fos_seterr(err, FOS_EINTERNAL, "fosd: the reply's output has %zu bytes, expected %zu", o.size, want);
+	fos_close(c);
+	return rc;
+}
+
 enum { DF_CODES, DF_SCALES, DF_AMAX, DF_OUT, DF_LOCAL, DF_BACKEND, DF_BOUND, DF_DTYPE, DF_COUNT };
 
 /* Scale bytes come from a quantizer: never negative (sign bit) and never the E4M3 NaN 0x7F. */
@@ -59,8 +83,8 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 						"tensor (required; values >= 0, not NaN)", 0, 0},
 		[DF_OUT] = {"--out", "OUT.npy", "where to write the (R, C) result (required; its directory\n"
 						"is created if missing)", 0, 0},
-		[DF_LOCAL] = {"--local", NULL, "compute in this process (required for now: the daemon path\n"
-					       "is not available in this build yet)", 0, 0},
+		[DF_LOCAL] = {"--local", NULL, "compute in this process instead of sending the request\n"
+					       "to fosd (--server); the file written is the same", 0, 0},
 		[DF_BACKEND] = {"--backend", "cpu|cuda|auto", "numerics backend for --local (default auto: cuda when a\n"
 								"GPU is usable, else cpu)", 0, 0},
 		[DF_BOUND] = {"--bound", "256|448", "the E4M3 scale bound the tensor was quantized with\n"
@@ -70,7 +94,7 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 	};
 	cli_cmd cmd = {
 		.name = "dequantize",
-		.synopsis = "--codes C.npy --scales S.npy --amax A.npy --out OUT.npy --local\n"
+		.synopsis = "--codes C.npy --scales S.npy --amax A.npy --out OUT.npy [--local]\n"
 			    "           [--bound 256|448] [--dtype bf16|f32] [--backend cpu|cuda|auto]",
 		.summary = "Dequantize NVFP4 codes, scales and amax back to a matrix (NUMERICS.md 6).",
 		.about = "out[r, c] = e2m1(code[r, c]) * rn(rn(e4m3(scale[r, c/16]) * amax) * rn(1/(6*bound)))",
@@ -97,10 +121,8 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 		if (!flags[req[i]].given)
 			return cli_fail(CLI_EXIT_USAGE, "dequantize: %s %s is required", flags[req[i]].name,
 					flags[req[i]].metavar);
-	/* The daemon path: a later change replaces this with loading the same inputs and calling
-	 * cli_dequantize_remote(g, &job, ...) where cli_dequantize_local is called below. */
-	if (!flags[DF_LOCAL].given)
-		return cli_report(&err, cli_remote_unavailable(g, "dequantize", &err));
+	if (cli_check_backend_local(&flags[DF_BACKEND], &flags[DF_LOCAL], &err))
+		return cli_report(&err, CLI_EXIT_USAGE);
 
 	const char *cp = flags[DF_CODES].value, *sp = flags[DF_SCALES].value, *ap = flags[DF_AMAX].value,
 		   *op = flags[DF_OUT].value;
@@ -167,15 +189,13 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 		fos_seterr(&err, FOS_ENOMEM, "out of memory for the (%lld, %lld) output", (long long)R, (long long)C);
 		goto fail;
 	}
-	if (cli_mkparent(op, &err))
-		goto fail;
-	cli_dequantize_job job = {backend, {R, C, row_scaled, codes.data, scales.data, amax.data}, bound, dtype};
-	if (cli_dequantize_local(&job, out, &err)) {
+	cli_dequantize_job job = {g, backend, {R, C, row_scaled, codes.data, scales.data, amax.data}, bound, dtype};
+	if (flags[DF_LOCAL].given ? cli_dequantize_local(&job, out, &err) : cli_dequantize_remote(&job, out, &err)) {
 		cli_err_prefix(&err, "dequantize");
 		goto fail;
 	}
 	int64_t oshape[2] = {R, C};
-	if (npy_write(op, dtype == FOS_F32 ? NPY_F4 : NPY_U2, 2, oshape, out, &err))
+	if (cli_mkparent(op, &err) || npy_write(op, dtype == FOS_F32 ? NPY_F4 : NPY_U2, 2, oshape, out, &err))
 		goto fail;
 	code = CLI_EXIT_OK;
 fail:

@@ -1,5 +1,6 @@
 /* cli_linear.c: `fos linear`: one NVFP4 four-over-six linear layer on .npy files: Y = X W^T (+ bias),
- * and with --dy the backward dX, dW (and db) under the chosen override (NUMERICS.md sections 7-8). */
+ * and with --dy the backward dX, dW (and db) under the chosen override (NUMERICS.md sections 7-8),
+ * in this process (--local) or through fosd's one-shot Linear. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -71,6 +72,35 @@ done:
 	return rc;
 }
 
+int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *err)
+{
+	int rc = fos_linear_check(&job->opts, job->m, job->n, job->k, NULL, err);
+	if (rc)
+		return rc;
+	fos_client *c;
+	if (cli_connect(job->g, &c, err))
+		return err->rc;
+	int64_t M = job->m, N = job->n, K = job->k;
+	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, job->x), w = fos_tensor_2d(FOS_DTYPE_BF16, N, K, job->w);
+	fos_tensor bias = fos_tensor_1d(FOS_DTYPE_BF16, N, job->bias), dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, job->dy);
+	fos_tensor y = fos_tensor_2d(FOS_DTYPE_BF16, M, N, out->y), dx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, out->dx);
+	fos_tensor dw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, out->dw), db = fos_tensor_1d(FOS_DTYPE_BF16, N, out->db);
+	fos_linear_config cfg = {job->opts.override, cli_wire_block(job->opts.weight_block),
+				 job->opts.err_mode == FOS_ERR_MSE ? FOS_ERRMODE_MSE : FOS_ERRMODE_MAE, job->opts.bound,
+				 job->opts.row_scaled};
+	int bwd = job->dy != NULL, has_bias = job->bias != NULL;
+	fos_status st;
+	if (fos_linear(c, &x, &w, has_bias ? &bias : NULL, bwd ? &dy : NULL, &cfg, &y, bwd ? &dx : NULL,
+		       bwd ? &dw : NULL, bwd && has_bias ? &db : NULL, &st))
+		rc = cli_status_err(&st, "fosd", err);
+	else if (y.size != (size_t)(M * N) * 2 ||
+		 (bwd && (dx.size != (size_t)(M * K) * 2 || dw.size != (size_t)(N * K) * 2 ||
+			  (has_bias && db.size != (size_t)N * 2))))
+		rc = fos_seterr(err, FOS_EINTERNAL, "fosd: the reply's outputs have unexpected sizes");
+	fos_close(c);
+	return rc;
+}
+
 enum { LF_OUT, LF_LOCAL, LF_BACKEND, LF_BIAS, LF_DY, LF_OVERRIDE, LF_WBLOCK, LF_ROW, LF_ERR, LF_BOUND, LF_COUNT };
 
 /* Loads a bf16/f32 input of rank ndim and rounds it to bf16. */
@@ -87,8 +117,8 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 	cli_flag flags[LF_COUNT] = {
 		[LF_OUT] = {"--out", "DIR", "write DIR/y.npy, and with --dy DIR/dx.npy, DIR/dw.npy\n"
 					    "(and DIR/db.npy with --bias); required, created if missing", 0, 0},
-		[LF_LOCAL] = {"--local", NULL, "compute in this process (required for now: the daemon path\n"
-					       "is not available in this build yet)", 0, 0},
+		[LF_LOCAL] = {"--local", NULL, "compute in this process instead of sending the request\n"
+					       "to fosd (--server); the files written are the same", 0, 0},
 		[LF_BACKEND] = {"--backend", "cpu|cuda|auto", "numerics backend for --local (default auto: cuda when a\n"
 								"GPU is usable, else cpu)", 0, 0},
 		[LF_BIAS] = {"--bias", "B.npy", "bias, shape (N,), bf16 or float32: Y = bf16(Y + bf16(bias))", 0, 0},
@@ -109,7 +139,7 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 					       "divisible by 128"};
 	cli_cmd cmd = {
 		.name = "linear",
-		.synopsis = "X.npy W.npy --out DIR --local [--bias B.npy] [--dy DY.npy]\n"
+		.synopsis = "X.npy W.npy --out DIR [--local] [--bias B.npy] [--dy DY.npy]\n"
 			    "           [--override default|quantized|high_precision|dequantized]\n"
 			    "           [--weight-block 16x16|1x16] [--row-scaled] [--err mae|mse] [--bound 256|448]\n"
 			    "           [--backend cpu|cuda|auto]",
@@ -148,10 +178,8 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		   *dp = flags[LF_DY].value;
 	if (!out_dir)
 		return cli_fail(CLI_EXIT_USAGE, "linear: --out DIR is required");
-	/* The daemon path: a later change replaces this with loading the same inputs and calling
-	 * cli_linear_remote(g, &job, ...) where cli_linear_local is called below. */
-	if (!flags[LF_LOCAL].given)
-		return cli_report(&err, cli_remote_unavailable(g, "linear", &err));
+	if (cli_check_backend_local(&flags[LF_BACKEND], &flags[LF_LOCAL], &err))
+		return cli_report(&err, CLI_EXIT_USAGE);
 
 	npy_array x, w, bias, dy;
 	memset(&x, 0, sizeof x);
@@ -211,15 +239,13 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		fos_seterr(&err, FOS_ENOMEM, "out of memory for the outputs");
 		goto fail;
 	}
-	if (cli_mkdirs(out_dir, &err))
-		goto fail;
-	cli_linear_job job = {backend, M, N, K, x.data, w.data, bp ? bias.data : NULL, dp ? dy.data : NULL, o};
-	if (cli_linear_local(&job, &out, &err)) {
+	cli_linear_job job = {g, backend, M, N, K, x.data, w.data, bp ? bias.data : NULL, dp ? dy.data : NULL, o};
+	if (flags[LF_LOCAL].given ? cli_linear_local(&job, &out, &err) : cli_linear_remote(&job, &out, &err)) {
 		cli_err_prefix(&err, "linear");
 		goto fail;
 	}
 	int64_t yshape[2] = {M, N}, xshape[2] = {M, K}, wshape[2] = {N, K}, bshape[1] = {N};
-	if (cli_write(out_dir, "y.npy", NPY_U2, 2, yshape, out.y, &err))
+	if (cli_mkdirs(out_dir, &err) || cli_write(out_dir, "y.npy", NPY_U2, 2, yshape, out.y, &err))
 		goto fail;
 	if (dp && (cli_write(out_dir, "dx.npy", NPY_U2, 2, xshape, out.dx, &err) ||
 		   cli_write(out_dir, "dw.npy", NPY_U2, 2, wshape, out.dw, &err) ||

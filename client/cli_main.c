@@ -15,6 +15,15 @@ static const cli_command cli_commands[] = {
 	{"quantize", cli_quantize_main, "quantize a matrix (.npy) to NVFP4 codes, scales and amax (4/6 or nvfp4)"},
 	{"dequantize", cli_dequantize_main, "turn codes, scales and amax back into a bf16 or float32 matrix"},
 	{"linear", cli_linear_main, "one NVFP4 linear layer: Y = X W^T (+ bias), and dX, dW, db with --dy"},
+	{"health", cli_health_main, "is fosd up? its version, backend, device and uptime"},
+	{"stats", cli_stats_main, "fosd's counters: requests and latencies by op, cache, contexts"},
+	{"put-weight", cli_put_weight_main, "quantize a weight (.npy) once into fosd's cache under a name"},
+	{"drop-weight", cli_drop_weight_main, "remove a weight from fosd's cache"},
+	{"list-weights", cli_list_weights_main, "the weights in fosd's cache"},
+	{"forward", cli_forward_main, "Y = X W^T (+ bias) with a cached weight; --context-out for a backward"},
+	{"backward", cli_backward_main, "dX, dW (and db) from a forward's context file and dY"},
+	{"check", cli_check_main, "compare two .npy results: elements that differ, ulps, SQNR (exit 0: consistent)"},
+	{"load", cli_load_main, "load-test fosd: closed loop or fixed rate, latency percentiles, throughput"},
 };
 #define CLI_NCOMMANDS ((int)(sizeof cli_commands / sizeof cli_commands[0]))
 
@@ -24,24 +33,35 @@ static void cli_main_help(FILE *f)
 		   "       fos COMMAND --help      (every flag of COMMAND)\n"
 		   "\n"
 		   "fos quantizes, dequantizes and runs NVFP4 four-over-six linear layers on .npy files,\n"
-		   "bit-exact to NUMERICS.md. With --local the numbers are computed in this process;\n"
-		   "without it the request goes to a running fosd (not available in this build yet).\n"
+		   "bit-exact to NUMERICS.md, through a running fosd (quantize, dequantize and linear also\n"
+		   "in this process with --local: the same bytes either way). It also manages fosd's weight\n"
+		   "cache, runs forward/backward against it, checks results for consistency and load-tests.\n"
 		   "\n"
 		   "Commands:\n");
 	for (int i = 0; i < CLI_NCOMMANDS; i++)
-		fprintf(f, "  %-12s %s\n", cli_commands[i].name, cli_commands[i].summary);
+		fprintf(f, "  %-13s %s\n", cli_commands[i].name, cli_commands[i].summary);
 	fprintf(f, "\n"
 		   "Global options (before COMMAND):\n"
-		   "  --server URL   the fosd to use without --local (default $FOS_SERVER, else\n"
+		   "  --server URL   the fosd to talk to: ipc://PATH, tcp://HOST:PORT or\n"
+		   "                 tls+tcp://HOST:PORT (default $FOS_SERVER, else\n"
 		   "                 " CLI_DEFAULT_SERVER ")\n"
-		   "  --token T      auth token for fosd (default $FOS_TOKEN)\n"
+		   "  --token T      the tenant's secret, for a fosd with a tokens file (default\n"
+		   "                 $FOS_TOKEN)\n"
+		   "  --timeout DUR  how long one request to fosd may take, e.g. 30s, 500ms (default\n"
+		   "                 $FOS_TIMEOUT, else 60s)\n"
+		   "  --tls-ca FILE  tls+tcp: PEM file of the CAs that may sign fosd's certificate\n"
+		   "                 (default $FOS_TLS_CA, else the system's)\n"
+		   "  --tls-server-name NAME\n"
+		   "                 tls+tcp: the name fosd's certificate must carry (default: the\n"
+		   "                 URL's host)\n"
 		   "  -h, --help     this help\n"
 		   "\n"
 		   "Arrays are .npy files (format 1.0-3.0, C order): bf16 as '<u2' holding bf16 bit\n"
 		   "patterns, float32 as '<f4', codes and scales as uint8 '|u1'. Inputs may be bf16 or\n"
 		   "float32.\n"
 		   "\n"
-		   "Exit status: 0 success; 1 bad input file or failed computation; 2 bad command line.\n"
+		   "Exit status: 0 success; 1 bad input file, failed computation or fosd error; 2 bad\n"
+		   "command line (fos check: 0 consistent, 1 not consistent, 2 could not compare).\n"
 		   "Every error is one line on stderr starting with \"fos: \".\n");
 }
 
@@ -67,9 +87,18 @@ static int cli_global_opt(int argc, char **argv, int *i, const char *name, const
 
 int main(int argc, char **argv)
 {
-	cli_global g = {getenv("FOS_SERVER"), getenv("FOS_TOKEN")};
+	cli_global g = {getenv("FOS_SERVER"), getenv("FOS_TOKEN"), 0, CLI_DEFAULT_TIMEOUT_MS, getenv("FOS_TLS_CA"), NULL};
 	if (!g.server || !g.server[0])
 		g.server = CLI_DEFAULT_SERVER;
+	else
+		g.server_given = 1;
+	if (g.token && !g.token[0])
+		g.token = NULL;
+	if (g.tls_ca && !g.tls_ca[0])
+		g.tls_ca = NULL;
+	const char *timeout = getenv("FOS_TIMEOUT"), *timeout_src = "FOS_TIMEOUT";
+	if (timeout && !timeout[0])
+		timeout = NULL;
 	int i = 1;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		const char *a = argv[i];
@@ -78,12 +107,29 @@ int main(int argc, char **argv)
 			return CLI_EXIT_OK;
 		}
 		int r = cli_global_opt(argc, argv, &i, "--server", &g.server);
+		if (r > 0)
+			g.server_given = 1;
 		if (!r)
 			r = cli_global_opt(argc, argv, &i, "--token", &g.token);
+		if (!r && (r = cli_global_opt(argc, argv, &i, "--timeout", &timeout)) > 0)
+			timeout_src = "--timeout";
+		if (!r)
+			r = cli_global_opt(argc, argv, &i, "--tls-ca", &g.tls_ca);
+		if (!r)
+			r = cli_global_opt(argc, argv, &i, "--tls-server-name", &g.tls_server_name);
 		if (r < 0)
 			return cli_fail(CLI_EXIT_USAGE, "option %s needs a value", a);
 		if (!r)
 			return cli_fail(CLI_EXIT_USAGE, "unknown global option '%s' (see 'fos --help')", a);
+	}
+	if (timeout) {
+		uint64_t ns;
+		fos_err e = {0, ""};
+		if (cli_parse_duration(timeout_src, timeout, &ns, &e))
+			return cli_report(&e, CLI_EXIT_USAGE);
+		if (ns < 1000000 || ns > (uint64_t)24 * 3600 * 1000000000)
+			return cli_fail(CLI_EXIT_USAGE, "%s %s is out of range (1ms to 24h)", timeout_src, timeout);
+		g.timeout_ms = (int)(ns / 1000000);
 	}
 	if (i >= argc)
 		return cli_fail(CLI_EXIT_USAGE, "no command given (see 'fos --help')");

@@ -1,5 +1,6 @@
 /* cli_quantize.c: `fos quantize`: four-over-six (or NVFP4 gradient) quantize of a bf16/f32 .npy
- * matrix into DIR/codes.npy, DIR/scales.npy and DIR/amax.npy (NUMERICS.md sections 1-5). */
+ * matrix into DIR/codes.npy, DIR/scales.npy and DIR/amax.npy (NUMERICS.md sections 1-5), in this
+ * process (--local) or through fosd. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -48,6 +49,37 @@ done:
 	return rc;
 }
 
+int cli_quantize_remote(const cli_quantize_job *job, cli_qhost *out, fos_err *err)
+{
+	fos_client *c;
+	if (cli_connect(job->g, &c, err))
+		return err->rc;
+	int rs = job->cfg.row_scaled;
+	int64_t R = job->rows, C = job->cols, na = rs ? R : 1;
+	fos_tensor x = fos_tensor_2d(job->x_dtype == FOS_F32 ? FOS_DTYPE_F32 : FOS_DTYPE_BF16, R, C, job->x);
+	fos_tensor amax_in = fos_tensor_1d(FOS_DTYPE_F32, na, job->amax);
+	fos_tensor codes = fos_tensor_2d(FOS_DTYPE_U8, R, C / 2, out->codes);
+	fos_tensor scales = fos_tensor_2d(FOS_DTYPE_E4M3, R, C / 16, out->scales);
+	fos_tensor amax = fos_tensor_1d(FOS_DTYPE_F32, na, out->amax);
+	fos_quant_config qc = {job->cfg.recipe == FOS_RECIPE_NVFP4 ? FOS_QRECIPE_NVFP4 : FOS_QRECIPE_4OVER6,
+			       cli_wire_block(job->cfg.block),
+			       job->cfg.err_mode == FOS_ERR_MSE ? FOS_ERRMODE_MSE : FOS_ERRMODE_MAE, job->cfg.bound, rs};
+	fos_status st;
+	int rc = FOS_OK;
+	if (fos_quantize(c, &x, &qc, job->amax ? &amax_in : NULL, &codes, &scales, &amax, &st))
+		rc = cli_status_err(&st, "fosd", err);
+	else if (codes.size != (size_t)(R * C / 2) || scales.size != (size_t)(R * C / 16) ||
+		 amax.size != (size_t)na * sizeof(float))
+		rc = fos_seterr(err, FOS_EINTERNAL, "fosd: the reply's outputs have unexpected sizes");
+	if (!rc) {
+		out->rows = R;
+		out->cols = C;
+		out->row_scaled = rs;
+	}
+	fos_close(c);
+	return rc;
+}
+
 enum { QF_OUT, QF_LOCAL, QF_BACKEND, QF_RECIPE, QF_BLOCK, QF_ERR, QF_BOUND, QF_ROW, QF_AMAX, QF_COUNT };
 
 int cli_quantize_main(const cli_global *g, int argc, char **argv)
@@ -55,8 +87,8 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 	cli_flag flags[QF_COUNT] = {
 		[QF_OUT] = {"--out", "DIR", "write DIR/codes.npy, DIR/scales.npy and DIR/amax.npy (required;\n"
 					    "DIR is created if missing)", 0, 0},
-		[QF_LOCAL] = {"--local", NULL, "compute in this process (required for now: the daemon path\n"
-					       "is not available in this build yet)", 0, 0},
+		[QF_LOCAL] = {"--local", NULL, "compute in this process instead of sending the request\n"
+					       "to fosd (--server); the files written are the same", 0, 0},
 		[QF_BACKEND] = {"--backend", "cpu|cuda|auto", "numerics backend for --local (default auto: cuda when a\n"
 								"GPU is usable, else cpu)", 0, 0},
 		[QF_RECIPE] = {"--recipe", "4over6|nvfp4", "4over6 (default): four-over-six, for activations and\n"
@@ -78,7 +110,7 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 					       "bf16 as '<u2' bit patterns or float32 '<f4'"};
 	cli_cmd cmd = {
 		.name = "quantize",
-		.synopsis = "X.npy --out DIR --local [--recipe 4over6|nvfp4] [--block 1x16|16x16]\n"
+		.synopsis = "X.npy --out DIR [--local] [--recipe 4over6|nvfp4] [--block 1x16|16x16]\n"
 			    "           [--err mae|mse] [--bound 256|448] [--row-scaled] [--amax AMAX.npy]\n"
 			    "           [--backend cpu|cuda|auto]",
 		.summary = "Quantize a matrix to NVFP4 with four-over-six block scaling (NUMERICS.md 3-5).",
@@ -131,10 +163,8 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 	const char *x_path = cmd.pos[0], *amax_path = flags[QF_AMAX].value, *out_dir = flags[QF_OUT].value;
 	if (!out_dir)
 		return cli_fail(CLI_EXIT_USAGE, "quantize: --out DIR is required");
-	/* The daemon path: a later change replaces this with loading the same inputs and calling
-	 * cli_quantize_remote(g, &job, ...) where cli_quantize_local is called below. */
-	if (!flags[QF_LOCAL].given)
-		return cli_report(&err, cli_remote_unavailable(g, "quantize", &err));
+	if (cli_check_backend_local(&flags[QF_BACKEND], &flags[QF_LOCAL], &err))
+		return cli_report(&err, CLI_EXIT_USAGE);
 
 	/* ---- inputs ---- */
 	npy_array x, amax;
@@ -187,16 +217,16 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 		fos_seterr(&err, FOS_ENOMEM, "out of memory for the quantized output of %s", x_path);
 		goto fail;
 	}
-	if (cli_mkdirs(out_dir, &err))
-		goto fail;
-	cli_quantize_job job = {backend, x.data, x.dtype == NPY_F4 ? FOS_F32 : FOS_BF16, R, C, cfg,
+	cli_quantize_job job = {g, backend, x.data, x.dtype == NPY_F4 ? FOS_F32 : FOS_BF16, R, C, cfg,
 				amax_path ? (const float *)amax.data : NULL};
-	if (cli_quantize_local(&job, &q, &err)) {
+	if (flags[QF_LOCAL].given ? cli_quantize_local(&job, &q, &err) : cli_quantize_remote(&job, &q, &err)) {
 		cli_err_prefix(&err, "quantize");
 		goto fail;
 	}
 
-	/* ---- outputs ---- */
+	/* ---- outputs (the directory is made only now: a failed run leaves nothing behind) ---- */
+	if (cli_mkdirs(out_dir, &err))
+		goto fail;
 	int64_t cshape[2] = {R, C / 2}, sshape[2] = {R, C / 16}, ashape[1] = {R};
 	if (cli_write(out_dir, "codes.npy", NPY_U1, 2, cshape, q.codes, &err) ||
 	    cli_write(out_dir, "scales.npy", NPY_U1, 2, sshape, q.scales, &err) ||

@@ -13,7 +13,8 @@
  * buffer is too small), DATA_LOSS (a malformed reply).
  *
  * Tensors (struct fos_tensor) are row-major bytes + dtype + shape. Inputs are read from data and
- * copied once into the request message. For an output, set data = NULL to have libfos malloc the
+ * copied once into the request message (or referenced in place when data lies in a shared-memory
+ * region of the handle: see the end of this file). For an output, set data = NULL to have libfos malloc the
  * buffer (free it with free()), or point data at size bytes of your own; on return dtype, ndim,
  * shape and size describe what was written (ndim = 0 and size = 0 for an output the reply does not
  * have, like db without a bias).
@@ -257,6 +258,85 @@ typedef struct fos_linear_config {
 int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fos_tensor *bias,
 	       const fos_tensor *dy, const fos_linear_config *cfg, fos_tensor *y, fos_tensor *dx, fos_tensor *dw,
 	       fos_tensor *db, fos_status *st);
+
+/* ---- shared-memory regions (same-host zero copy) ------------------------------------------- *
+ *
+ * Over an ipc:// connection, tensor bytes can stay in shared memory that both sides map: a region
+ * is created (or attached) here, registered with fosd on this handle's connection, and then any
+ * fos_tensor whose data lies inside a region of the handle, input or output, travels as a
+ * (region, offset) reference instead of bytes: fosd reads inputs from the region and writes
+ * results straight into it (an output tensor whose data points into a region is filled in place,
+ * no copy). fos_tensor_shm makes such a tensor. Results are bit-identical to the inline path.
+ *
+ * Regions belong to the connection and tenant that registered them: fosd releases them when this
+ * handle's connection goes away (also when the process dies). If the handle reconnects, libfos
+ * registers its regions again the first time a request finds them missing, and retries once. A
+ * region must stay mapped until fos_region_destroy; destroy every region before fos_close (which
+ * releases the bookkeeping of any left over). */
+
+typedef struct fos_region fos_region;
+
+enum fos_region_kind {
+	FOS_REGION_MEMFD = 0, /* memfd_create, sealed against shrinking and growing (default) */
+	FOS_REGION_POSIX = 1  /* shm_open (unlinked at once: only this process and fosd hold it) */
+};
+
+/* Creates a region of size bytes (zero-filled), maps it here and registers it under name (NULL: a
+ * generated name). Fails FAILED_PRECONDITION over tcp. */
+int fos_region_create(fos_client *c, const char *name, size_t size, int kind, fos_region **out, fos_status *st);
+/* Registers memory the caller already mapped, shared with fosd through key: "fd:N" (file
+ * descriptor N of this process: a memfd or shm_open fd, mapped MAP_SHARED at base) or
+ * "shm:/NAME" (a POSIX shm object). The caller keeps the mapping and the descriptor until
+ * fos_region_destroy, which then only unregisters. */
+int fos_region_attach(fos_client *c, const char *name, const char *key, void *base, size_t size, fos_region **out,
+		      fos_status *st);
+/* Unregisters (a server that is gone is not an error), then unmaps and closes what
+ * fos_region_create made. NULL is fine. */
+int fos_region_destroy(fos_region *r, fos_status *st);
+
+void *fos_region_data(const fos_region *r);
+size_t fos_region_size(const fos_region *r);
+const char *fos_region_name(const fos_region *r);
+/* The file descriptor of a created region (-1 for an attached one). */
+int fos_region_fd(const fos_region *r);
+
+/* A tensor of dtype and shape (d1 <= 0: 1-D) at offset bytes into r, as an input or an output
+ * (size = its bytes). If it does not fit in r, data is NULL (calls then fail INVALID_ARGUMENT). */
+fos_tensor fos_tensor_shm(const fos_region *r, size_t offset, int dtype, int64_t d0, int64_t d1);
+
+/* The server's region counts over all connections (from Stats): registered regions, their
+ * bytes, and bytes still mapped. Any pointer may be NULL. */
+int fos_region_stats(fos_client *c, uint64_t *regions, uint64_t *bytes, uint64_t *mapped, fos_status *st);
+
+/* ---- connecting with options: tokens, TLS, re-putting weights -------------------------------- *
+ *
+ * fos_connect(url, token, timeout_ms, ...) is fos_connect_with(url, &{token, timeout_ms}, ...).
+ * Zero (NULL) fields take their defaults.
+ *
+ * TLS: a tls+tcp://host:port URL connects with TLS 1.2; the server's certificate must be signed by
+ * a CA of ca_file (default: the system's /etc/ssl/certs/ca-certificates.crt) and name server_name
+ * (default: the URL's host). A certificate that is not accepted fails the connect with UNAVAILABLE
+ * and a message saying so.
+ *
+ * Tokens: a fosd with a tokens file answers every request but Health UNAUTHENTICATED unless it
+ * carries a tenant's secret; a wrong token fails the connect itself (UNAUTHENTICATED).
+ *
+ * Re-put (reput_weights = 1): the handle keeps a private copy of every weight put through it
+ * (fos_put_weight) until it is dropped through it (fos_drop_weight) or the handle is closed. When a
+ * forward (or the recompute of fos_backward) gets NOT_FOUND for such a weight (fosd restarted, or
+ * evicted it), libfos puts the copy again, same name, version and config, and retries once. This
+ * costs the memory of the copies. fos_reput_count says how often it happened. */
+typedef struct fos_connect_opts {
+	const char *token;       /* the tenant's secret sent with every request (NULL: none) */
+	int timeout_ms;          /* connect and every later call (<= 0: 30000) */
+	const char *ca_file;     /* tls+tcp: PEM file of the CAs to trust (NULL: the system's) */
+	const char *server_name; /* tls+tcp: the name the certificate must carry (NULL: the URL's host) */
+	int reput_weights;       /* 1: put a weight of this handle again when fosd answers NOT_FOUND */
+} fos_connect_opts;
+
+int fos_connect_with(const char *url, const fos_connect_opts *o, fos_client **out, fos_status *st);
+/* Weights the handle has put again after a NOT_FOUND (reput_weights). */
+uint64_t fos_reput_count(const fos_client *c);
 
 #ifdef __cplusplus
 }

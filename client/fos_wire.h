@@ -44,8 +44,9 @@ typedef struct fosw_tensor {
 	int dtype;               /* Fos__DType */
 	int ndim;
 	int64_t shape[FOSW_MAX_DIMS];
-	const uint8_t *ptr;      /* in the received message (only 4-byte aligned) */
+	const uint8_t *ptr;      /* in the received message (only 4-byte aligned), or a shm region */
 	size_t len;
+	void *shm;               /* fosd: the shared-memory region ptr lies in (NULL: inline) */
 } fosw_tensor;
 
 /* Resolves t against a data section of dlen bytes: dtype known, 1..FOSW_MAX_DIMS dims each >= 1,

@@ -98,6 +98,17 @@ static uint64_t fosc_now_ms(void)
 
 int fos_connect(const char *url, const char *token, int timeout_ms, fos_client **out, fos_status *st)
 {
+	fos_connect_opts o;
+	memset(&o, 0, sizeof o);
+	o.token = token;
+	o.timeout_ms = timeout_ms;
+	return fosc_connect(url, &o, out, st);
+}
+
+int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, fos_status *st)
+{
+	const char *token = o->token;
+	int timeout_ms = o->timeout_ms;
 	*out = NULL;
 	if (!url || !*url)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no server URL");
@@ -106,6 +117,7 @@ int fos_connect(const char *url, const char *token, int timeout_ms, fos_client *
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	atomic_init(&c->next_id, 1);
 	atomic_init(&c->timeout_ms, timeout_ms > 0 ? timeout_ms : 30000);
+	c->shm_mu_ok = pthread_mutex_init(&c->shm_mu, NULL) == 0;
 	if (getrandom(&c->client_id, sizeof c->client_id, 0) != (ssize_t)sizeof c->client_id)
 		c->client_id = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
 	if (!c->client_id)
@@ -120,6 +132,8 @@ int fos_connect(const char *url, const char *token, int timeout_ms, fos_client *
 	if (rv) {
 		free(c->url);
 		free(c->token);
+		if (c->shm_mu_ok)
+			pthread_mutex_destroy(&c->shm_mu);
 		free(c);
 		return fosc_status(st, FOS_CODE_INTERNAL, "cannot open a REQ socket: %s", nng_strerror(rv));
 	}
@@ -130,13 +144,13 @@ int fos_connect(const char *url, const char *token, int timeout_ms, fos_client *
 		fos_close(c);
 		return fosc_status(st, FOS_CODE_INTERNAL, "cannot configure the REQ socket: %s", nng_strerror(rv));
 	}
-	if ((rv = nng_dial(c->sock, url, &c->dialer, 0))) {
-		int code = fosc_code_of_nng(rv);
+	int code = fosc_dial(c, url, o, st); /* TLS and re-put set up there (libfos_trust.c) */
+	if (code) {
 		fos_close(c);
-		return fosc_status(st, code, "cannot connect to %s: %s", url, nng_strerror(rv));
+		return code;
 	}
 	fos_health_info h;
-	int code = fos_health(c, &h, st);
+	code = fos_health(c, &h, st);
 	if (code) {
 		fos_close(c);
 		return code;
@@ -152,6 +166,10 @@ void fos_close(fos_client *c)
 		return;
 	if (nng_socket_id(c->sock) > 0)
 		nng_close(c->sock);
+	fosc_shm_close(c);
+	fosc_reput_free(c);
+	if (c->shm_mu_ok)
+		pthread_mutex_destroy(&c->shm_mu);
 	free(c->url);
 	free(c->token);
 	free(c);
@@ -196,18 +214,27 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 	return FOS_CODE_OK;
 }
 
-int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st)
+/* One round trip; *used_shm is set when a tensor of the request named a region. */
+static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st,
+			  int *used_shm)
 {
 	memset(out, 0, sizeof *out);
+	out->c = c;
 	int64_t shapes[FOSW_MAX_TENSORS][FOSW_MAX_DIMS];
+	Fos__ShmRef refs[FOSW_MAX_TENSORS];
 	fosw_placer pl;
 	memset(&pl, 0, sizeof pl);
+	*used_shm = rq->n_shm_outputs > 0;
 	if (nin > FOSW_MAX_TENSORS)
 		return fosc_status(st, FOS_CODE_INTERNAL, "too many tensors");
 	for (int i = 0; i < nin; i++) {
 		int code = fosc_check_in(&ins[i], st);
 		if (code)
 			return code;
+		if (fosc_shm_in(c, ins[i].in, ins[i].t, shapes[i], &refs[i])) { /* in a region: by reference */
+			*used_shm = 1;
+			continue;
+		}
 		fosw_tensor_init(ins[i].t, shapes[i], &pl, ins[i].in->dtype, ins[i].in->ndim, ins[i].in->shape);
 	}
 	int timeout = atomic_load(&c->timeout_ms);
@@ -229,7 +256,8 @@ int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply
 				   (unsigned long long)c->max_message);
 	}
 	for (int i = 0; i < nin; i++)
-		memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
+		if (!ins[i].t->shm)
+			memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
 
 	nng_ctx ctx;
 	nng_aio *aio;
@@ -296,6 +324,21 @@ done:
 	return code;
 }
 
+int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st)
+{
+	int used_shm = 0;
+	fos_status local, *sp = st ? st : &local;
+	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm);
+	/* a region the server does not know (a reconnect dropped it): register again, retry once */
+	if (code == FOS_CODE_NOT_FOUND && used_shm && strstr(sp->message, "shm region") &&
+	    strstr(sp->message, "not registered")) {
+		fos_status st2;
+		if (fosc_shm_reregister(c, &st2) == FOS_CODE_OK)
+			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm);
+	}
+	return code;
+}
+
 void fosc_out_none(fos_tensor *out)
 {
 	if (!out)
@@ -313,6 +356,8 @@ int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dt
 	char why[256];
 	if (!t)
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no %s", what);
+	if (t->shm) /* written into a region of ours */
+		return fosc_shm_out(r, t, what, dtype, exp_d0, exp_d1, out, st);
 	if (fosw_tensor_get(t, r->data, r->dlen, what, &v, NULL, &code, why, sizeof why))
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", why);
 	int exp_ndim = exp_d1 > 0 ? 2 : 1;

@@ -3,6 +3,7 @@
 #ifndef FOS_LIBFOS_INTERNAL_H
 #define FOS_LIBFOS_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "fos.h"
@@ -17,6 +18,12 @@ struct fos_client {
 	uint64_t max_message;
 	char *token;
 	char *url;
+	/* shared-memory regions registered on this handle (libfos_shm.c) */
+	pthread_mutex_t shm_mu;
+	int shm_mu_ok;
+	struct fos_region *regions;
+	/* copies of weights to put again after a NOT_FOUND (libfos_trust.c; NULL: off) */
+	struct fosc_reput *reput;
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -35,6 +42,7 @@ typedef struct fosc_in {
 
 /* A finished call: the decoded Response and the message whose data section its tensors name. */
 typedef struct fosc_reply {
+	fos_client *c;
 	nng_msg *msg;
 	Fos__Response *resp;
 	const uint8_t *data;
@@ -54,5 +62,45 @@ int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dt
 	     fos_tensor *out, fos_status *st);
 /* Marks an output absent (ndim 0, size 0). */
 void fosc_out_none(fos_tensor *out);
+
+/* ---- shared-memory regions (libfos_shm.c) ---- */
+
+/* If in->data lies in a region of c, fills t (dtype, shape into shape_store, length, offset 0)
+ * with a reference in ref and returns 1; else 0 (the tensor goes inline). */
+int fosc_shm_in(fos_client *c, const fos_tensor *in, Fos__Tensor *t, int64_t *shape_store, Fos__ShmRef *ref);
+/* Results asked into regions: for each outs[i] whose data lies in a region of c, a ShmOutput
+ * named names[i] is added to rq (storage in st, which must outlive the call). */
+typedef struct fosc_shm_outs {
+	Fos__ShmOutput o[FOSW_MAX_TENSORS];
+	Fos__ShmRef ref[FOSW_MAX_TENSORS];
+	Fos__ShmOutput *p[FOSW_MAX_TENSORS];
+} fosc_shm_outs;
+void fosc_shm_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *st, const char *const *names,
+		      fos_tensor *const *outs, int n);
+/* A reply tensor that names a region (t->shm): checks it is where out->data points and fits, and
+ * describes out (no copy). */
+int fosc_shm_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0,
+		 int64_t exp_d1, fos_tensor *out, fos_status *st);
+/* Registers every region of c again (after a reconnect). Returns OK or the first failure. */
+int fosc_shm_reregister(fos_client *c, fos_status *st);
+/* Frees the bookkeeping of regions left at fos_close. */
+void fosc_shm_close(fos_client *c);
+
+/* ---- trust and recovery (libfos_trust.c) ---- */
+
+/* fos_connect with options (never NULL here). */
+int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, fos_status *st);
+/* Creates and starts c's dialer for url (TLS for tls+tcp://) and the re-put registry if asked. */
+int fosc_dial(fos_client *c, const char *url, const fos_connect_opts *o, fos_status *st);
+/* The re-put registry: remember a weight put through c, forget a dropped one, put one again after
+ * a NOT_FOUND (returns OK when it is there again; NOT_FOUND when c does not hold it). */
+void fosc_reput_remember(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+			 const fos_weight_config *cfg);
+void fosc_reput_forget(fos_client *c, const char *name);
+int fosc_reput_restore(fos_client *c, const char *name);
+void fosc_reput_free(fos_client *c);
+/* PutWeight without remembering it (libfos_ops.c). */
+int fosc_put_weight_raw(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+			const fos_weight_config *cfg, fos_status *st);
 
 #endif

@@ -144,8 +144,8 @@ static void weight_info_from(const Fos__WeightInfo *wi, fos_weight_info *o)
 	o->idle_ms = wi->idle_ms;
 }
 
-int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
+static int put_weight_call(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+			   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
 {
 	if (!name)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
@@ -183,6 +183,21 @@ int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_
 	return FOS_CODE_OK;
 }
 
+int fosc_put_weight_raw(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+			const fos_weight_config *cfg, fos_status *st)
+{
+	return put_weight_call(c, name, version, w, cfg, NULL, st);
+}
+
+int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
+{
+	int code = put_weight_call(c, name, version, w, cfg, info, st);
+	if (code == FOS_CODE_OK)
+		fosc_reput_remember(c, name, version, w, cfg); /* only with reput_weights (libfos_trust.c) */
+	return code;
+}
+
 int fos_drop_weight(fos_client *c, const char *name, fos_status *st)
 {
 	if (!name)
@@ -196,6 +211,8 @@ int fos_drop_weight(fos_client *c, const char *name, fos_status *st)
 	int code = fosc_call(c, &rq, NULL, 0, &r, st);
 	if (!code)
 		fosc_reply_free(&r);
+	if (code == FOS_CODE_OK || code == FOS_CODE_NOT_FOUND)
+		fosc_reput_forget(c, name);
 	return code;
 }
 
@@ -256,8 +273,14 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 		fr.save_context = o->save_context;
 	}
 	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
+	fosc_shm_outs so;
+	static const char *const out_names[] = {"y"};
+	fos_tensor *outs[] = {skip_output ? NULL : y};
+	fosc_shm_outputs(c, &rq, &so, out_names, outs, 1); /* y straight into a region */
 	fosc_reply r;
 	int code = fosc_call(c, &rq, ins, bias ? 2 : 1, &r, st);
+	if (code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, weight) == FOS_CODE_OK)
+		code = fosc_call(c, &rq, ins, bias ? 2 : 1, &r, st); /* the weight was put again: retry once */
 	if (code)
 		return code;
 	const Fos__ForwardResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_FORWARD ? r.resp->forward : NULL;
@@ -320,6 +343,10 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	br.dy = &tdy;
 	br.keep_context = keep;
 	fosc_in ins[1] = {{&tdy, dy, "dy"}};
+	fosc_shm_outs so;
+	static const char *const out_names[] = {"dx", "dw", "db"};
+	fos_tensor *outs[] = {dx, dw, db};
+	fosc_shm_outputs(c, &rq, &so, out_names, outs, 3);
 	fosc_reply r;
 	int code = fosc_call(c, &rq, ins, 1, &r, st);
 	if (code)
@@ -434,6 +461,10 @@ int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg
 		qc.row_scaled = cfg->row_scaled;
 	}
 	fosc_in ins[2] = {{&tx, x, "x"}, {&ta, amax_in, "amax"}};
+	fosc_shm_outs so;
+	static const char *const out_names[] = {"codes", "scales", "amax"};
+	fos_tensor *outs[] = {codes, scales, amax_out};
+	fosc_shm_outputs(c, &rq, &so, out_names, outs, 3);
 	fosc_reply r;
 	int code = fosc_call(c, &rq, ins, amax_in ? 2 : 1, &r, st);
 	if (code)
@@ -474,6 +505,10 @@ int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *sca
 	dr.row_scaled = row_scaled;
 	dr.out_dtype = out_dtype;
 	fosc_in ins[3] = {{&tc, codes, "codes"}, {&ts, scales, "scales"}, {&ta, amax, "amax"}};
+	fosc_shm_outs so;
+	static const char *const out_names[] = {"out"};
+	fos_tensor *outs[] = {out};
+	fosc_shm_outputs(c, &rq, &so, out_names, outs, 1);
 	fosc_reply r;
 	int code = fosc_call(c, &rq, ins, 3, &r, st);
 	if (code)
@@ -522,6 +557,10 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 		ins[nin++] = (fosc_in){&tb, bias, "bias"};
 	if (dy)
 		ins[nin++] = (fosc_in){&tdy, dy, "dy"};
+	fosc_shm_outs so;
+	static const char *const out_names[] = {"y", "dx", "dw", "db"};
+	fos_tensor *outs[] = {y, dy ? dx : NULL, dy ? dw : NULL, dy ? db : NULL};
+	fosc_shm_outputs(c, &rq, &so, out_names, outs, 4);
 	fosc_reply r;
 	int code = fosc_call(c, &rq, ins, nin, &r, st);
 	if (code)

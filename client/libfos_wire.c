@@ -150,6 +150,7 @@ int fosw_tensor_get(const Fos__Tensor *t, const uint8_t *data, size_t dlen, cons
 		out->shape[i] = i < out->ndim ? t->shape[i] : 1;
 	out->ptr = data + t->offset;
 	out->len = (size_t)t->length;
+	out->shm = NULL;
 	if (max_end && t->offset + t->length > *max_end)
 		*max_end = t->offset + t->length;
 	*code = FOS__CODE__OK;

@@ -2,6 +2,7 @@
  * flags. Every key of the file is also a flag (--cache-bytes for cache_bytes); flags win. */
 #include "config.h"
 #include "log.h"
+#include "trust_config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -45,6 +46,7 @@ void fosd_config_free(fosd_config *c)
 	config_clear_listen(c);
 	free(c->config_path);
 	c->config_path = NULL;
+	fosd_trust_config_free(c);
 }
 
 int fosd_parse_size(const char *s, uint64_t *out)
@@ -201,10 +203,9 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 		c->log_level = l;
 		return 0;
 	}
-	if (!strcmp(key, "tokens")) {
-		snprintf(msg, msgsz, "tokens: tenants and tokens are not supported by this fosd yet");
-		return -1;
-	}
+	int trust = fosd_trust_config_set(c, key, v, msg, msgsz);
+	if (trust <= 0)
+		return trust;
 	snprintf(msg, msgsz, "unknown setting '%s'", key);
 	return -1;
 }
@@ -220,7 +221,7 @@ static int config_known_key(const char *key)
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strcmp(key, keys[i]))
 			return 1;
-	return 0;
+	return fosd_trust_config_known(key);
 }
 
 static char *trim(char *s)
@@ -294,8 +295,9 @@ void fosd_config_usage(void *stream)
 		"  --sweep-interval DUR     context expiry sweep period (default 1s)\n"
 		"  --dedup-window DUR       remember executed request ids (default 10m)\n"
 		"  --ipc-mode OCTAL         ipc socket permissions (default 0600)\n"
-		"  --log-level LEVEL        error, warn, info (default) or debug\n"
-		"  --help, --version\n");
+		"  --log-level LEVEL        error, warn, info (default) or debug\n");
+	fosd_trust_config_usage(stream);
+	fprintf((FILE *)stream, "  --help, --version\n");
 }
 
 int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, size_t msgsz)
@@ -355,6 +357,8 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 		}
 		if (eq) {
 			val = eq + 1;
+		} else if (fosd_trust_config_is_flag(key)) {
+			val = "true"; /* a boolean flag takes no separate value */
 		} else {
 			if (i + 1 >= argc) {
 				snprintf(msg, msgsz, "option '%s' needs a value", a);
@@ -387,5 +391,5 @@ int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz)
 	}
 	if (c->sweep_interval_ms == 0)
 		c->sweep_interval_ms = 1000;
-	return 0;
+	return fosd_trust_config_check(c, msg, msgsz);
 }

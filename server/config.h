@@ -27,6 +27,14 @@ typedef struct fosd_config {
 	int ipc_mode;                   /* permissions of ipc sockets (octal in files and flags) */
 	int log_level;                  /* enum fosd_log_level */
 	char *config_path;              /* the file that was read, or NULL */
+	/* trust (trust_config.c): tenants, TLS, per-tenant quota defaults */
+	char *tokens_path;              /* tokens file; NULL: one anonymous tenant, ipc only */
+	int allow_insecure_tcp;         /* tcp/tls+tcp listeners without a tokens file */
+	char *tls_cert, *tls_key;       /* PEM certificate (chain) and key of tls+tcp listeners */
+	char *tls_key_password;         /* of an encrypted key, or NULL */
+	uint64_t tenant_cache_bytes;    /* default per-tenant quotas (0: none) */
+	uint64_t tenant_context_bytes;
+	int tenant_inflight;
 } fosd_config;
 
 void fosd_config_defaults(fosd_config *c);

@@ -48,6 +48,11 @@ void fosd_contexts_destroy(fosd_contexts *cx)
 	pthread_mutex_destroy(&cx->mu);
 }
 
+static fosd_tenant *cx_owner(const fosd_context *c)
+{
+	return c->w ? c->w->owner : NULL;
+}
+
 static size_t cx_bucket(const fosd_contexts *cx, uint64_t id)
 {
 	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 40) % cx->nbuckets;
@@ -78,6 +83,8 @@ static void cx_unlink_locked(fosd_contexts *cx, fosd_context *c, int why)
 	else
 		cx->newest = c->prev;
 	cx->bytes -= c->bytes;
+	if (cx_owner(c))
+		cx_owner(c)->context_bytes -= c->bytes;
 	cx->count--;
 	if (why == FOSD_CTX_EXPIRED)
 		cx->expired++;
@@ -86,6 +93,7 @@ static void cx_unlink_locked(fosd_contexts *cx, fosd_context *c, int why)
 	unsigned t = cx->tomb_next++ % FOSD_CTX_TOMBSTONES;
 	cx->tomb_id[t] = c->id;
 	cx->tomb_why[t] = (uint8_t)why;
+	cx->tomb_owner[t] = cx_owner(c);
 }
 
 void fosd_contexts_remove(fosd_contexts *cx, fosd_context *c, int why)
@@ -105,13 +113,32 @@ int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgs
 		fosd_context_free(cx, c);
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
+	fosd_tenant *owner = cx_owner(c);
+	if (owner && owner->quota_context && c->bytes > owner->quota_context) {
+		snprintf(msg, msgsz, "saved context of %zu bytes exceeds the context quota of tenant '%s' (%llu bytes)",
+			 c->bytes, owner->name, (unsigned long long)owner->quota_context);
+		fosd_context_free(cx, c);
+		return FOS__CODE__RESOURCE_EXHAUSTED;
+	}
 	fosd_context *victims = NULL;
 	pthread_mutex_lock(&cx->mu);
-	while (cx->bytes + c->bytes > cx->budget && cx->oldest) {
+	/* the tenant's quota, from its own oldest; then the budget, the tenant's own oldest first */
+	for (int pass = 0; pass < 3; pass++) {
 		fosd_context *o = cx->oldest;
-		cx_unlink_locked(cx, o, FOSD_CTX_EVICTED);
-		o->next = victims;
-		victims = o;
+		while (o) {
+			fosd_context *nx = o->next;
+			int over = pass == 0 ? (owner && owner->quota_context &&
+						owner->context_bytes + c->bytes > owner->quota_context)
+					     : cx->bytes + c->bytes > cx->budget;
+			if (!over)
+				break;
+			if (pass == 2 || cx_owner(o) == owner) {
+				cx_unlink_locked(cx, o, FOSD_CTX_EVICTED);
+				o->next = victims;
+				victims = o;
+			}
+			o = nx;
+		}
 	}
 	do
 		c->id = fosd_random_u64();
@@ -128,6 +155,8 @@ int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgs
 		cx->oldest = c;
 	cx->newest = c;
 	cx->bytes += c->bytes;
+	if (owner)
+		owner->context_bytes += c->bytes;
 	cx->count++;
 	pthread_mutex_unlock(&cx->mu);
 	while (victims) {
@@ -156,11 +185,11 @@ static const char *cx_why(int why)
 	}
 }
 
-static int cx_not_found_locked(fosd_contexts *cx, uint64_t id, char *msg, size_t msgsz)
+static int cx_not_found_locked(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, char *msg, size_t msgsz)
 {
 	int why = 0;
 	for (unsigned i = 0; i < FOSD_CTX_TOMBSTONES; i++)
-		if (cx->tomb_why[i] && cx->tomb_id[i] == id)
+		if (cx->tomb_why[i] && cx->tomb_id[i] == id && cx->tomb_owner[i] == owner)
 			why = cx->tomb_why[i];
 	snprintf(msg, msgsz, "context %016llx %s", (unsigned long long)id, cx_why(why));
 	return FOS__CODE__NOT_FOUND;
@@ -168,8 +197,16 @@ static int cx_not_found_locked(fosd_contexts *cx, uint64_t id, char *msg, size_t
 
 int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *msg, size_t msgsz)
 {
+	return fosd_contexts_get_in(cx, NULL, id, out, msg, msgsz);
+}
+
+int fosd_contexts_get_in(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, fosd_context **out, char *msg,
+			 size_t msgsz)
+{
 	pthread_mutex_lock(&cx->mu);
 	fosd_context *c = id ? cx_find_locked(cx, id) : NULL;
+	if (c && cx_owner(c) != owner)
+		c = NULL; /* another tenant's: as if it did not exist */
 	if (c && c->expires_ns <= fosd_now_ns()) {
 		cx_unlink_locked(cx, c, FOSD_CTX_EXPIRED);
 		pthread_mutex_unlock(&cx->mu);
@@ -178,7 +215,7 @@ int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *
 		return FOS__CODE__NOT_FOUND;
 	}
 	if (!c) {
-		int rc = cx_not_found_locked(cx, id, msg, msgsz);
+		int rc = cx_not_found_locked(cx, owner, id, msg, msgsz);
 		pthread_mutex_unlock(&cx->mu);
 		return rc;
 	}
@@ -189,8 +226,13 @@ int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *
 
 int fosd_contexts_release(fosd_contexts *cx, uint64_t id, char *msg, size_t msgsz)
 {
+	return fosd_contexts_release_in(cx, NULL, id, msg, msgsz);
+}
+
+int fosd_contexts_release_in(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, char *msg, size_t msgsz)
+{
 	fosd_context *c;
-	int rc = fosd_contexts_get(cx, id, &c, msg, msgsz);
+	int rc = fosd_contexts_get_in(cx, owner, id, &c, msg, msgsz);
 	if (rc)
 		return rc;
 	fosd_contexts_remove(cx, c, FOSD_CTX_RELEASED);

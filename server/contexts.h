@@ -38,6 +38,7 @@ typedef struct fosd_contexts {
 	/* recently removed ids and why, for precise NOT_FOUND messages */
 	uint64_t tomb_id[FOSD_CTX_TOMBSTONES];
 	uint8_t tomb_why[FOSD_CTX_TOMBSTONES];
+	const fosd_tenant *tomb_owner[FOSD_CTX_TOMBSTONES];
 	unsigned tomb_next;
 } fosd_contexts;
 
@@ -48,7 +49,10 @@ void fosd_contexts_destroy(fosd_contexts *cx);
 
 /* Takes ownership of c (its saved operands and its weight reference): evicts the oldest contexts
  * until it fits the budget, assigns its id and expiry. Returns 0, or RESOURCE_EXHAUSTED with msg
- * (c is then freed). */
+ * (c is then freed).
+ * A context belongs to the tenant of its weight (c->w->owner). Its tenant's context quota is
+ * applied first, by evicting only that tenant's oldest contexts; then the global budget, evicting
+ * the tenant's own oldest contexts before anyone else's. */
 int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgsz);
 /* The live context of this id, or NOT_FOUND with msg (an expired one is freed here). */
 int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *msg, size_t msgsz);
@@ -56,6 +60,11 @@ int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *
 void fosd_contexts_remove(fosd_contexts *cx, fosd_context *c, int why);
 /* ReleaseContext: 0 or NOT_FOUND with msg. */
 int fosd_contexts_release(fosd_contexts *cx, uint64_t id, char *msg, size_t msgsz);
+/* The same for the contexts of tenant owner (NULL: anonymous; the two above are these with NULL).
+ * Another tenant's context is NOT_FOUND with the message of an id that never existed. */
+int fosd_contexts_get_in(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, fosd_context **out, char *msg,
+			 size_t msgsz);
+int fosd_contexts_release_in(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, char *msg, size_t msgsz);
 /* Frees every context past its expiry; returns how many. */
 uint64_t fosd_contexts_sweep(fosd_contexts *cx, uint64_t now_ns);
 /* Frees a context that was never added (its saved operands and weight reference). */

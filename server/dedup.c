@@ -96,6 +96,24 @@ int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct
 	return FOSD_DEDUP_NEW;
 }
 
+int fosd_dedup_abandon(fosd_dedup *dd, uint64_t client_id, uint64_t req_id)
+{
+	int gone = 1;
+	pthread_mutex_lock(&dd->mu);
+	fosd_dedup_entry **pp = dd_find(dd, client_id, req_id);
+	fosd_dedup_entry *e = *pp;
+	if (e && !e->done) {
+		if (e->waiters) {
+			gone = 0;
+		} else {
+			*pp = e->hnext;
+			free(e);
+		}
+	}
+	pthread_mutex_unlock(&dd->mu);
+	return gone;
+}
+
 struct fosd_slot *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, uint64_t now_ns)
 {
 	struct fosd_slot *w = NULL;

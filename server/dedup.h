@@ -37,6 +37,9 @@ void fosd_dedup_destroy(fosd_dedup *dd);
  * running copy (it is answered by whoever ends it); DONE: executed before. On out of memory the
  * request is treated as NEW without registration (*registered = 0). */
 int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct fosd_slot *s, int *registered);
+/* The request will not be executed (its client is gone): forgets it so that a later copy runs,
+ * unless copies already wait on it. Returns 1 when forgotten, 0 when copies wait (run it). */
+int fosd_dedup_abandon(fosd_dedup *dd, uint64_t client_id, uint64_t req_id);
 /* Marks the request done; returns the slots that waited on it (linked by wnext). */
 struct fosd_slot *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, uint64_t now_ns);
 

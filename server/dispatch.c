@@ -2,6 +2,7 @@
  * header, validate, refuse while draining, detect duplicates, answer the cheap read-only
  * operations at once and queue the rest; and the reply builders. */
 #include "server.h"
+#include "auth.h"
 #include "log.h"
 #include "util.h"
 
@@ -82,11 +83,22 @@ void fosd_dispatch(fosd_slot *s)
 	s->req_id = rq->id;
 	s->client_id = rq->client_id;
 	s->op = fosd_request_op(rq);
+	int acode = fosd_auth_request(srv, s, msg, sizeof msg); /* sets s->tenant */
+	if (acode) {
+		reply_error(s, rq->id, acode, msg);
+		return;
+	}
 	if (atomic_load(&srv->draining) && s->op != FOSD_OP_HEALTH && s->op != FOSD_OP_STATS) {
 		reply_error(s, rq->id, FOS__CODE__UNAVAILABLE, "fosd is shutting down");
 		return;
 	}
-	int code = fosd_validate(rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->args, msg, sizeof msg);
+	/* shared-memory references are resolved for this connection and tenant (shm_req.c) */
+	fosd_shm_req_begin(&s->shm, &srv->regions, nng_pipe_id(nng_msg_get_pipe(s->msg)), s->op,
+			   fosd_tenant_name(s->tenant));
+	int code = fosd_validate_shm(rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->shm, &s->args, msg,
+				     sizeof msg);
+	if (!code)
+		code = fosd_shm_outputs_check(&s->shm, rq, msg, sizeof msg);
 	if (code) {
 		reply_error(s, rq->id, code, msg);
 		return;

@@ -3,6 +3,7 @@
  * documented thread-safe). Context expiry sweeps are run by a worker too, since they free backend
  * memory. */
 #include "server.h"
+#include "deadline.h"
 #include "log.h"
 #include "util.h"
 
@@ -44,9 +45,14 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 			    FOS__CODE__DEADLINE_EXCEEDED);
 		return;
 	}
+	if (fosd_drop_if_client_gone(srv, s))
+		return;
 	int code = 0;
 	uint64_t t0 = fosd_now_ns();
-	pthread_mutex_lock(&srv->be_mu);
+	if (fosd_backend_lock(srv, s)) { /* the deadline passed while another request held the backend */
+		fosd_deadline_answer(s);
+		return;
+	}
 	nng_msg *r = fosd_execute(srv, s, &code);
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(srv);
@@ -101,7 +107,7 @@ int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz)
 		}
 		srv->n_workers = i + 1;
 	}
-	return 0;
+	return fosd_deadline_start(srv, msg, msgsz);
 }
 
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s)
@@ -115,6 +121,7 @@ void fosd_executor_submit(fosd_server *srv, fosd_slot *s)
 	srv->q_tail = s;
 	srv->queued++;
 	pthread_cond_signal(&srv->q_cv);
+	fosd_deadline_queued(srv, s);
 	pthread_mutex_unlock(&srv->q_mu);
 }
 
@@ -136,6 +143,7 @@ uint64_t fosd_executor_queued(fosd_server *srv)
 
 void fosd_executor_stop(fosd_server *srv)
 {
+	fosd_deadline_stop(srv);
 	pthread_mutex_lock(&srv->q_mu);
 	srv->q_stop = 1;
 	pthread_cond_broadcast(&srv->q_cv);

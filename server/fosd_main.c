@@ -3,6 +3,7 @@
  * finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
  * abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
+#include "auth.h"
 #include "log.h"
 
 #include <signal.h>
@@ -40,14 +41,22 @@ int main(int argc, char **argv)
 	}
 	fosd_log_set_level(cfg.log_level);
 	signal(SIGPIPE, SIG_IGN);
+	fosd_tune_malloc(); /* a warm heap for large messages (alloc_tune.c) */
 	if (cfg.config_path)
 		fosd_info("configuration from %s", cfg.config_path);
+	fosd_tenants *tenants = NULL;
+	if (fosd_auth_setup(&cfg, &tenants, msg, sizeof msg)) {
+		fosd_error("tokens: %s", msg);
+		fosd_config_free(&cfg);
+		return 2;
+	}
 
 	fos_err err;
 	memset(&err, 0, sizeof err);
 	fos_backend *be = open_backend(&cfg, &err);
 	if (!be) {
 		fosd_error("cannot open the %s backend: %s", cfg.backend, err.msg);
+		fosd_tenants_free(tenants);
 		fosd_config_free(&cfg);
 		return 1;
 	}
@@ -63,9 +72,11 @@ int main(int argc, char **argv)
 	if (fosd_server_init(&srv, &cfg, be, msg, sizeof msg)) {
 		fosd_error("%s", msg);
 		be->destroy(be);
+		fosd_tenants_free(tenants);
 		fosd_config_free(&cfg);
 		return 1;
 	}
+	srv.tenants = tenants;
 	if (fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg)) {
 		fosd_error("%s", msg);
 	} else {
@@ -75,6 +86,7 @@ int main(int argc, char **argv)
 	fosd_executor_stop(&srv);
 	fosd_transport_close(&srv);
 	fosd_server_destroy(&srv);
+	fosd_tenants_free(tenants);
 	fosd_info("stopped (exit %d)", code);
 	fosd_config_free(&cfg);
 	return code;

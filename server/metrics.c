@@ -8,7 +8,8 @@ const char *fosd_op_name(int op)
 {
 	static const char *const names[FOSD_NUM_OPS] = {
 		"health",	  "stats",    "put_weight", "drop_weight", "list_weights", "forward",
-		"backward", "release_context", "quantize", "dequantize", "linear", "invalid",
+		"backward", "release_context", "quantize", "dequantize", "linear", "register_region",
+		"unregister_region", "list_regions", "invalid",
 	};
 	return (op >= 0 && op < FOSD_NUM_OPS) ? names[op] : "?";
 }

@@ -17,6 +17,8 @@ int fosd_code_of_rc(int rc)
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	case FOS_EUNSUPPORTED:
 		return FOS__CODE__UNIMPLEMENTED;
+	case FOSD_RC_PRECONDITION: /* a shared-memory region shrank (shm_req.c) */
+		return FOS__CODE__FAILED_PRECONDITION;
 	default:
 		return FOS__CODE__INTERNAL;
 	}
@@ -46,7 +48,7 @@ void *fosd_dev_alloc(fosd_server *srv, size_t n, fos_err *e)
 void *fosd_dev_from(fosd_server *srv, const fosw_tensor *t, fos_err *e)
 {
 	void *p = fosd_dev_alloc(srv, t->len, e);
-	if (p && srv->be->h2d(srv->be, p, t->ptr, t->len, e)) {
+	if (p && fosd_tensor_h2d(srv, p, t, e)) { /* inline, or from a shm region */
 		srv->be->free(srv->be, p);
 		return NULL;
 	}
@@ -76,6 +78,10 @@ Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, 
 nng_msg *fosd_outs_reply(fosd_server *srv, fosd_slot *s, Fos__Response *resp, fosd_outs *o, int *code)
 {
 	resp->id = s->req_id;
+	char smsg[FOSD_MSG_MAX];
+	int sc = fosd_shm_outs_place(s, &resp->base, o, smsg, sizeof smsg); /* results asked into shm */
+	if (sc)
+		return fosd_fail(s, code, sc, "%s", smsg);
 	if (o && o->pl.cursor + 4096 > srv->cfg->max_message_bytes)
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED,
 				 "the reply would be %llu bytes, over the %llu-byte message limit",
@@ -86,6 +92,14 @@ nng_msg *fosd_outs_reply(fosd_server *srv, fosd_slot *s, Fos__Response *resp, fo
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory allocating the reply");
 	for (int i = 0; o && i < o->n; i++) {
 		fos_err e;
+		if (o->t[i].shm) {
+			sc = fosd_shm_out_write(srv, s, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
+			if (sc) {
+				nng_msg_free(m);
+				return fosd_fail(s, code, sc, "writing result %d into shared memory: %s", i, smsg);
+			}
+			continue;
+		}
 		if (srv->be->d2h(srv->be, data + o->t[i].offset, o->dev[i], (size_t)o->t[i].length, &e)) {
 			nng_msg_free(m);
 			return fosd_fail(s, code, fosd_code_of_rc(e.rc), "copying the result out: %s", e.msg);
@@ -142,6 +156,12 @@ nng_msg *fosd_execute(fosd_server *srv, fosd_slot *s, int *code)
 		return fosd_op_stats(srv, s);
 	case FOSD_OP_LIST_WEIGHTS:
 		return fosd_op_list_weights(srv, s, code);
+	case FOSD_OP_REGISTER_REGION:
+		return fosd_op_register_region(srv, s, code);
+	case FOSD_OP_UNREGISTER_REGION:
+		return fosd_op_unregister_region(srv, s, code);
+	case FOSD_OP_LIST_REGIONS:
+		return fosd_op_list_regions(srv, s, code);
 	default:
 		return fosd_fail(s, code, FOS__CODE__UNIMPLEMENTED, "operation not implemented");
 	}

@@ -91,6 +91,7 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	st.duplicates = snap->duplicates;
 	st.bad_messages = snap->bad_messages;
 	st.workers = (uint64_t)srv->n_workers;
+	fosd_regions_stats(&srv->regions, &st.shm_regions, &st.shm_region_bytes, &st.shm_mapped_bytes);
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.id = s->req_id;
 	resp.result_case = FOS__RESPONSE__RESULT_STATS;
@@ -105,7 +106,7 @@ nng_msg *fosd_op_list_weights(fosd_server *srv, fosd_slot *s, int *code)
 	fosd_weight_info *infos;
 	size_t n;
 	*code = 0;
-	if (fosd_wcache_list(&srv->wc, &infos, &n))
+	if (fosd_wcache_list_in(&srv->wc, s->tenant, &infos, &n))
 		return NULL;
 	Fos__WeightInfo *wi = calloc(n ? n : 1, sizeof *wi);
 	Fos__WeightConfig *wc = calloc(n ? n : 1, sizeof *wc);

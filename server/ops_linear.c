@@ -3,6 +3,7 @@
  * shapes it could not check before it knew the weight or context, then calls the linear layer of
  * kernels/linear.c exactly as a local caller would. */
 #include "ops.h"
+#include "deadline.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -24,7 +25,7 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 	nng_msg *r = NULL;
 	memset(&saved, 0, sizeof saved);
 
-	int rc = fosd_wcache_acquire(&srv->wc, a->weight, a->version, &w, msg, sizeof msg);
+	int rc = fosd_wcache_acquire_in(&srv->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = w->qw.n;
@@ -117,7 +118,7 @@ nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	fosd_context *c;
-	int rc = fosd_contexts_get(&srv->cx, a->id, &c, msg, sizeof msg);
+	int rc = fosd_contexts_get_in(&srv->cx, s->tenant, a->id, &c, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	const fos_saved *sv = &c->saved;
@@ -142,7 +143,7 @@ nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
 	if (!had_col && c->w->qw.qcol.codes) {
 		/* the columnwise copy was built now: account for it, evicting others if need be */
 		fosd_wcache_account(&srv->wc, c->w);
-		if (fosd_wcache_reserve(&srv->wc, 0, NULL, msg, sizeof msg))
+		if (fosd_wcache_reserve_in(&srv->wc, c->w->owner, 0, NULL, msg, sizeof msg))
 			fosd_warn("cache over budget after building the columnwise copy of '%s'", c->w->name);
 	}
 	if (rc) {
@@ -173,7 +174,7 @@ out:
 nng_msg *fosd_op_release(fosd_server *srv, fosd_slot *s, int *code)
 {
 	char msg[FOSD_MSG_MAX];
-	int rc = fosd_contexts_release(&srv->cx, s->args.u.release_id, msg, sizeof msg);
+	int rc = fosd_contexts_release_in(&srv->cx, s->tenant, s->args.u.release_id, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	Fos__ReleaseContextResult rr = FOS__RELEASE_CONTEXT_RESULT__INIT;
@@ -209,11 +210,19 @@ nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
 		goto out;
 	}
 	have_qw = 1;
+	if (fosd_past_deadline(s)) { /* between steps: nobody waits for the rest */
+		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
+		goto out;
+	}
 	if ((rc = fos_linear_forward(be, x, m, &qw, &a->opts, bias, y, a->has_dy ? &saved : NULL, &e))) {
 		r = fosd_fail(s, code, fosd_code_of_rc(rc), "forward: %s", e.msg);
 		goto out;
 	}
 	have_saved = a->has_dy;
+	if (a->has_dy && fosd_past_deadline(s)) {
+		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
+		goto out;
+	}
 	if (a->has_dy) {
 		if (!(dx = fosd_dev_alloc(srv, (size_t)(m * k * 2), &e)) || !(dw = fosd_dev_alloc(srv, (size_t)(n * k * 2), &e)) ||
 		    (a->has_bias && !(db = fosd_dev_alloc(srv, (size_t)n * 2, &e)))) {

@@ -65,8 +65,8 @@ nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code)
 	q.cols = a->cols;
 	q.bound = a->bound;
 	q.row_scaled = a->row_scaled;
-	if (be->h2d(be, q.codes, a->codes.ptr, a->codes.len, &e) || be->h2d(be, q.scales, a->scales.ptr, a->scales.len, &e) ||
-	    be->h2d(be, q.amax, a->amax.ptr, a->amax.len, &e) || !(out = fosd_dev_alloc(srv, out_bytes, &e))) {
+	if (fosd_tensor_h2d(srv, q.codes, &a->codes, &e) || fosd_tensor_h2d(srv, q.scales, &a->scales, &e) ||
+	    fosd_tensor_h2d(srv, q.amax, &a->amax, &e) || !(out = fosd_dev_alloc(srv, out_bytes, &e))) {
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 		goto out;
 	}

@@ -25,11 +25,11 @@ nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	int64_t n = a->w.shape[0], k = a->w.shape[1];
-	fosd_weight *old = fosd_wcache_find(&srv->wc, a->name);
+	fosd_weight *old = fosd_wcache_find_in(&srv->wc, s->tenant, a->name);
 	if (old && old->version == a->version)
 		return fosd_fail(s, code, FOS__CODE__ALREADY_EXISTS, "weight '%s' version %llu is already cached",
 				 a->name, (unsigned long long)a->version);
-	int rc = fosd_wcache_reserve(&srv->wc, put_estimate(n, k, a->keep_master, a->want_col), old, msg, sizeof msg);
+	int rc = fosd_wcache_reserve_in(&srv->wc, s->tenant, put_estimate(n, k, a->keep_master, a->want_col), old, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	fosd_weight *w = calloc(1, sizeof *w);
@@ -38,6 +38,7 @@ nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
 	snprintf(w->name, sizeof w->name, "%s", a->name);
 	w->version = a->version;
 	w->pinned = a->pin;
+	w->owner = s->tenant;
 	void *wd = fosd_dev_from(srv, &a->w, &e);
 	if (!wd) {
 		free(w);
@@ -69,7 +70,7 @@ nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
 nng_msg *fosd_op_drop_weight(fosd_server *srv, fosd_slot *s, int *code)
 {
 	char msg[FOSD_MSG_MAX];
-	int rc = fosd_wcache_drop(&srv->wc, s->args.u.drop_name, msg, sizeof msg);
+	int rc = fosd_wcache_drop_in(&srv->wc, s->tenant, s->args.u.drop_name, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	fosd_info("cache: dropped weight '%s'", s->args.u.drop_name);

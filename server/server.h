@@ -20,6 +20,8 @@
 #include "contexts.h"
 #include "dedup.h"
 #include "metrics.h"
+#include "shm.h"
+#include "tenants.h"
 #include "validate.h"
 #include "wcache.h"
 #include "fos.pb-c.h"
@@ -48,6 +50,9 @@ typedef struct fosd_slot {
 	fosd_args args;
 	struct fosd_slot *qnext;    /* executor queue */
 	struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
+	fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
+	int tenant_counted;         /* counted in tenant->inflight until answered */
+	fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
 } fosd_slot;
 
 struct fosd_server {
@@ -58,6 +63,9 @@ struct fosd_server {
 	fosd_contexts cx;
 	fosd_metrics metrics;
 	fosd_dedup dd;
+	fosd_regions regions;  /* shared-memory regions of ipc clients (regions.c) */
+	fosd_tenants *tenants; /* NULL: no tokens file, one anonymous tenant (auth.c) */
+	struct fosd_deadlines *deadlines; /* the deadline reaper (deadline.c) */
 	uint64_t start_ns;
 
 	/* transport */

@@ -2,12 +2,16 @@
  * receive size limit, and a fixed set of slots, each an nng context with its own aio, so that
  * `concurrency` requests from any number of clients are in progress at once. */
 #include "server.h"
+#include "auth.h"
 #include "log.h"
+#include "tls.h"
+#include "trust_config.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/transport/ipc/ipc.h>
@@ -62,12 +66,14 @@ static void slot_cb(void *arg)
 void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 {
 	fosd_server *srv = s->srv;
+	fosd_auth_done(s);
 	uint64_t out = reply ? nng_msg_len(reply) : 0;
 	uint64_t us = (fosd_now_ns() - s->t_recv_ns) / 1000u;
 	fosd_metrics_record(&srv->metrics, s->op, code, us, s->bytes_in, out);
 	if (code && fosd_log_get_level() >= FOSD_LOG_DEBUG)
 		fosd_debug("request %llu (%s) -> %s", (unsigned long long)s->req_id, fosd_op_name(s->op),
 			   fosw_code_name(code));
+	fosd_shm_req_end(&s->shm); /* the request's region references (before rq, which it points into) */
 	if (s->rq) {
 		fos__request__free_unpacked(s->rq, NULL);
 		s->rq = NULL;
@@ -95,10 +101,12 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	fosd_server *srv = arg;
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
 		atomic_fetch_add(&srv->pipes, 1);
+		fosd_regions_pipe_opened(&srv->regions, nng_pipe_id(p));
 		if (atomic_load(&srv->draining))
 			nng_pipe_close(p);
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
 		atomic_fetch_sub(&srv->pipes, 1);
+		fosd_regions_pipe_closed(&srv->regions, nng_pipe_id(p)); /* client gone: its regions too */
 	}
 }
 
@@ -145,12 +153,19 @@ int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz)
 			snprintf(msg, msgsz, "cannot set permissions %o on %s: %s", cfg->ipc_mode, url, nng_strerror(rv));
 			return -1;
 		}
-		if ((rv = nng_listener_start(l, 0))) {
+		if (fosd_url_is_tls(url) && fosd_tls_listener_setup(l, cfg, msg, msgsz))
+			return -1;
+		/* the socket file is created with no access for group and others, then given ipc_mode:
+		 * nobody can connect in between */
+		mode_t um = umask(0177);
+		rv = nng_listener_start(l, 0);
+		umask(um);
+		if (rv) {
 			snprintf(msg, msgsz, "cannot listen on %s: %s", url, nng_strerror(rv));
 			return -1;
 		}
 		int port = 0;
-		if (!strncmp(url, "tcp", 3) && !nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port))
+		if (fosd_url_is_network(url) && !nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port))
 			fosd_info("listening on %s (port %d)", url, port);
 		else
 			fosd_info("listening on %s", url);
@@ -182,6 +197,7 @@ void fosd_transport_close(fosd_server *srv)
 		if (m && s->state == FOSD_SLOT_SEND)
 			nng_msg_free(m);
 		nng_aio_free(s->aio);
+		fosd_shm_req_end(&s->shm);
 		if (s->rq)
 			fos__request__free_unpacked(s->rq, NULL);
 		if (s->msg)

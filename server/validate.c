@@ -1,6 +1,7 @@
 /* validate.c: request validation before the backend (see validate.h). Every message names the
  * field and the bad value. */
 #include "validate.h"
+#include "shm.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,12 @@ int fosd_request_op(const Fos__Request *rq)
 		return FOSD_OP_DEQUANTIZE;
 	case FOS__REQUEST__OP_LINEAR:
 		return FOSD_OP_LINEAR;
+	case FOS__REQUEST__OP_REGISTER_REGION:
+		return FOSD_OP_REGISTER_REGION;
+	case FOS__REQUEST__OP_UNREGISTER_REGION:
+		return FOSD_OP_UNREGISTER_REGION;
+	case FOS__REQUEST__OP_LIST_REGIONS:
+		return FOSD_OP_LIST_REGIONS;
 	default:
 		return FOSD_OP_INVALID;
 	}
@@ -118,13 +125,17 @@ typedef struct vctx {
 	uint64_t max_end;
 	char *msg;
 	size_t msgsz;
+	struct fosd_shm_req *shm; /* resolves shared-memory tensors (NULL: UNIMPLEMENTED) */
 } vctx;
 
 /* Resolves a tensor and checks its dtype and rank. Returns 0 or a code. */
 static int get_tensor(vctx *v, const Fos__Tensor *t, const char *what, int dtype, int ndim, fosw_tensor *out)
 {
 	int code;
-	if (fosw_tensor_get(t, v->data, v->dlen, what, out, &v->max_end, &code, v->msg, v->msgsz))
+	if (t && t->shm && v->shm) {
+		if (fosd_shm_tensor_get(v->shm, t, what, out, &code, v->msg, v->msgsz))
+			return code;
+	} else if (fosw_tensor_get(t, v->data, v->dlen, what, out, &v->max_end, &code, v->msg, v->msgsz))
 		return code;
 	if (dtype && out->dtype != dtype) {
 		snprintf(v->msg, v->msgsz, "tensor %s has dtype %s, %s expected", what, fosw_dtype_name(out->dtype),
@@ -365,7 +376,13 @@ static int v_lin(vctx *v, const Fos__LinearRequest *r, fosd_lin_args *a, uint64_
 int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply, fosd_args *a,
 		  char *msg, size_t msgsz)
 {
-	vctx v = {data, dlen, 0, msg, msgsz};
+	return fosd_validate_shm(rq, data, dlen, max_reply, NULL, a, msg, msgsz);
+}
+
+int fosd_validate_shm(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply,
+		      struct fosd_shm_req *shm, fosd_args *a, char *msg, size_t msgsz)
+{
+	vctx v = {data, dlen, 0, msg, msgsz, shm};
 	int rc = 0;
 	memset(a, 0, sizeof *a);
 	a->op = fosd_request_op(rq);
@@ -399,6 +416,11 @@ int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint
 		break;
 	case FOSD_OP_LINEAR:
 		rc = v_lin(&v, rq->linear, &a->u.lin, max_reply);
+		break;
+	case FOSD_OP_REGISTER_REGION:
+	case FOSD_OP_UNREGISTER_REGION:
+	case FOSD_OP_LIST_REGIONS:
+		rc = fosd_shm_validate_op(rq, msg, msgsz); /* shm_ops.c */
 		break;
 	default:
 		snprintf(msg, msgsz, "the request names no operation (or one this fosd does not know)");

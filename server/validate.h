@@ -75,6 +75,11 @@ int fosd_request_op(const Fos__Request *rq);
 /* Returns 0 with *a filled, or a gRPC code with msg. max_reply: the largest reply allowed. */
 int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply, fosd_args *a,
 		  char *msg, size_t msgsz);
+/* The same, with tensors that name shared-memory regions resolved through shm (shm.h); without
+ * it (NULL) such tensors are UNIMPLEMENTED. */
+struct fosd_shm_req;
+int fosd_validate_shm(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply,
+		      struct fosd_shm_req *shm, fosd_args *a, char *msg, size_t msgsz);
 
 /* Weight names: 1..128 bytes of [A-Za-z0-9._:/-]. Returns 0 or -1 with msg. */
 int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz);

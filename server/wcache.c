@@ -65,6 +65,20 @@ static void wc_push_front(fosd_wcache *wc, fosd_weight *w)
 		wc->tail = w;
 }
 
+/* Moves an entry's bytes into (add) or out of (sub) the cache's and its owner's counts. Called with
+ * wc->mu held. */
+static void wc_bytes_move(fosd_wcache *wc, fosd_weight *w, uint64_t add, uint64_t sub)
+{
+	wc->bytes = wc->bytes + add - sub;
+	if (w->owner)
+		w->owner->cache_bytes = w->owner->cache_bytes + add - sub;
+}
+
+static int wc_is(const fosd_weight *w, const fosd_tenant *owner, const char *name)
+{
+	return w->owner == owner && !strcmp(w->name, name);
+}
+
 /* Removes an attached entry from the table. Returns it when nobody uses it (the caller frees it
  * after unlocking, so readers never wait on backend frees), else keeps it on the detached list
  * until its last user releases it and returns NULL. Called with wc->mu held. */
@@ -74,7 +88,7 @@ static fosd_weight *wc_detach_locked(fosd_wcache *wc, fosd_weight *w)
 	wc->entries--;
 	w->detached = 1;
 	if (w->refs == 0) {
-		wc->bytes -= w->bytes;
+		wc_bytes_move(wc, w, 0, w->bytes);
 		return w;
 	}
 	w->next = wc->detached;
@@ -92,22 +106,33 @@ static void wc_free_list(fosd_wcache *wc, fosd_weight *w)
 	}
 }
 
-fosd_weight *fosd_wcache_find(fosd_wcache *wc, const char *name)
+fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name)
 {
 	pthread_mutex_lock(&wc->mu);
 	fosd_weight *w = wc->head;
-	while (w && strcmp(w->name, name))
+	while (w && !wc_is(w, owner, name))
 		w = w->next;
 	pthread_mutex_unlock(&wc->mu);
 	return w;
 }
 
+fosd_weight *fosd_wcache_find(fosd_wcache *wc, const char *name)
+{
+	return fosd_wcache_find_in(wc, NULL, name);
+}
+
 int fosd_wcache_acquire(fosd_wcache *wc, const char *name, uint64_t version, fosd_weight **out, char *msg,
 			size_t msgsz)
 {
+	return fosd_wcache_acquire_in(wc, NULL, name, version, out, msg, msgsz);
+}
+
+int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t version,
+			   fosd_weight **out, char *msg, size_t msgsz)
+{
 	pthread_mutex_lock(&wc->mu);
 	fosd_weight *w = wc->head;
-	while (w && strcmp(w->name, name))
+	while (w && !wc_is(w, owner, name))
 		w = w->next;
 	if (!w) {
 		wc->misses++;
@@ -153,7 +178,7 @@ void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w)
 			pp = &(*pp)->next;
 		if (*pp)
 			*pp = w->next;
-		wc->bytes -= w->bytes;
+		wc_bytes_move(wc, w, 0, w->bytes);
 		dead = w;
 		dead->next = NULL;
 	}
@@ -161,32 +186,69 @@ void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w)
 	wc_free_list(wc, dead);
 }
 
+static int wc_evictable(const fosd_weight *w, const fosd_weight *reclaim)
+{
+	return w != reclaim && !w->pinned && w->refs == 0;
+}
+
 int fosd_wcache_reserve(fosd_wcache *wc, uint64_t need, const fosd_weight *reclaim, char *msg, size_t msgsz)
 {
-	fosd_weight *dead = NULL;
+	return fosd_wcache_reserve_in(wc, NULL, need, reclaim, msg, msgsz);
+}
+
+int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, const fosd_weight *reclaim, char *msg,
+			   size_t msgsz)
+{
+	fosd_weight *dead = NULL, *w, *prev;
+	int rc = 0;
 	pthread_mutex_lock(&wc->mu);
 	uint64_t give_back = (reclaim && reclaim->refs == 0) ? reclaim->bytes : 0;
-	fosd_weight *w = wc->tail;
-	while (wc->bytes - give_back + need > wc->budget && w) {
-		fosd_weight *prev = w->prev;
-		if (w != reclaim && !w->pinned && w->refs == 0) {
+	/* what must be freed for owner's quota (its own entries only) and for the global budget */
+	uint64_t quota = owner ? owner->quota_cache : 0, own_used = owner ? owner->cache_bytes : 0;
+	uint64_t need_quota = 0, need_budget = 0, own_free = 0, all_free = 0, freed = 0;
+	if (quota && own_used - give_back + need > quota)
+		need_quota = own_used - give_back + need - quota;
+	if (wc->bytes - give_back + need > wc->budget)
+		need_budget = wc->bytes - give_back + need - wc->budget;
+	for (w = wc->head; w; w = w->next)
+		if (wc_evictable(w, reclaim)) {
+			all_free += w->bytes;
+			own_free += w->owner == owner ? w->bytes : 0;
+		}
+	if (own_free < need_quota) {
+		snprintf(msg, msgsz,
+			 "weight cache quota of tenant '%s' exceeded: %llu bytes needed, %llu of its %llu in use by pinned "
+			 "or busy weights",
+			 owner->name, (unsigned long long)need, (unsigned long long)(own_used - give_back - own_free),
+			 (unsigned long long)quota);
+		rc = FOS__CODE__RESOURCE_EXHAUSTED;
+		goto out;
+	}
+	if (all_free < need_budget) {
+		snprintf(msg, msgsz,
+			 "weight cache full: %llu bytes needed, %llu of %llu in use by pinned or busy weights",
+			 (unsigned long long)need, (unsigned long long)(wc->bytes - give_back - all_free),
+			 (unsigned long long)wc->budget);
+		rc = FOS__CODE__RESOURCE_EXHAUSTED;
+		goto out;
+	}
+	/* owner's least recently used entries first (enough for both), then anyone's */
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t want = pass == 0 ? (need_quota > need_budget ? need_quota : need_budget) : need_budget;
+		for (w = wc->tail; w && freed < want; w = prev) {
+			prev = w->prev;
+			if (!wc_evictable(w, reclaim) || (pass == 0 && w->owner != owner))
+				continue;
 			fosd_info("cache: evicting weight '%s' v%llu (%zu bytes, least recently used)", w->name,
 				  (unsigned long long)w->version, w->bytes);
+			freed += w->bytes;
 			fosd_weight *d = wc_detach_locked(wc, w);
 			d->next = dead;
 			dead = d;
 			wc->evictions++;
 		}
-		w = prev;
 	}
-	int rc = 0;
-	if (wc->bytes - give_back + need > wc->budget) {
-		snprintf(msg, msgsz,
-			 "weight cache full: %llu bytes needed, %llu of %llu in use by pinned or busy weights",
-			 (unsigned long long)need, (unsigned long long)(wc->bytes - give_back),
-			 (unsigned long long)wc->budget);
-		rc = FOS__CODE__RESOURCE_EXHAUSTED;
-	}
+out:
 	pthread_mutex_unlock(&wc->mu);
 	wc_free_list(wc, dead);
 	return rc;
@@ -196,7 +258,7 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
 	fosd_weight *old = wc->head;
-	while (old && strcmp(old->name, w->name))
+	while (old && !wc_is(old, w->owner, w->name))
 		old = old->next;
 	fosd_weight *dead = old ? wc_detach_locked(wc, old) : NULL;
 	if (dead)
@@ -207,7 +269,7 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 	w->refs = 0;
 	w->detached = 0;
 	w->last_used_ns = fosd_now_ns();
-	wc->bytes += w->bytes;
+	wc_bytes_move(wc, w, w->bytes, 0);
 	wc->entries++;
 	wc_push_front(wc, w);
 	pthread_mutex_unlock(&wc->mu);
@@ -216,9 +278,14 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 
 int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz)
 {
+	return fosd_wcache_drop_in(wc, NULL, name, msg, msgsz);
+}
+
+int fosd_wcache_drop_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, char *msg, size_t msgsz)
+{
 	pthread_mutex_lock(&wc->mu);
 	fosd_weight *w = wc->head;
-	while (w && strcmp(w->name, name))
+	while (w && !wc_is(w, owner, name))
 		w = w->next;
 	if (!w) {
 		pthread_mutex_unlock(&wc->mu);
@@ -237,7 +304,7 @@ void fosd_wcache_account(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
 	size_t now = fos_qweight_bytes(&w->qw);
-	wc->bytes = wc->bytes - w->bytes + now;
+	wc_bytes_move(wc, w, now, w->bytes);
 	w->bytes = now;
 	w->has_master = w->qw.master != NULL;
 	w->has_col = w->qw.qcol.codes != NULL;
@@ -262,6 +329,11 @@ void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info
 
 int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count)
 {
+	return fosd_wcache_list_in(wc, NULL, out, count);
+}
+
+int fosd_wcache_list_in(fosd_wcache *wc, const fosd_tenant *owner, fosd_weight_info **out, size_t *count)
+{
 	pthread_mutex_lock(&wc->mu);
 	size_t n = (size_t)wc->entries;
 	fosd_weight_info *a = calloc(n ? n : 1, sizeof *a);
@@ -272,7 +344,8 @@ int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count)
 	uint64_t now = fosd_now_ns();
 	size_t i = 0;
 	for (fosd_weight *w = wc->head; w && i < n; w = w->next)
-		fosd_weight_info_of(w, now, &a[i++]);
+		if (w->owner == owner)
+			fosd_weight_info_of(w, now, &a[i++]);
 	pthread_mutex_unlock(&wc->mu);
 	*out = a;
 	*count = i;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "tenants.h"
 
 #define FOSD_NAME_MAX 128
 
@@ -27,6 +28,7 @@ typedef struct fosd_weight {
 	int detached;      /* dropped, replaced or evicted: freed when refs reaches 0 */
 	uint64_t last_used_ns;
 	uint64_t uses;
+	fosd_tenant *owner; /* its tenant (NULL: anonymous): names are per tenant */
 	struct fosd_weight *prev, *next; /* attached entries, most recently used first */
 } fosd_weight;
 
@@ -70,6 +72,20 @@ int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz)
 /* Re-reads the entry's size after its columnwise copy was built lazily. */
 void fosd_wcache_account(fosd_wcache *wc, fosd_weight *w);
 
+/* Per tenant: the same operations on the namespace of owner (NULL: the anonymous tenant; the
+ * functions above are these with owner NULL). Another tenant's entry of the same name is invisible:
+ * NOT_FOUND with the same message as a missing one. fosd_wcache_insert replaces the entry of the
+ * same name and owner (w->owner). fosd_wcache_reserve_in first applies owner's cache quota, by
+ * evicting only owner's entries (RESOURCE_EXHAUSTED when they cannot make room: nothing of another
+ * tenant is evicted), then the global budget, evicting owner's least recently used entries before
+ * anyone else's. Nothing is evicted when the room cannot be made. */
+fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name);
+int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t version,
+			   fosd_weight **out, char *msg, size_t msgsz);
+int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, const fosd_weight *reclaim, char *msg,
+			   size_t msgsz);
+int fosd_wcache_drop_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, char *msg, size_t msgsz);
+
 /* Snapshot for ListWeights: a malloc'd array of copies (qw pointers must not be used). */
 typedef struct fosd_weight_info {
 	char name[FOSD_NAME_MAX + 1];
@@ -81,6 +97,8 @@ typedef struct fosd_weight_info {
 	uint64_t uses, idle_ms;
 } fosd_weight_info;
 int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count);
+/* Only owner's entries. */
+int fosd_wcache_list_in(fosd_wcache *wc, const fosd_tenant *owner, fosd_weight_info **out, size_t *count);
 void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info *out);
 
 typedef struct fosd_wcache_stats {

@@ -1,7 +1,8 @@
 /* test_cli_errors.c: every kind of bad input to `fos` (bad command line, bad option values and
  * combinations, missing / non-.npy / malformed files, wrong dtype, rank or shape, bad amax and scale
- * values, unusable output paths, no daemon) exits non-zero with exactly one "fos: ..." line on
- * stderr naming the problem: 2 for the command line, 1 for inputs and failures. */
+ * values, unusable output paths, no daemon, the daemon-only subcommands' command lines) exits
+ * non-zero with exactly one "fos: ..." line on stderr naming the problem: 2 for the command line,
+ * 1 for inputs and failures. Errors only a running fosd can find are in test_cli_remote.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -335,26 +336,118 @@ static void test_linear_errors(void **state)
 	assert_false(th_exists(th_p("lo")));
 }
 
-/* Without --local: the daemon path is not available yet; exit 2 naming the URL that would be used. */
-static void test_no_daemon_yet(void **state)
+/* Without --local the request goes to fosd: with none listening, exit 1 naming the URL that was
+ * tried (--server over $FOS_SERVER); option errors still come first, and --backend needs --local. */
+static void test_no_daemon(void **state)
+{
+	(void)state;
+	char url[600], env_url[700];
+	snprintf(url, sizeof url, "ipc://%s", th_p("nobody.sock"));
+	snprintf(env_url, sizeof env_url, "FOS_SERVER=ipc://%s", th_p("nobody-env.sock"));
+	const char *env[] = {env_url, NULL};
+	const char *cmds[][12] = {
+		{Q, th_p("q.npy"), "--out", th_p("o"), NULL},
+		{DQ, "--codes", th_p("codes.npy"), "--scales", th_p("scales.npy"), "--amax", th_p("amax0.npy"), "--out",
+		 th_p("d.npy"), NULL},
+		{L, th_p("lx.npy"), th_p("lx.npy"), "--out", th_p("lo"), NULL},
+		{"health", NULL},
+		{"stats", "--json", NULL},
+		{"put-weight", "w", th_p("lx.npy"), NULL},
+		{"drop-weight", "w", NULL},
+		{"list-weights", NULL},
+		{"forward", "w", th_p("lx.npy"), "--out", th_p("y.npy"), NULL},
+		{"load", "--requests", "1", NULL},
+	};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		const char *args[16] = {"--server", url};
+		int n = 2;
+		for (int k = 0; cmds[i][k]; k++)
+			args[n++] = cmds[i][k];
+		args[n] = NULL;
+		th_result r;
+		/* FOS_SERVER names another socket: --server wins */
+		th_runv_env(&r, env, args);
+		char want[700];
+		snprintf(want, sizeof want, "no fosd answers at %s", url);
+		if (r.status != 1)
+			print_error("case %zu: %s\n", i, cmds[i][0]);
+		th_expect_fail(&r, 1, want);
+		/* and $FOS_SERVER alone is used */
+		th_runv_env(&r, env, args + 2);
+		th_expect_fail(&r, 1, env_url + strlen("FOS_SERVER="));
+	}
+	assert_false(th_exists(th_p("o")));
+	assert_false(th_exists(th_p("lo")));
+	assert_false(th_exists(th_p("d.npy")));
+	assert_false(th_exists(th_p("y.npy")));
+	static const ecase cases[] = {
+		{2, "--backend needs --local", {Q, "@q.npy", "--out", "@o", "--backend", "cpu", NULL}},
+		{2, "--backend needs --local", {L, "@lx.npy", "@lx.npy", "--out", "@lo", "--backend", "auto", NULL}},
+		{2, "--backend needs --local",
+		 {DQ, "--codes", "@codes.npy", "--scales", "@scales.npy", "--amax", "@amax0.npy", "--out", "@d.npy", "--backend",
+		  "cpu", NULL}},
+		/* option errors are still reported first */
+		{2, "bad value '4x4' for --block", {Q, "@q.npy", "--out", "@o", "--block", "4x4", NULL}},
+		{2, "bad value 'soon' for --timeout", {"--timeout", "soon", "health", NULL}},
+		{2, "--timeout 0.1ms is out of range", {"--timeout=0.1ms", "health", NULL}},
+	};
+	run_table(cases, sizeof cases / sizeof cases[0]);
+	const char *tenv[] = {"FOS_TIMEOUT=never", NULL};
+	const char *targs[] = {"health", NULL};
+	th_result r;
+	th_runv_env(&r, tenv, targs);
+	th_expect_fail(&r, 2, "bad value 'never' for FOS_TIMEOUT");
+}
+
+/* The daemon-only subcommands: command-line mistakes are caught before anything is sent (exit 2). */
+static void test_daemon_commands_usage(void **state)
 {
 	(void)state;
 	static const ecase cases[] = {
-		{2, "quantize: the daemon path (ipc:///tmp/fosd.sock) is not available", {Q, "@q.npy", "--out", "@o", NULL}},
-		{2, "dequantize: the daemon path", {DQ, "--codes", "@codes.npy", "--scales", "@scales.npy", "--amax", "@amax0.npy", "--out", "@d.npy", NULL}},
-		{2, "linear: the daemon path", {L, "@lx.npy", "@lw.npy", "--out", "@lo", NULL}},
-		{2, "daemon path (tcp://10.0.0.1:5555)", {"--server", "tcp://10.0.0.1:5555", Q, "@q.npy", "--out", "@o", NULL}},
-		{2, "daemon path (ipc:///x.sock)", {"--server=ipc:///x.sock", "--token", "t0k", L, "@lx.npy", "@lw.npy", "--out", "@lo", NULL}},
-		/* option errors are still reported first */
-		{2, "bad value '4x4' for --block", {Q, "@q.npy", "--out", "@o", "--block", "4x4", NULL}},
+		{2, "health: unexpected argument 'now'", {"health", "now", NULL}},
+		{2, "health: unknown option '--verbose'", {"health", "--verbose", NULL}},
+		{2, "stats: unknown option '--yaml'", {"stats", "--yaml", NULL}},
+		{2, "list-weights: unexpected argument 'x'", {"list-weights", "x", NULL}},
+		{2, "put-weight: missing argument W.npy", {"put-weight", "w", NULL}},
+		{2, "put-weight: missing argument NAME", {"put-weight", NULL}},
+		{2, "bad value '0' for --version", {"put-weight", "w", "@lx.npy", "--version", "0", NULL}},
+		{2, "bad value 'v2' for --version", {"put-weight", "w", "@lx.npy", "--version", "v2", NULL}},
+		{2, "bad value '8x8' for --weight-block", {"put-weight", "w", "@lx.npy", "--weight-block", "8x8", NULL}},
+		{2, "bad value '512' for --bound", {"put-weight", "w", "@lx.npy", "--bound", "512", NULL}},
+		{2, "weight name 'my weight' has a character outside", {"put-weight", "my weight", "@lx.npy", NULL}},
+		{2, "is 129 bytes long", {"drop-weight",
+					  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+					  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+					  NULL}},
+		{2, "drop-weight: missing argument NAME", {"drop-weight", NULL}},
+		{2, "forward: --out Y.npy is required", {"forward", "w", "@lx.npy", NULL}},
+		{2, "forward: missing argument X.npy", {"forward", "w", NULL}},
+		{2, "--override quantized cannot be used with --row-scaled",
+		 {"forward", "w", "@lx.npy", "--out", "@y.npy", "--override", "quantized", "--row-scaled", NULL}},
+		{2, "bad value 'fast' for --override", {"forward", "w", "@lx.npy", "--out", "@y.npy", "--override", "fast", NULL}},
+		{2, "bad value '-1' for --version", {"forward", "w", "@lx.npy", "--out", "@y.npy", "--version", "-1", NULL}},
+		{2, "backward: --out DIR is required", {"backward", "@c.json", "@ldy.npy", NULL}},
+		{2, "backward: missing argument DY.npy", {"backward", "@c.json", NULL}},
+		{2, "backward: option --recompute takes no value", {"backward", "@c.json", "@ldy.npy", "--out", "@b", "--recompute=1", NULL}},
+		{2, "bad value 'gemm' for --op", {"load", "--op", "gemm", NULL}},
+		{2, "load: M = 100 not divisible by 128", {"load", "--m", "100", NULL}},
+		{2, "bad value '0' for --m", {"load", "--m", "0", NULL}},
+		{2, "load: --k 24 is not divisible by 16", {"load", "--op", "quantize", "--k", "24", NULL}},
+		{2, "load: --n has no meaning for --op quantize", {"load", "--op", "quantize", "--n", "128", NULL}},
+		{2, "load: --override has no meaning for --op quantize", {"load", "--op", "quantize", "--override", "quantized", NULL}},
+		{2, "load: give --duration or --requests, not both", {"load", "--duration", "1s", "--requests", "5", NULL}},
+		{2, "bad value '0' for --rate", {"load", "--rate", "0", NULL}},
+		{2, "bad value 'fast' for --rate", {"load", "--rate", "fast", NULL}},
+		{2, "bad value '0' for --concurrency", {"load", "--concurrency", "0", NULL}},
+		{2, "bad value '5x' for --duration", {"load", "--duration", "5x", NULL}},
+		{2, "bad value '-1s' for --warmup", {"load", "--warmup", "-1s", NULL}},
+		{2, "bad value '0' for --requests", {"load", "--requests", "0", NULL}},
+		{2, "bad value '65' for --connections", {"load", "--connections", "65", NULL}},
+		{2, "load: unexpected argument 'now'", {"load", "now", NULL}},
 	};
 	run_table(cases, sizeof cases / sizeof cases[0]);
-	const char *env[] = {"FOS_SERVER=ipc:///run/fosd-test.sock", NULL};
-	const char *args[] = {Q, th_p("q.npy"), "--out", th_p("o"), NULL};
-	th_result r;
-	th_runv_env(&r, env, args);
-	th_expect_fail(&r, 2, "daemon path (ipc:///run/fosd-test.sock)");
-	assert_false(th_exists(th_p("o")));
+	assert_false(th_exists(th_p("y.npy")));
+	assert_false(th_exists(th_p("b")));
 }
 
 /* --backend cuda where no GPU is usable: exit 1 naming the backend. (Skipped where CUDA works.) */
@@ -380,7 +473,8 @@ int main(void)
 		cmocka_unit_test(test_quantize_inputs),
 		cmocka_unit_test(test_dequantize_errors),
 		cmocka_unit_test(test_linear_errors),
-		cmocka_unit_test(test_no_daemon_yet),
+		cmocka_unit_test(test_no_daemon),
+		cmocka_unit_test(test_daemon_commands_usage),
 		cmocka_unit_test(test_backend_unavailable),
 	};
 	return cmocka_run_group_tests_name("cli_errors", tests, errors_setup, th_teardown);

@@ -224,6 +224,27 @@ static inline int th_exists(const char *path)
 	return stat(path, &st) == 0;
 }
 
+/* The two files have the same bytes (a remote result against a --local one, say). */
+static inline void th_same_file(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	if (!fa || !fb)
+		fail_msg("cannot open %s", fa ? b : a);
+	long off = 0;
+	for (;; off++) {
+		int ca = fgetc(fa), cb = fgetc(fb);
+		if (ca != cb) {
+			fclose(fa);
+			fclose(fb);
+			fail_msg("%s and %s differ at byte %ld (%d vs %d)", a, b, off, ca, cb);
+		}
+		if (ca == EOF)
+			break;
+	}
+	fclose(fa);
+	fclose(fb);
+}
+
 /* xorshift64 */
 static inline uint64_t th_rand(uint64_t *s)
 {

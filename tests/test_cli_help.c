@@ -55,6 +55,15 @@ static void test_top_level_help(void **state)
 		expect_has(r.out, "quantize");
 		expect_has(r.out, "dequantize");
 		expect_has(r.out, "linear");
+		static const char *const cmds[] = {"health", "stats", "put-weight", "drop-weight", "list-weights",
+						   "forward", "backward", "check", "load"};
+		for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+			char line[40];
+			snprintf(line, sizeof line, "\n  %s ", cmds[c]);
+			expect_has(r.out, line);
+		}
+		expect_has(r.out, "--timeout DUR");
+		expect_has(r.out, "FOS_TIMEOUT");
 		expect_has(r.out, "--server URL");
 		expect_has(r.out, "--token");
 		expect_has(r.out, "FOS_SERVER");
@@ -68,7 +77,7 @@ static void test_top_level_help(void **state)
 typedef struct cmd_help {
 	const char *cmd;
 	const char *flags[16];
-	const char *words[20];
+	const char *words[24];
 } cmd_help;
 
 static const cmd_help helps[] = {
@@ -85,6 +94,30 @@ static const cmd_help helps[] = {
 	  "--bound", "--help", NULL},
 	 {"X.npy", "W.npy", "B.npy", "DY.npy", "default", "quantized", "high_precision", "dequantized", "16x16", "1x16",
 	  "mae", "mse", "256", "448", "y.npy", "dx.npy", "dw.npy", "db.npy", "128", NULL}},
+	{"health", {"--json", "--help", NULL}, {"serving", "draining", "Exit status", NULL}},
+	{"stats", {"--json", "--help", NULL}, {"latencies", "cache", "contexts", NULL}},
+	{"put-weight",
+	 {"--version", "--weight-block", "--err", "--bound", "--pin", "--drop-master", "--eager-columnwise", "--json",
+	  "--help", NULL},
+	 {"NAME", "W.npy", "16x16", "1x16", "mae", "mse", "256", "448", "ALREADY_EXISTS", "(N, K)", NULL}},
+	{"drop-weight", {"--help", NULL}, {"NAME", "NOT_FOUND", NULL}},
+	{"list-weights", {"--json", "--help", NULL}, {"most recently used", NULL}},
+	{"forward",
+	 {"--out", "--context-out", "--version", "--override", "--row-scaled", "--bias", "--help", NULL},
+	 {"NAME", "X.npy", "Y.npy", "FILE", "default", "quantized", "high_precision", "dequantized", "(M, K)",
+	  "fos backward", NULL}},
+	{"backward",
+	 {"--out", "--keep-context", "--recompute", "--help", NULL},
+	 {"CONTEXT", "DY.npy", "dx.npy", "dw.npy", "db.npy", "(M, N)", "FOS_SERVER", NULL}},
+	{"check",
+	 {"--bitwise", "--min-sqnr", "--max-ulps", "--json", "--help", NULL},
+	 {"OURS.npy", "REFERENCE.npy", "ulps", "SQNR", "bf16", "float32", "uint8", "0 consistent", "1 not consistent",
+	  "2 the comparison could not be made", NULL}},
+	{"load",
+	 {"--op", "--m", "--n", "--k", "--concurrency", "--rate", "--duration", "--requests", "--warmup", "--connections",
+	  "--override", "--json", "--no-progress", "--help", NULL},
+	 {"forward", "backward", "linear", "quantize", "closed loop", "open loop", "coordinated omission", "p99.9",
+	  "GB/s", "status code", "Exit status", NULL}},
 };
 
 static void test_command_help(void **state)

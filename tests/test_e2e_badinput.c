@@ -294,7 +294,7 @@ static void test_raw_tensors(void **state)
 	/* unreferenced trailing bytes */
 	expect_forward_tensor(&r, FOS__DTYPE__DTYPE_BF16, 2, s2, 0, len, len + 4096, FOS_CODE_INVALID_ARGUMENT,
 			      "beyond its last tensor");
-	/* a shared-memory reference is not supported yet */
+	/* a shared-memory reference to a region this connection has not registered */
 	{
 		Fos__Request rq = FOS__REQUEST__INIT;
 		Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
@@ -311,7 +311,7 @@ static void test_raw_tensors(void **state)
 		rq.op_case = FOS__REQUEST__OP_FORWARD;
 		rq.forward = &fr;
 		size_t n = pack(&rq, 0, g_buf, sizeof g_buf);
-		expect_raw(&r, g_buf, n, FOS_CODE_UNIMPLEMENTED, "shared-memory");
+		expect_raw(&r, g_buf, n, FOS_CODE_NOT_FOUND, "not registered");
 	}
 	/* options out of range */
 	{

@@ -686,7 +686,7 @@ static void test_tcp_listener(void **state)
 {
 	(void)state;
 	tsrv s;
-	const char *args[] = {"--listen", "tcp://127.0.0.1:0", NULL};
+	const char *args[] = {"--listen", "tcp://127.0.0.1:0", "--allow-insecure-tcp", NULL};
 	assert_int_equal(tsrv_start(&s, args), 0);
 	/* tsrv_start's own --listen (ipc) came first; the extra --listen adds tcp */
 	FILE *f = fopen(s.log, "r");

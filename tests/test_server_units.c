@@ -383,6 +383,7 @@ static void test_config(void **state)
 	const char *text = "# a comment\n"
 			   "listen = ipc:///tmp/a.sock   # trailing comment\n"
 			   "listen = tcp://127.0.0.1:5555\n"
+			   "allow_insecure_tcp = true\n" /* tcp without a tokens file */
 			   "\n"
 			   "cache_bytes = 2G\n"
 			   "context-ttl = 90s\n"
@@ -430,8 +431,9 @@ static void test_config(void **state)
 	assert_int_equal(fosd_config_parse_args(&c, 3, argv5, msg, sizeof msg), -1);
 	char *argv6[] = {"fosd", "--listen", "nourl", NULL};
 	assert_int_equal(fosd_config_parse_args(&c, 3, argv6, msg, sizeof msg), -1);
-	char *argv7[] = {"fosd", "--tokens", "/etc/fosd/tokens", NULL};
-	assert_int_equal(fosd_config_parse_args(&c, 3, argv7, msg, sizeof msg), -1);
+	char *argv7[] = {"fosd", "--tokens", "/etc/fosd/tokens", NULL}; /* read at start, not here */
+	assert_int_equal(fosd_config_parse_args(&c, 3, argv7, msg, sizeof msg), 0);
+	assert_string_equal(c.tokens_path, "/etc/fosd/tokens");
 	fosd_config_free(&c);
 	/* defaults */
 	fosd_config_defaults(&c);

@@ -1,0 +1,143 @@
+/* cli_backward.c: `fos backward CONTEXT DY.npy --out DIR`: dX, dW (and db) of a forward run with
+ * `fos forward --context-out CONTEXT`, from fosd's saved context; --recompute re-runs that forward
+ * from its recorded X (and bias) when the context has expired, bit-identically. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { BF_OUT, BF_KEEP, BF_RECOMPUTE, BF_COUNT };
+
+int cli_backward_main(const cli_global *g, int argc, char **argv)
+{
+	cli_flag flags[BF_COUNT] = {
+		[BF_OUT] = {"--out", "DIR", "write DIR/dx.npy (M, K), DIR/dw.npy (N, K) and, when the\n"
+					    "forward had a bias, DIR/db.npy (N,); all bf16 (required;\n"
+					    "DIR is created if missing)", 0, 0},
+		[BF_KEEP] = {"--keep-context", NULL, "keep the context for another backward (by default the\n"
+						     "backward consumes it)", 0, 0},
+		[BF_RECOMPUTE] = {"--recompute", NULL, "if the context has expired or was evicted, re-run its\n"
+						       "forward from the X (and bias) files recorded in CONTEXT\n"
+						       "against the same weight version, then the backward", 0, 0},
+	};
+	static const char *const pos_names[] = {"CONTEXT", "DY.npy"};
+	static const char *const pos_help[] = {"the file `fos forward --context-out` wrote",
+					       "the output gradient, shape (M, N), bf16 ('<u2') or float32\n"
+					       "('<f4', rounded to bf16)"};
+	cli_cmd cmd = {
+		.name = "backward",
+		.synopsis = "CONTEXT DY.npy --out DIR [--keep-context] [--recompute]",
+		.summary = "Run a linear layer's backward from a saved forward context: dX, dW and db.",
+		.about = "dX = dY W, dW = dY^T X, db = sum over M of dY, computed as the context's override\n"
+			 "says (NUMERICS.md 8). The request goes to --server / FOS_SERVER when given, else to the\n"
+			 "server recorded in CONTEXT.",
+		.pos_names = pos_names,
+		.pos_help = pos_help,
+		.npos = 2,
+		.flags = flags,
+		.nflags = BF_COUNT,
+	};
+	fos_err err = {0, ""};
+	int rc = cli_parse(&cmd, argc, argv, &err);
+	if (rc == CLI_HELP_SHOWN)
+		return CLI_EXIT_OK;
+	if (rc)
+		return cli_report(&err, CLI_EXIT_USAGE);
+	if (!flags[BF_OUT].given)
+		return cli_fail(CLI_EXIT_USAGE, "backward: --out DIR is required");
+	const char *cp = cmd.pos[0], *dp = cmd.pos[1], *out_dir = flags[BF_OUT].value;
+	int keep = flags[BF_KEEP].given, recompute = flags[BF_RECOMPUTE].given;
+
+	static cli_ctxfile cf;
+	npy_array dy, x, bias;
+	memset(&dy, 0, sizeof dy);
+	memset(&x, 0, sizeof x);
+	memset(&bias, 0, sizeof bias);
+	fos_client *c = NULL;
+	fos_tensor dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
+	int code = CLI_EXIT_FAIL;
+	if (cli_ctxfile_read(cp, &cf, &err))
+		goto fail;
+	fos_context *ctx = &cf.ctx;
+	if (cli_load(dp, &dy, &err) || cli_check_float(&dy, dp, 2, "(M, N)", &err) || cli_to_bf16(&dy, &err))
+		goto fail;
+	if (dy.shape[0] != ctx->m || dy.shape[1] != ctx->n) {
+		char sb[64];
+		cli_errf(&err, "%s: shape %s does not match the forward's (M, N) = (%lld, %lld) in %s", dp,
+			 npy_shape_str(2, dy.shape, sb, sizeof sb), (long long)ctx->m, (long long)ctx->n, cp);
+		goto fail;
+	}
+	fos_tensor tx, tb;
+	fos_backward_opts bo = {keep, NULL, NULL};
+	if (recompute) {
+		if (!cf.x_path[0] || (ctx->has_bias && !cf.bias_path[0])) {
+			cli_errf(&err, "%s: --recompute needs the forward's %s file, which the context file does not name", cp,
+				 cf.x_path[0] ? "bias" : "X");
+			goto fail;
+		}
+		if (cli_load(cf.x_path, &x, &err) || cli_check_float(&x, cf.x_path, 2, "(M, K)", &err) ||
+		    cli_to_bf16(&x, &err))
+			goto fail;
+		if (x.shape[0] != ctx->m || x.shape[1] != ctx->k) {
+			char sb[64];
+			cli_errf(&err, "%s: shape %s is no longer the forward's (M, K) = (%lld, %lld); cannot recompute",
+				 cf.x_path, npy_shape_str(2, x.shape, sb, sizeof sb), (long long)ctx->m, (long long)ctx->k);
+			goto fail;
+		}
+		tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
+		bo.recompute_x = &tx;
+		if (ctx->has_bias) {
+			if (cli_load(cf.bias_path, &bias, &err) || cli_check_float(&bias, cf.bias_path, 1, "(N,)", &err) ||
+			    cli_to_bf16(&bias, &err))
+				goto fail;
+			if (bias.shape[0] != ctx->n) {
+				cli_errf(&err, "%s: shape (%lld,) is no longer the forward's (N,) = (%lld,); cannot recompute",
+					 cf.bias_path, (long long)bias.shape[0], (long long)ctx->n);
+				goto fail;
+			}
+			tb = fos_tensor_1d(FOS_DTYPE_BF16, bias.shape[0], bias.data);
+			bo.recompute_bias = &tb;
+		}
+	}
+	cli_global rg = *g;
+	if (!g->server_given && cf.server[0])
+		rg.server = cf.server;
+	if (cli_connect(&rg, &c, &err))
+		goto fail;
+	int old_recomputed = ctx->recomputed;
+	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, dy.shape[0], dy.shape[1], dy.data);
+	fos_status st;
+	if (fos_backward(c, ctx, &tdy, &bo, &dx, &dw, &db, &st)) {
+		cli_status_err(&st, "backward", &err);
+		if (st.code == FOS_CODE_NOT_FOUND && !recompute && cf.x_path[0]) {
+			char more[sizeof err.msg];
+			snprintf(more, sizeof more, "%.150s (add --recompute to re-run its forward from X)", err.msg);
+			snprintf(err.msg, sizeof err.msg, "%s", more);
+		}
+		goto fail;
+	}
+	if (cli_mkdirs(out_dir, &err) || cli_write(out_dir, "dx.npy", NPY_U2, 2, dx.shape, dx.data, &err) ||
+	    cli_write(out_dir, "dw.npy", NPY_U2, 2, dw.shape, dw.data, &err) ||
+	    (db.ndim == 1 && cli_write(out_dir, "db.npy", NPY_U2, 1, db.shape, db.data, &err)))
+		goto fail;
+	/* a kept context that was recomputed has a new id: keep the file usable */
+	int recomputed = ctx->recomputed > old_recomputed;
+	if (keep && recomputed && cli_ctxfile_write(cp, &cf, &err))
+		goto fail;
+	printf("%s: dx.npy (%lld, %lld), dw.npy (%lld, %lld)%s%s\n", out_dir, (long long)dx.shape[0],
+	       (long long)dx.shape[1], (long long)dw.shape[0], (long long)dw.shape[1], db.ndim == 1 ? ", db.npy" : "",
+	       recomputed ? " (the expired context was recomputed)" : "");
+	code = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "backward: cannot write to stdout") : CLI_EXIT_OK;
+	goto done;
+fail:
+	cli_report(&err, code);
+done:
+	fos_close(c);
+	free(dx.data);
+	free(dw.data);
+	free(db.data);
+	npy_free(&dy);
+	npy_free(&x);
+	npy_free(&bias);
+	return code;
+}

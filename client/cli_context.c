@@ -1,0 +1,186 @@
+/* cli_context.c: the context file that `fos forward --context-out FILE` writes and `fos backward FILE`
+ * reads: a small JSON object holding the fos_context fields (the id fosd keeps the saved operands
+ * under, the weight name and version, the options, M/N/K, whether there was a bias), the server
+ * that holds it, and the paths of the forward's X and bias (to recompute an expired context).
+ * 64-bit ids are written as decimal strings so that no JSON reader rounds them. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CLI_CTX_FORMAT "fos-context/1"
+#define CLI_CTX_MAX_BYTES (1u << 20)
+
+int cli_ctxfile_write(const char *path, const cli_ctxfile *cf, fos_err *err)
+{
+	size_t n = strlen(path) + 32;
+	char *tmp = malloc(n);
+	if (!tmp)
+		return fos_seterr(err, FOS_ENOMEM, "out of memory");
+	snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+	FILE *f = fopen(tmp, "w");
+	if (!f) {
+		int e = errno;
+		free(tmp);
+		return cli_errf(err, "%s: cannot create: %s", path, strerror(e));
+	}
+	const fos_context *c = &cf->ctx;
+	char id[32];
+	snprintf(id, sizeof id, "%llu", (unsigned long long)c->id);
+	cli_jw w;
+	cli_jw_init(&w, f, 1);
+	cli_jw_obj(&w, NULL);
+	cli_jw_str(&w, "format", CLI_CTX_FORMAT);
+	cli_jw_str(&w, "server", cf->server);
+	cli_jw_str(&w, "id", id);
+	cli_jw_str(&w, "weight", c->weight);
+	cli_jw_u64(&w, "weight_version", c->weight_version);
+	cli_jw_str(&w, "override", cli_override_name(c->override));
+	cli_jw_str(&w, "resolved_override", cli_override_name(c->resolved_override));
+	cli_jw_bool(&w, "row_scaled", c->row_scaled);
+	cli_jw_i64(&w, "m", c->m);
+	cli_jw_i64(&w, "n", c->n);
+	cli_jw_i64(&w, "k", c->k);
+	cli_jw_bool(&w, "has_bias", c->has_bias);
+	cli_jw_u64(&w, "ttl_ms", c->ttl_ms);
+	cli_jw_i64(&w, "recomputed", c->recomputed);
+	if (cf->x_path[0])
+		cli_jw_str(&w, "x", cf->x_path);
+	else
+		cli_jw_null(&w, "x");
+	if (cf->bias_path[0])
+		cli_jw_str(&w, "bias", cf->bias_path);
+	else
+		cli_jw_null(&w, "bias");
+	cli_jw_end(&w, '}');
+	int bad = ferror(f);
+	if (fclose(f) || bad || rename(tmp, path)) {
+		int e = errno;
+		unlink(tmp);
+		free(tmp);
+		return cli_errf(err, "%s: cannot write: %s", path, strerror(e));
+	}
+	free(tmp);
+	return FOS_OK;
+}
+
+static int cli_ctx_override(const char *s, int *out)
+{
+	static const char *const names[] = {"default", "quantized", "high_precision", "dequantized"};
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(s, names[i])) {
+			*out = i; /* FOS_OVERRIDE_* */
+			return 0;
+		}
+	return -1;
+}
+
+/* An unsigned integer field: a JSON number without sign, fraction or exponent, or a decimal string. */
+static int cli_ctx_u64(const cli_jv *v, uint64_t *out)
+{
+	const char *s = v->type == CLI_JNUM ? v->num_raw : (v->type == CLI_JSTR ? v->str : NULL);
+	if (!s || !*s)
+		return -1;
+	uint64_t r = 0;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		unsigned d = (unsigned)(*p - '0');
+		if (r > (UINT64_MAX - d) / 10)
+			return -1;
+		r = r * 10 + d;
+	}
+	*out = r;
+	return 0;
+}
+
+int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
+{
+	memset(cf, 0, sizeof *cf);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return cli_errf(err, "%s: cannot open: %s", path, strerror(errno));
+	char *buf = malloc(CLI_CTX_MAX_BYTES + 1);
+	if (!buf) {
+		fclose(f);
+		return fos_seterr(err, FOS_ENOMEM, "out of memory");
+	}
+	size_t len = fread(buf, 1, CLI_CTX_MAX_BYTES + 1, f);
+	int rerr = ferror(f);
+	fclose(f);
+	if (rerr || len > CLI_CTX_MAX_BYTES) {
+		free(buf);
+		return cli_errf(err, "%s: %s", path, rerr ? "cannot read (is it a directory?)" : "too large for a context file");
+	}
+	cli_jv root;
+	fos_err pe = {0, ""};
+	if (cli_json_parse(buf, len, &root, &pe)) {
+		free(buf);
+		return cli_errf(err, "%s: not a fos context file (bad JSON: %s)", path, pe.msg);
+	}
+	free(buf);
+	const char *missing = NULL;
+	const cli_jv *fmt = cli_json_get(&root, "format");
+	if (!fmt || fmt->type != CLI_JSTR || strcmp(fmt->str, CLI_CTX_FORMAT)) {
+		cli_json_free(&root);
+		return cli_errf(err, "%s: not a fos context file (no \"format\": \"" CLI_CTX_FORMAT "\"; write one with "
+				     "fos forward --context-out)",
+				path);
+	}
+	fos_context *c = &cf->ctx;
+	const cli_jv *v;
+	uint64_t u;
+	int ok = 1;
+#define CLI_CTX_FIELD(key, cond)                                                                                       \
+	do {                                                                                                           \
+		v = cli_json_get(&root, key);                                                                          \
+		if (ok && (!v || !(cond))) {                                                                           \
+			ok = 0;                                                                                        \
+			missing = key;                                                                                 \
+		}                                                                                                      \
+	} while (0)
+	CLI_CTX_FIELD("id", !cli_ctx_u64(v, &c->id) && c->id);
+	CLI_CTX_FIELD("weight", v->type == CLI_JSTR && strlen(v->str) <= FOS_NAME_MAX && v->str[0]);
+	if (ok)
+		snprintf(c->weight, sizeof c->weight, "%s", v->str);
+	CLI_CTX_FIELD("weight_version", !cli_ctx_u64(v, &c->weight_version));
+	CLI_CTX_FIELD("override", v->type == CLI_JSTR && !cli_ctx_override(v->str, &c->override));
+	CLI_CTX_FIELD("resolved_override", v->type == CLI_JSTR && !cli_ctx_override(v->str, &c->resolved_override));
+	CLI_CTX_FIELD("row_scaled", v->type == CLI_JBOOL);
+	if (ok)
+		c->row_scaled = v->b;
+	CLI_CTX_FIELD("m", !cli_ctx_u64(v, &u) && u > 0 && u < ((uint64_t)1 << 40));
+	if (ok)
+		c->m = (int64_t)u;
+	CLI_CTX_FIELD("n", !cli_ctx_u64(v, &u) && u > 0 && u < ((uint64_t)1 << 40));
+	if (ok)
+		c->n = (int64_t)u;
+	CLI_CTX_FIELD("k", !cli_ctx_u64(v, &u) && u > 0 && u < ((uint64_t)1 << 40));
+	if (ok)
+		c->k = (int64_t)u;
+	CLI_CTX_FIELD("has_bias", v->type == CLI_JBOOL);
+	if (ok)
+		c->has_bias = v->b;
+	CLI_CTX_FIELD("server", v->type == CLI_JSTR && strlen(v->str) < sizeof cf->server);
+	if (ok)
+		snprintf(cf->server, sizeof cf->server, "%s", v->str);
+	CLI_CTX_FIELD("x", v->type == CLI_JNULL || (v->type == CLI_JSTR && strlen(v->str) < sizeof cf->x_path));
+	if (ok && v->type == CLI_JSTR)
+		snprintf(cf->x_path, sizeof cf->x_path, "%s", v->str);
+	CLI_CTX_FIELD("bias", v->type == CLI_JNULL || (v->type == CLI_JSTR && strlen(v->str) < sizeof cf->bias_path));
+	if (ok && v->type == CLI_JSTR)
+		snprintf(cf->bias_path, sizeof cf->bias_path, "%s", v->str);
+#undef CLI_CTX_FIELD
+	v = cli_json_get(&root, "ttl_ms");
+	if (v && !cli_ctx_u64(v, &u))
+		c->ttl_ms = u;
+	v = cli_json_get(&root, "recomputed");
+	if (v && !cli_ctx_u64(v, &u) && u < 1000000)
+		c->recomputed = (int)u;
+	cli_json_free(&root);
+	if (!ok)
+		return cli_errf(err, "%s: bad context file: \"%s\" is missing or invalid", path, missing);
+	return FOS_OK;
+}

@@ -1,0 +1,136 @@
+/* cli_forward.c: `fos forward NAME X.npy --out Y.npy`: Y = X W^T (+ bias) against the weight NAME in
+ * fosd's cache; with --context-out FILE fosd keeps what the backward needs and FILE records the
+ * context (see cli_context.c) for `fos backward`. */
+#include "cli.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FF_OUT, FF_CTX, FF_VERSION, FF_OVERRIDE, FF_ROW, FF_BIAS, FF_COUNT };
+
+int cli_forward_main(const cli_global *g, int argc, char **argv)
+{
+	cli_flag flags[FF_COUNT] = {
+		[FF_OUT] = {"--out", "Y.npy", "where to write Y, bf16 (M, N) (required; its directory is\n"
+					      "created if missing)", 0, 0},
+		[FF_CTX] = {"--context-out", "FILE", "ask fosd to keep what the backward needs and write the\n"
+						     "context (id, weight, options, shapes) to FILE, a small JSON\n"
+						     "file for `fos backward FILE DY.npy`; the context lives for\n"
+						     "fosd's --context-ttl", 0, 0},
+		[FF_VERSION] = {"--version", "V", "use the cached weight only if it has version V (else\n"
+						  "FAILED_PRECONDITION); default: whatever version is cached", 0, 0},
+		[FF_OVERRIDE] = {"--override", "MODE", "the backward the context is for: default (quantized, or\n"
+							"high_precision with --row-scaled), quantized,\n"
+							"high_precision or dequantized (NUMERICS.md 8)", 0, 0},
+		[FF_ROW] = {"--row-scaled", NULL, "one amax per row of X instead of one per tensor (not with\n"
+						  "--override quantized)", 0, 0},
+		[FF_BIAS] = {"--bias", "B.npy", "bias, shape (N,), bf16 or float32: Y = bf16(Y + bf16(bias))", 0, 0},
+	};
+	static const char *const pos_names[] = {"NAME", "X.npy"};
+	static const char *const pos_help[] = {"a weight cached with `fos put-weight NAME W.npy`",
+					       "activations, shape (M, K), bf16 ('<u2') or float32 ('<f4',\n"
+					       "rounded to bf16); M divisible by 128, K the weight's K"};
+	cli_cmd cmd = {
+		.name = "forward",
+		.synopsis = "NAME X.npy --out Y.npy [--context-out FILE] [--version V]\n"
+			    "           [--override default|quantized|high_precision|dequantized] [--row-scaled]\n"
+			    "           [--bias B.npy]",
+		.summary = "Run a linear layer's forward with a weight from fosd's cache: Y = X W^T (+ bias).",
+		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled) with the weight's err\n"
+			 "mode and bound; the result is bit-identical to `fos linear` with the same weight and\n"
+			 "options.",
+		.pos_names = pos_names,
+		.pos_help = pos_help,
+		.npos = 2,
+		.flags = flags,
+		.nflags = FF_COUNT,
+	};
+	fos_err err = {0, ""};
+	int rc = cli_parse(&cmd, argc, argv, &err);
+	if (rc == CLI_HELP_SHOWN)
+		return CLI_EXIT_OK;
+	if (rc)
+		return cli_report(&err, CLI_EXIT_USAGE);
+	int ovr = FOS_OVR_DEFAULT;
+	uint64_t version = 0;
+	if (cli_opt_override(&flags[FF_OVERRIDE], &ovr, &err) ||
+	    (flags[FF_VERSION].given && cli_parse_u64("--version", flags[FF_VERSION].value, 1, UINT64_MAX, &version, &err)))
+		return cli_report(&err, CLI_EXIT_USAGE);
+	int row = flags[FF_ROW].given;
+	if (ovr == FOS_OVR_QUANTIZED && row)
+		return cli_fail(CLI_EXIT_USAGE, "--override quantized cannot be used with --row-scaled (row-scaled X "
+						"has no columnwise form)");
+	if (!flags[FF_OUT].given)
+		return cli_fail(CLI_EXIT_USAGE, "forward: --out Y.npy is required");
+	const char *name = cmd.pos[0], *xp = cmd.pos[1], *yp = flags[FF_OUT].value, *bp = flags[FF_BIAS].value,
+		   *cp = flags[FF_CTX].value;
+
+	npy_array x, bias;
+	memset(&x, 0, sizeof x);
+	memset(&bias, 0, sizeof bias);
+	fos_client *c = NULL;
+	fos_tensor y = fos_tensor_out();
+	fos_context ctx;
+	memset(&ctx, 0, sizeof ctx);
+	int code = CLI_EXIT_FAIL;
+	if (cli_load(xp, &x, &err) || cli_check_float(&x, xp, 2, "(M, K)", &err) || cli_to_bf16(&x, &err))
+		goto fail;
+	if (x.count == 0) {
+		char sb[64];
+		cli_errf(&err, "%s: shape %s is empty", xp, npy_shape_str(2, x.shape, sb, sizeof sb));
+		goto fail;
+	}
+	if (bp && (cli_load(bp, &bias, &err) || cli_check_float(&bias, bp, 1, "(N,)", &err) || cli_to_bf16(&bias, &err)))
+		goto fail;
+	if (bp && bias.count == 0) {
+		cli_errf(&err, "%s: shape (0,) is empty", bp);
+		goto fail;
+	}
+	if (cli_connect(g, &c, &err))
+		goto fail;
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
+	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, bp ? bias.shape[0] : 1, bias.data);
+	fos_forward_opts o = {version, ovr, row, cp != NULL};
+	fos_status st;
+	if (fos_forward(c, name, &tx, bp ? &tb : NULL, &o, &y, cp ? &ctx : NULL, &st)) {
+		char what[200];
+		snprintf(what, sizeof what, "forward %s", name);
+		cli_status_err(&st, what, &err);
+		goto fail;
+	}
+	if (cli_mkparent(yp, &err) || (cp && cli_mkparent(cp, &err)) || npy_write(yp, NPY_U2, 2, y.shape, y.data, &err))
+		goto fail;
+	if (cp) {
+		cli_ctxfile cf;
+		memset(&cf, 0, sizeof cf);
+		cf.ctx = ctx;
+		snprintf(cf.server, sizeof cf.server, "%s", g->server);
+		char real[PATH_MAX];
+		if (realpath(xp, real))
+			snprintf(cf.x_path, sizeof cf.x_path, "%s", real);
+		if (bp && realpath(bp, real))
+			snprintf(cf.bias_path, sizeof cf.bias_path, "%s", real);
+		if (cli_ctxfile_write(cp, &cf, &err))
+			goto fail;
+		printf("%s: (%lld, %lld) bf16; context %016llx (%s backward, kept %.0f s) in %s\n", yp,
+		       (long long)y.shape[0], (long long)y.shape[1], (unsigned long long)ctx.id,
+		       cli_override_name(ctx.resolved_override), (double)ctx.ttl_ms / 1000.0, cp);
+	} else {
+		printf("%s: (%lld, %lld) bf16\n", yp, (long long)y.shape[0], (long long)y.shape[1]);
+	}
+	code = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "forward: cannot write to stdout") : CLI_EXIT_OK;
+	goto done;
+fail:
+	cli_report(&err, code);
+	if (c && ctx.id) {
+		fos_status rst;
+		fos_release(c, &ctx, &rst); /* no file names it: nobody could use it */
+	}
+done:
+	fos_close(c);
+	free(y.data);
+	npy_free(&x);
+	npy_free(&bias);
+	return code;
+}

@@ -1,0 +1,203 @@
+/* cli_info.c: `fos health` (is fosd up: version, backend, device, uptime; exit 1 when it is not
+ * serving) and `fos stats` (fosd's counters: requests, status codes, latencies and bytes by op, the
+ * weight cache, saved contexts, the executor), as text or --json. */
+#include "cli.h"
+
+#include <string.h>
+
+enum { HF_JSON, HF_COUNT };
+
+int cli_health_main(const cli_global *g, int argc, char **argv)
+{
+	cli_flag flags[HF_COUNT] = {
+		[HF_JSON] = {"--json", NULL, "print the answer as one JSON object", 0, 0},
+	};
+	cli_cmd cmd = {
+		.name = "health",
+		.synopsis = "[--json]",
+		.summary = "Ask fosd whether it is serving: its version, backend, device and uptime.",
+		.flags = flags,
+		.nflags = HF_COUNT,
+		.footer = "Exit status: 0 fosd answers and is serving; 1 it does not answer, or it is draining\n"
+			  "(shutting down); 2 bad command line.",
+	};
+	fos_err err = {0, ""};
+	int rc = cli_parse(&cmd, argc, argv, &err);
+	if (rc == CLI_HELP_SHOWN)
+		return CLI_EXIT_OK;
+	if (rc)
+		return cli_report(&err, CLI_EXIT_USAGE);
+	fos_client *c;
+	if (cli_connect(g, &c, &err))
+		return cli_report(&err, CLI_EXIT_FAIL);
+	fos_health_info h;
+	fos_status st;
+	if (fos_health(c, &h, &st)) {
+		cli_status_err(&st, "health", &err);
+		fos_close(c);
+		return cli_report(&err, CLI_EXIT_FAIL);
+	}
+	fos_close(c);
+	if (flags[HF_JSON].given) {
+		cli_jw w;
+		cli_jw_init(&w, stdout, 1);
+		cli_jw_obj(&w, NULL);
+		cli_jw_str(&w, "server", g->server);
+		cli_jw_str(&w, "status", h.draining ? "draining" : "serving");
+		cli_jw_str(&w, "version", h.version);
+		cli_jw_str(&w, "backend", h.backend);
+		cli_jw_str(&w, "device", h.device);
+		cli_jw_u64(&w, "uptime_ms", h.uptime_ms);
+		cli_jw_u64(&w, "max_message_bytes", h.max_message_bytes);
+		cli_jw_end(&w, '}');
+	} else {
+		char mb[32];
+		printf("fosd %s at %s: %s\n", h.version, g->server, h.draining ? "DRAINING (shutting down)" : "serving");
+		printf("  backend:     %s (%s)\n", h.backend, h.device);
+		printf("  uptime:      %.1f s\n", (double)h.uptime_ms / 1000.0);
+		printf("  max message: %s\n", cli_human_bytes(h.max_message_bytes, mb, sizeof mb));
+	}
+	fflush(stdout);
+	if (h.draining)
+		return cli_fail(CLI_EXIT_FAIL, "fosd at %s is draining: it finishes what it has and takes no new requests",
+				g->server);
+	return CLI_EXIT_OK;
+}
+
+/* ---- stats ------------------------------------------------------------------------------------ */
+
+static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
+{
+	cli_jw w;
+	cli_jw_init(&w, stdout, 1);
+	cli_jw_obj(&w, NULL);
+	cli_jw_str(&w, "server", g->server);
+	cli_jw_u64(&w, "uptime_ms", s->uptime_ms);
+	cli_jw_str(&w, "backend", s->backend);
+	cli_jw_str(&w, "device", s->device);
+	cli_jw_arr(&w, "ops");
+	for (int i = 0; i < s->n_ops; i++) {
+		const fos_op_stats *o = &s->ops[i];
+		cli_jw_obj(&w, NULL);
+		cli_jw_str(&w, "op", o->op);
+		cli_jw_u64(&w, "requests", o->requests);
+		cli_jw_obj(&w, "codes");
+		for (int c = 0; c < FOS_STATS_CODES; c++)
+			if (o->by_code[c])
+				cli_jw_u64(&w, fos_code_name(c), o->by_code[c]);
+		cli_jw_end(&w, '}');
+		cli_jw_obj(&w, "latency_us");
+		cli_jw_u64(&w, "count", o->lat_count);
+		cli_jw_dbl(&w, "mean", o->lat_mean_us);
+		cli_jw_u64(&w, "p50", o->lat_p50_us);
+		cli_jw_u64(&w, "p90", o->lat_p90_us);
+		cli_jw_u64(&w, "p99", o->lat_p99_us);
+		cli_jw_u64(&w, "p999", o->lat_p999_us);
+		cli_jw_u64(&w, "max", o->lat_max_us);
+		cli_jw_end(&w, '}');
+		cli_jw_u64(&w, "bytes_in", o->bytes_in);
+		cli_jw_u64(&w, "bytes_out", o->bytes_out);
+		cli_jw_end(&w, '}');
+	}
+	cli_jw_end(&w, ']');
+	cli_jw_obj(&w, "cache");
+	cli_jw_u64(&w, "entries", s->cache_entries);
+	cli_jw_u64(&w, "bytes", s->cache_bytes);
+	cli_jw_u64(&w, "budget", s->cache_budget);
+	cli_jw_u64(&w, "hits", s->cache_hits);
+	cli_jw_u64(&w, "misses", s->cache_misses);
+	cli_jw_u64(&w, "evictions", s->cache_evictions);
+	cli_jw_end(&w, '}');
+	cli_jw_obj(&w, "contexts");
+	cli_jw_u64(&w, "live", s->contexts);
+	cli_jw_u64(&w, "bytes", s->context_bytes);
+	cli_jw_u64(&w, "budget", s->context_budget);
+	cli_jw_u64(&w, "expired", s->contexts_expired);
+	cli_jw_u64(&w, "evicted", s->contexts_evicted);
+	cli_jw_end(&w, '}');
+	cli_jw_obj(&w, "executor");
+	cli_jw_u64(&w, "workers", s->workers);
+	cli_jw_u64(&w, "inflight", s->inflight);
+	cli_jw_u64(&w, "queued", s->queued);
+	cli_jw_u64(&w, "duplicates", s->duplicates);
+	cli_jw_u64(&w, "bad_messages", s->bad_messages);
+	cli_jw_end(&w, '}');
+	cli_jw_end(&w, '}');
+}
+
+static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
+{
+	char b1[32], b2[32];
+	printf("fosd at %s: backend %s (%s), up %.1f s\n", g->server, s->backend, s->device,
+	       (double)s->uptime_ms / 1000.0);
+	printf("\n%-16s %9s %9s %9s %9s %9s %9s %9s %11s %11s\n", "op", "requests", "errors", "p50 us", "p90 us",
+	       "p99 us", "p99.9 us", "max us", "bytes in", "bytes out");
+	for (int i = 0; i < s->n_ops; i++) {
+		const fos_op_stats *o = &s->ops[i];
+		uint64_t errs = o->requests >= o->by_code[0] ? o->requests - o->by_code[0] : 0;
+		printf("%-16s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11s %11s\n", o->op, (unsigned long long)o->requests,
+		       (unsigned long long)errs, (unsigned long long)o->lat_p50_us, (unsigned long long)o->lat_p90_us,
+		       (unsigned long long)o->lat_p99_us, (unsigned long long)o->lat_p999_us,
+		       (unsigned long long)o->lat_max_us, cli_human_bytes(o->bytes_in, b1, sizeof b1),
+		       cli_human_bytes(o->bytes_out, b2, sizeof b2));
+	}
+	int any = 0;
+	for (int i = 0; i < s->n_ops; i++)
+		for (int c = 1; c < FOS_STATS_CODES; c++)
+			if (s->ops[i].by_code[c]) {
+				if (!any++)
+					printf("\nerrors by op and status:\n");
+				printf("  %-16s %-20s %llu\n", s->ops[i].op, fos_code_name(c),
+				       (unsigned long long)s->ops[i].by_code[c]);
+			}
+	printf("\nweight cache:  %llu entries, %s of %s; %llu hits, %llu misses, %llu evictions\n",
+	       (unsigned long long)s->cache_entries, cli_human_bytes(s->cache_bytes, b1, sizeof b1),
+	       cli_human_bytes(s->cache_budget, b2, sizeof b2), (unsigned long long)s->cache_hits,
+	       (unsigned long long)s->cache_misses, (unsigned long long)s->cache_evictions);
+	printf("contexts:      %llu live, %s of %s; %llu expired, %llu evicted\n", (unsigned long long)s->contexts,
+	       cli_human_bytes(s->context_bytes, b1, sizeof b1), cli_human_bytes(s->context_budget, b2, sizeof b2),
+	       (unsigned long long)s->contexts_expired, (unsigned long long)s->contexts_evicted);
+	printf("executor:      %llu workers, %llu in flight, %llu queued; %llu duplicate requests, %llu bad messages\n",
+	       (unsigned long long)s->workers, (unsigned long long)s->inflight, (unsigned long long)s->queued,
+	       (unsigned long long)s->duplicates, (unsigned long long)s->bad_messages);
+}
+
+enum { SF_JSON, SF_COUNT };
+
+int cli_stats_main(const cli_global *g, int argc, char **argv)
+{
+	cli_flag flags[SF_COUNT] = {
+		[SF_JSON] = {"--json", NULL, "print the counters as one JSON object", 0, 0},
+	};
+	cli_cmd cmd = {
+		.name = "stats",
+		.synopsis = "[--json]",
+		.summary = "Show fosd's counters: requests, status codes, latencies and bytes by op, the\n"
+			   "weight cache, saved contexts and the executor.",
+		.about = "Latencies are fosd's own (receipt to reply, OK requests), in microseconds.",
+		.flags = flags,
+		.nflags = SF_COUNT,
+	};
+	fos_err err = {0, ""};
+	int rc = cli_parse(&cmd, argc, argv, &err);
+	if (rc == CLI_HELP_SHOWN)
+		return CLI_EXIT_OK;
+	if (rc)
+		return cli_report(&err, CLI_EXIT_USAGE);
+	fos_client *c;
+	if (cli_connect(g, &c, &err))
+		return cli_report(&err, CLI_EXIT_FAIL);
+	static fos_stats_info s;
+	fos_status st;
+	if (fos_stats(c, &s, &st)) {
+		cli_status_err(&st, "stats", &err);
+		fos_close(c);
+		return cli_report(&err, CLI_EXIT_FAIL);
+	}
+	fos_close(c);
+	if (flags[SF_JSON].given)
+		cli_stats_json(g, &s);
+	else
+		cli_stats_text(g, &s);
+	return fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "stats: cannot write to stdout") : CLI_EXIT_OK;
+}

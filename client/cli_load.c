@@ -1,0 +1,712 @@
+/* cli_load.c: `fos load`, the load tester (after perf_analyzer, wrk2 and ghz). It registers its own
+ * random weight under a unique name (forward, backward), runs worker threads that each keep one
+ * request in flight through libfos, and drops the weight at the end.
+ *
+ *   closed loop (--concurrency N): N workers send back to back; latency = reply - send.
+ *   open loop (--rate R): request i is due at start + i/R; the next free worker takes it, sleeps
+ *     until it is due and sends; latency = reply - the INTENDED send time, so a stall that delays
+ *     sends shows up in the latencies instead of silently lowering the rate (the coordinated
+ *     omission correction of wrk2). --concurrency bounds the requests in flight.
+ *
+ * Requests sent (closed) or due (open) before the warmup ends are made but not measured. Time is
+ * libuv's uv_hrtime; the main thread runs a libuv loop with a timer for the live progress line (on
+ * a terminal), a signal watcher (Ctrl-C stops early and still reports) and an async handle the
+ * last worker wakes it with. Latencies go into per-worker histograms (cli_hist.c), merged at the
+ * end. */
+#include "cli.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+const char *cli_load_op_name(int op)
+{
+	static const char *const names[] = {"forward", "backward", "linear", "quantize"};
+	return op >= 0 && op < 4 ? names[op] : "?";
+}
+
+typedef struct load_run load_run;
+
+typedef struct load_worker {
+	load_run *run;
+	pthread_t th;
+	int id, started;
+	fos_client *c;
+	fos_context ctx;   /* backward: this worker's saved context */
+	void *out[3];      /* output buffers */
+	size_t out_size[3];
+	cli_hist lat, svc;
+	uint64_t measured, ok, failed, warmup, last_done, max_lag;
+	uint64_t by_code[FOS_STATS_CODES];
+	char first_error[600];
+	uint64_t first_error_at;
+} load_worker;
+
+struct load_run {
+	const cli_load_cfg *cfg;
+	fos_client **clients;
+	char weight[64];
+	fos_tensor x, w, dy;       /* shared inputs */
+	fos_forward_opts fo;
+	fos_linear_config lc;
+	uint64_t t_start, t_measure, t_end; /* uv_hrtime ns; t_end UINT64_MAX with --requests */
+	uint64_t period_ns_x1024;  /* open loop: 1024 * 1e9 / rate */
+	uint64_t warm_slots;       /* open loop: due slots before t_measure */
+	uint64_t t_cutoff;         /* open loop with --duration: no send starts after this */
+	atomic_uint_fast64_t next_slot;   /* open loop */
+	atomic_uint_fast64_t tickets;     /* closed loop with --requests: measured requests handed out */
+	atomic_uint_fast64_t done, errors, inflight; /* for the progress line */
+	atomic_int stop;
+	atomic_int running;
+	uv_async_t wake;
+	load_worker *workers;
+};
+
+/* ---- one request ------------------------------------------------------------------------------- */
+
+static fos_tensor load_out(load_worker *w, int i, int dtype, int64_t d0, int64_t d1)
+{
+	fos_tensor t = d1 > 0 ? fos_tensor_2d(dtype, d0, d1, w->out[i]) : fos_tensor_1d(dtype, d0, w->out[i]);
+	t.size = w->out_size[i];
+	return t;
+}
+
+static int load_one(load_worker *w, fos_status *st)
+{
+	load_run *r = w->run;
+	const cli_load_cfg *cfg = r->cfg;
+	int64_t m = cfg->m, n = cfg->n, k = cfg->k;
+	switch (cfg->op) {
+	case CLI_LOAD_FORWARD: {
+		fos_tensor y = load_out(w, 0, FOS_DTYPE_BF16, m, n);
+		return fos_forward(w->c, r->weight, &r->x, NULL, &r->fo, &y, NULL, st);
+	}
+	case CLI_LOAD_BACKWARD: {
+		fos_tensor dx = load_out(w, 0, FOS_DTYPE_BF16, m, k), dw = load_out(w, 1, FOS_DTYPE_BF16, n, k);
+		/* the context is kept for the next request; an expired one is recomputed from X by libfos */
+		fos_backward_opts bo = {1, &r->x, NULL};
+		return fos_backward(w->c, &w->ctx, &r->dy, &bo, &dx, &dw, NULL, st);
+	}
+	case CLI_LOAD_LINEAR: {
+		fos_tensor y = load_out(w, 0, FOS_DTYPE_BF16, m, n), dx = load_out(w, 1, FOS_DTYPE_BF16, m, k),
+			   dw = load_out(w, 2, FOS_DTYPE_BF16, n, k);
+		return fos_linear(w->c, &r->x, &r->w, NULL, &r->dy, &r->lc, &y, &dx, &dw, NULL, st);
+	}
+	default: {
+		fos_tensor codes = load_out(w, 0, FOS_DTYPE_U8, m, k / 2), scales = load_out(w, 1, FOS_DTYPE_E4M3, m, k / 16),
+			   amax = load_out(w, 2, FOS_DTYPE_F32, 1, 0);
+		return fos_quantize(w->c, &r->x, NULL, NULL, &codes, &scales, &amax, st);
+	}
+	}
+}
+
+/* Sleeps until uv_hrtime() >= t, waking every 50 ms to see whether the run was stopped. */
+static void load_sleep_until(load_run *r, uint64_t t)
+{
+	for (;;) {
+		uint64_t now = uv_hrtime();
+		if (now >= t || atomic_load(&r->stop))
+			return;
+		uint64_t d = t - now;
+		if (d > 50000000)
+			d = 50000000;
+		struct timespec ts = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void load_record(load_worker *w, int code, const fos_status *st, int measured, uint64_t intended,
+			uint64_t sent, uint64_t done)
+{
+	load_run *r = w->run;
+	atomic_fetch_add(&r->done, 1);
+	if (code) {
+		atomic_fetch_add(&r->errors, 1);
+		w->failed++;
+		w->by_code[code >= 0 && code < FOS_STATS_CODES ? code : FOS_CODE_UNKNOWN]++;
+		if (!w->first_error[0] || done < w->first_error_at) {
+			snprintf(w->first_error, sizeof w->first_error, "%s: %s", fos_code_name(code), st->message);
+			w->first_error_at = done;
+		}
+	}
+	if (!measured) {
+		w->warmup++;
+		return;
+	}
+	w->measured++;
+	if (done > w->last_done)
+		w->last_done = done;
+	if (code)
+		return;
+	w->ok++;
+	cli_hist_record(&w->lat, done - intended);
+	cli_hist_record(&w->svc, done - sent);
+	if (sent - intended > w->max_lag)
+		w->max_lag = sent - intended;
+}
+
+static void *load_worker_main(void *arg)
+{
+	load_worker *w = arg;
+	load_run *r = w->run;
+	const cli_load_cfg *cfg = r->cfg;
+	fos_status st;
+	while (!atomic_load(&r->stop)) {
+		uint64_t intended;
+		int measured;
+		if (cfg->rate > 0) {
+			uint64_t i = atomic_fetch_add(&r->next_slot, 1);
+			if (cfg->requests && i >= r->warm_slots + cfg->requests)
+				break;
+			intended = r->t_start + (uint64_t)(((unsigned __int128)i * r->period_ns_x1024) >> 10);
+			if (intended >= r->t_end)
+				break;
+			measured = i >= r->warm_slots;
+			load_sleep_until(r, intended);
+			if (atomic_load(&r->stop) || uv_hrtime() > r->t_cutoff)
+				break; /* a backlog left at the cutoff is reported as unsent */
+		} else {
+			intended = uv_hrtime();
+			if (intended >= r->t_end)
+				break;
+			measured = intended >= r->t_measure;
+			if (measured && cfg->requests && atomic_fetch_add(&r->tickets, 1) >= cfg->requests)
+				break;
+		}
+		uint64_t sent = uv_hrtime();
+		atomic_fetch_add(&r->inflight, 1);
+		int code = load_one(w, &st);
+		uint64_t done = uv_hrtime();
+		atomic_fetch_sub(&r->inflight, 1);
+		load_record(w, code, &st, measured, intended, sent, done);
+	}
+	if (atomic_fetch_sub(&r->running, 1) == 1)
+		uv_async_send(&r->wake);
+	return NULL;
+}
+
+/* ---- the main thread's loop: progress, Ctrl-C, the end -------------------------------------------- */
+
+typedef struct load_ui {
+	load_run *r;
+	uint64_t last_t, last_done;
+	int shown;
+} load_ui;
+
+static void load_on_wake(uv_async_t *a)
+{
+	uv_stop(a->loop);
+}
+
+static void load_on_signal(uv_signal_t *s, int signum)
+{
+	(void)signum;
+	load_run *r = ((load_ui *)s->data)->r;
+	atomic_store(&r->stop, 1);
+}
+
+static void load_on_tick(uv_timer_t *t)
+{
+	load_ui *ui = t->data;
+	load_run *r = ui->r;
+	const cli_load_cfg *cfg = r->cfg;
+	uint64_t now = uv_hrtime(), done = atomic_load(&r->done);
+	double dt = (double)(now - ui->last_t) / 1e9;
+	double rate = dt > 0 ? (double)(done - ui->last_done) / dt : 0;
+	ui->last_t = now;
+	ui->last_done = done;
+	double el = (double)(now - r->t_start) / 1e9;
+	const char *phase = now < r->t_measure ? "warmup" : "measuring";
+	char total[48] = "";
+	if (cfg->duration_ns)
+		snprintf(total, sizeof total, " / %.0fs", (double)(cfg->warmup_ns + cfg->duration_ns) / 1e9);
+	fprintf(stderr, "\r\033[K%s %s: %6.1fs%s  %s  %llu done  %.1f req/s  %llu in flight  %llu errors",
+		cli_load_op_name(cfg->op), cfg->rate > 0 ? "open loop" : "closed loop", el, total, phase,
+		(unsigned long long)done, rate, (unsigned long long)atomic_load(&r->inflight),
+		(unsigned long long)atomic_load(&r->errors));
+	fflush(stderr);
+	ui->shown = 1;
+}
+
+static void load_close_cb(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void load_close_any(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (!uv_is_closing(h))
+		uv_close(h, load_close_cb);
+}
+
+/* ---- setup and teardown -------------------------------------------------------------------------- */
+
+static uint64_t load_rand_state;
+
+static uint16_t load_rand_bf16(void)
+{
+	/* xorshift64*, uniform in [-2, 2): plenty of distinct values, all finite */
+	load_rand_state ^= load_rand_state >> 12;
+	load_rand_state ^= load_rand_state << 25;
+	load_rand_state ^= load_rand_state >> 27;
+	uint64_t v = load_rand_state * 0x2545F4914F6CDD1Dull;
+	float f = (float)(v >> 40) / (float)(1u << 24) * 4.0f - 2.0f;
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void *load_random_bf16(size_t n)
+{
+	uint16_t *p = malloc(n * 2 + 2);
+	if (p)
+		for (size_t i = 0; i < n; i++)
+			p[i] = load_rand_bf16();
+	return p;
+}
+
+static uint64_t load_bytes_per_request(const cli_load_cfg *c)
+{
+	uint64_t m = (uint64_t)c->m, n = (uint64_t)c->n, k = (uint64_t)c->k;
+	switch (c->op) {
+	case CLI_LOAD_FORWARD:
+		return 2 * (m * k + m * n);                 /* x in, y out */
+	case CLI_LOAD_BACKWARD:
+		return 2 * (m * n + m * k + n * k);         /* dy in, dx and dw out */
+	case CLI_LOAD_LINEAR:
+		return 2 * (m * k + n * k + m * n) * 2;     /* x, w, dy in; y, dx, dw out */
+	default:
+		return 2 * m * k + m * k / 2 + m * k / 16 + 4; /* x in; codes, scales, amax out */
+	}
+}
+
+/* Allocates a worker's output buffers and, for backward, saves its context. */
+static int load_worker_setup(load_worker *w, fos_err *err)
+{
+	load_run *r = w->run;
+	const cli_load_cfg *cfg = r->cfg;
+	size_t m = (size_t)cfg->m, n = (size_t)cfg->n, k = (size_t)cfg->k;
+	size_t sz[3] = {0, 0, 0};
+	switch (cfg->op) {
+	case CLI_LOAD_FORWARD:
+		sz[0] = m * n * 2;
+		break;
+	case CLI_LOAD_BACKWARD:
+		sz[0] = m * k * 2;
+		sz[1] = n * k * 2;
+		break;
+	case CLI_LOAD_LINEAR:
+		sz[0] = m * n * 2;
+		sz[1] = m * k * 2;
+		sz[2] = n * k * 2;
+		break;
+	default:
+		sz[0] = m * k / 2;
+		sz[1] = m * k / 16;
+		sz[2] = 4;
+	}
+	for (int i = 0; i < 3; i++) {
+		w->out_size[i] = sz[i];
+		if (sz[i] && !(w->out[i] = malloc(sz[i])))
+			return fos_seterr(err, FOS_ENOMEM, "out of memory for worker %d's outputs", w->id);
+	}
+	if (cli_hist_init(&w->lat) || cli_hist_init(&w->svc))
+		return fos_seterr(err, FOS_ENOMEM, "out of memory for worker %d's histograms", w->id);
+	if (cfg->op == CLI_LOAD_BACKWARD) {
+		fos_forward_opts fo = r->fo;
+		fo.save_context = 1;
+		fos_tensor y = fos_tensor_out();
+		fos_status st;
+		int code = fos_forward(w->c, r->weight, &r->x, NULL, &fo, &y, &w->ctx, &st);
+		free(y.data);
+		if (code) {
+			fos_err e = {0, ""};
+			cli_status_err(&st, "the forward that saves a context for the backwards", &e);
+			return fos_seterr(err, FOS_EINVAL, "load: %s", e.msg);
+		}
+	}
+	return FOS_OK;
+}
+
+static void load_worker_free(load_worker *w)
+{
+	if (w->ctx.id && w->c) {
+		fos_status st;
+		fos_release(w->c, &w->ctx, &st);
+	}
+	for (int i = 0; i < 3; i++)
+		free(w->out[i]);
+	cli_hist_free(&w->lat);
+	cli_hist_free(&w->svc);
+}
+
+/* Registers the run's weight under a unique name. */
+static int load_put_weight(load_run *r, fos_err *err)
+{
+	uint64_t tag = 0;
+	if (getrandom(&tag, sizeof tag, 0) != (ssize_t)sizeof tag)
+		tag = uv_hrtime();
+	snprintf(r->weight, sizeof r->weight, "fos-load-%ld-%016llx", (long)getpid(), (unsigned long long)tag);
+	fos_weight_config wc = {FOS_BLOCKS_16X16, FOS_ERRMODE_MAE, 256, 0, 0, 0};
+	fos_status st;
+	if (fos_put_weight(r->clients[0], r->weight, 1, &r->w, &wc, NULL, &st)) {
+		cli_status_err(&st, "load: registering the weight", err);
+		r->weight[0] = 0;
+		return err->rc;
+	}
+	return FOS_OK;
+}
+
+/* ---- command line ---------------------------------------------------------------------------------- */
+
+enum {
+	LDF_OP,
+	LDF_M,
+	LDF_N,
+	LDF_K,
+	LDF_CONC,
+	LDF_RATE,
+	LDF_DURATION,
+	LDF_REQUESTS,
+	LDF_WARMUP,
+	LDF_CONNECTIONS,
+	LDF_OVERRIDE,
+	LDF_JSON,
+	LDF_NO_PROGRESS,
+	LDF_COUNT
+};
+
+static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
+{
+	static const char *const ops[] = {"forward", "backward", "linear", "quantize"};
+	static const int opv[] = {CLI_LOAD_FORWARD, CLI_LOAD_BACKWARD, CLI_LOAD_LINEAR, CLI_LOAD_QUANTIZE};
+	uint64_t v;
+	int ovr = FOS_OVR_DEFAULT;
+	if (cli_choice(&flags[LDF_OP], 4, ops, opv, &c->op, err) || cli_opt_override(&flags[LDF_OVERRIDE], &ovr, err))
+		return FOS_EINVAL;
+	c->override = ovr; /* FOS_OVR_* and FOS_OVERRIDE_* share their numbers */
+	int64_t *dims[3] = {&c->m, &c->n, &c->k};
+	static const char *const dn[3] = {"--m", "--n", "--k"};
+	for (int i = 0; i < 3; i++) {
+		if (!flags[LDF_M + i].given)
+			continue;
+		if (cli_parse_u64(dn[i], flags[LDF_M + i].value, 1, 1u << 20, &v, err))
+			return FOS_EINVAL;
+		*dims[i] = (int64_t)v;
+	}
+	if (c->op == CLI_LOAD_QUANTIZE) {
+		if (flags[LDF_N].given)
+			return cli_errf(err, "load: --n has no meaning for --op quantize (it quantizes X, (M, K))");
+		if (c->k % 16)
+			return cli_errf(err, "load: --k %lld is not divisible by 16 (quantize works in 16-element blocks)",
+					(long long)c->k);
+		if (flags[LDF_OVERRIDE].given)
+			return cli_errf(err, "load: --override has no meaning for --op quantize");
+	} else {
+		fos_linear_opts lo = fos_linear_opts_default();
+		lo.override = ovr;
+		fos_err e = {0, ""};
+		if (fos_linear_check(&lo, c->m, c->n, c->k, NULL, &e))
+			return cli_errf(err, "load: %s", e.msg);
+	}
+	if (flags[LDF_CONC].given) {
+		if (cli_parse_u64("--concurrency", flags[LDF_CONC].value, 1, 1024, &v, err))
+			return FOS_EINVAL;
+		c->concurrency = (int)v;
+	}
+	if (flags[LDF_RATE].given) {
+		if (cli_parse_double("--rate", flags[LDF_RATE].value, &c->rate, err))
+			return FOS_EINVAL;
+		if (!(c->rate > 0) || c->rate > 1e6)
+			return cli_errf(err, "bad value '%s' for --rate (expected requests per second, above 0 and at "
+					     "most 1000000)",
+					flags[LDF_RATE].value);
+		if (!flags[LDF_CONC].given)
+			c->concurrency = 16;
+	}
+	if (flags[LDF_DURATION].given && flags[LDF_REQUESTS].given)
+		return cli_errf(err, "load: give --duration or --requests, not both");
+	if (flags[LDF_DURATION].given &&
+	    cli_parse_duration("--duration", flags[LDF_DURATION].value, &c->duration_ns, err))
+		return FOS_EINVAL;
+	if (flags[LDF_REQUESTS].given) {
+		if (cli_parse_u64("--requests", flags[LDF_REQUESTS].value, 1, UINT64_C(1) << 40, &c->requests, err))
+			return FOS_EINVAL;
+		c->duration_ns = 0;
+	}
+	if (flags[LDF_WARMUP].given) {
+		if (!strcmp(flags[LDF_WARMUP].value, "0"))
+			c->warmup_ns = 0;
+		else if (cli_parse_duration("--warmup", flags[LDF_WARMUP].value, &c->warmup_ns, err))
+			return FOS_EINVAL;
+	}
+	if (flags[LDF_CONNECTIONS].given) {
+		if (cli_parse_u64("--connections", flags[LDF_CONNECTIONS].value, 1, 64, &v, err))
+			return FOS_EINVAL;
+		c->connections = (int)v;
+	}
+	if (c->connections > c->concurrency)
+		c->connections = c->concurrency;
+	c->json = flags[LDF_JSON].given;
+	c->progress = !flags[LDF_NO_PROGRESS].given && isatty(2);
+	return FOS_OK;
+}
+
+/* Open loop: the number of slots due before offset ns from the start (the smallest i with
+ * i * period >= ns). */
+static uint64_t load_slots_before(const load_run *r, uint64_t ns)
+{
+	double est = (double)ns * 1024.0 / (double)r->period_ns_x1024;
+	uint64_t i = est > 4 ? (uint64_t)est - 4 : 0;
+	while ((uint64_t)(((unsigned __int128)i * r->period_ns_x1024) >> 10) < ns)
+		i++;
+	return i;
+}
+
+/* Runs the workers and the main loop until they finish; fills res. */
+static int load_execute(load_run *r, cli_load_result *res, fos_err *err)
+{
+	const cli_load_cfg *cfg = r->cfg;
+	uv_loop_t loop;
+	int uvr = uv_loop_init(&loop);
+	if (uvr)
+		return fos_seterr(err, FOS_EINTERNAL, "load: uv_loop_init: %s", uv_strerror(uvr));
+	load_ui ui = {r, 0, 0, 0};
+	uv_signal_t sig_int, sig_term;
+	uv_timer_t tick;
+	sig_int.data = sig_term.data = tick.data = &ui;
+	if ((uvr = uv_async_init(&loop, &r->wake, load_on_wake)) || (uvr = uv_signal_init(&loop, &sig_int)) ||
+	    (uvr = uv_signal_init(&loop, &sig_term)) || (uvr = uv_timer_init(&loop, &tick)) ||
+	    (uvr = uv_signal_start(&sig_int, load_on_signal, SIGINT)) ||
+	    (uvr = uv_signal_start(&sig_term, load_on_signal, SIGTERM))) {
+		/* no worker started yet: closing the handles that exist is all there is to undo */
+		uv_walk(&loop, load_close_any, NULL);
+		uv_run(&loop, UV_RUN_DEFAULT);
+		uv_loop_close(&loop);
+		return fos_seterr(err, FOS_EINTERNAL, "load: setting up the libuv loop: %s", uv_strerror(uvr));
+	}
+
+	r->t_start = uv_hrtime();
+	r->t_measure = r->t_start + cfg->warmup_ns;
+	r->t_end = cfg->duration_ns ? r->t_measure + cfg->duration_ns : UINT64_MAX;
+	r->t_cutoff = UINT64_MAX;
+	if (cfg->rate > 0) {
+		r->period_ns_x1024 = (uint64_t)ceil(1e9 * 1024.0 / cfg->rate);
+		r->warm_slots = load_slots_before(r, cfg->warmup_ns);
+		if (cfg->duration_ns) {
+			/* requests due in the measured window, and how long past its end sends may lag */
+			res->due = load_slots_before(r, cfg->warmup_ns + cfg->duration_ns) - r->warm_slots;
+			r->t_cutoff = r->t_end + 1000000000ull + cfg->duration_ns / 10;
+		} else {
+			res->due = cfg->requests;
+		}
+	}
+	ui.last_t = r->t_start;
+	atomic_store(&r->running, cfg->concurrency);
+	int started = 0, rc = FOS_OK;
+	for (int i = 0; i < cfg->concurrency; i++) {
+		if (pthread_create(&r->workers[i].th, NULL, load_worker_main, &r->workers[i])) {
+			atomic_store(&r->stop, 1);
+			/* the workers never started count themselves out here */
+			if (atomic_fetch_sub(&r->running, cfg->concurrency - i) == cfg->concurrency - i)
+				uv_async_send(&r->wake);
+			rc = fos_seterr(err, FOS_EINTERNAL, "load: cannot start worker thread %d", i);
+			break;
+		}
+		r->workers[i].started = 1;
+		started++;
+	}
+	if (cfg->progress)
+		uv_timer_start(&tick, load_on_tick, 500, 500);
+	if (started)
+		uv_run(&loop, UV_RUN_DEFAULT);
+	for (int i = 0; i < cfg->concurrency; i++)
+		if (r->workers[i].started)
+			pthread_join(r->workers[i].th, NULL);
+	if (ui.shown) {
+		fprintf(stderr, "\r\033[K");
+		fflush(stderr);
+	}
+	res->interrupted = atomic_load(&r->stop) && !rc;
+	uv_timer_stop(&tick);
+	uv_signal_stop(&sig_int);
+	uv_signal_stop(&sig_term);
+	uv_close((uv_handle_t *)&tick, load_close_cb);
+	uv_close((uv_handle_t *)&sig_int, load_close_cb);
+	uv_close((uv_handle_t *)&sig_term, load_close_cb);
+	uv_close((uv_handle_t *)&r->wake, load_close_cb);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+
+	uint64_t last = r->t_measure, first_err_at = UINT64_MAX;
+	for (int i = 0; i < cfg->concurrency; i++) {
+		load_worker *w = &r->workers[i];
+		cli_hist_merge(&res->latency, &w->lat);
+		cli_hist_merge(&res->service, &w->svc);
+		res->measured += w->measured;
+		res->ok += w->ok;
+		res->failed += w->failed;
+		res->warmup += w->warmup;
+		for (int c = 0; c < FOS_STATS_CODES; c++)
+			res->by_code[c] += w->by_code[c];
+		if (w->last_done > last)
+			last = w->last_done;
+		if (w->max_lag > res->max_send_lag_ns)
+			res->max_send_lag_ns = w->max_lag;
+		if (w->first_error[0] && w->first_error_at < first_err_at) {
+			first_err_at = w->first_error_at;
+			snprintf(res->first_error, sizeof res->first_error, "%s", w->first_error);
+		}
+	}
+	res->elapsed_ns = last - r->t_measure;
+	if (cfg->rate > 0 && res->due > res->measured && !res->interrupted)
+		res->unsent = res->due - res->measured;
+	return rc;
+}
+
+int cli_load_main(const cli_global *g, int argc, char **argv)
+{
+	cli_flag flags[LDF_COUNT] = {
+		[LDF_OP] = {"--op", "OP", "what each request is: forward (default; with the run's own\n"
+					  "cached weight), backward (on a context each worker saved\n"
+					  "once and keeps), linear (one-shot forward + backward: x, w,\n"
+					  "dy in; y, dx, dw out) or quantize (X, (M, K))", 0, 0},
+		[LDF_M] = {"--m", "M", "rows of X (default 128; a multiple of 128 except for quantize)", 0, 0},
+		[LDF_N] = {"--n", "N", "rows of W (default 1024; a multiple of 128)", 0, 0},
+		[LDF_K] = {"--k", "K", "columns of X and W (default 1024; a multiple of 128, of 16\n"
+				       "for quantize)", 0, 0},
+		[LDF_CONC] = {"--concurrency", "N", "closed loop: N requests in flight, each sent when the last\n"
+						    "one answered (default 1); with --rate: at most N in flight\n"
+						    "(default 16)", 0, 0},
+		[LDF_RATE] = {"--rate", "R", "open loop at R requests per second: request i is due at\n"
+					     "i/R s; its latency counts from then, not from when it\n"
+					     "went out (no coordinated omission)", 0, 0},
+		[LDF_DURATION] = {"--duration", "DUR", "measure for DUR after the warmup, e.g. 30s, 2m (default\n"
+						       "10s)", 0, 0},
+		[LDF_REQUESTS] = {"--requests", "N", "measure N requests after the warmup instead of a duration", 0, 0},
+		[LDF_WARMUP] = {"--warmup", "DUR", "run this long first without measuring (default 1s; 0 for\n"
+						   "none)", 0, 0},
+		[LDF_CONNECTIONS] = {"--connections", "N", "client handles (sockets) the workers share (default 1)", 0, 0},
+		[LDF_OVERRIDE] = {"--override", "MODE", "the backward override (forward, backward, linear):\n"
+							 "default, quantized, high_precision or dequantized", 0, 0},
+		[LDF_JSON] = {"--json", NULL, "print the report as one JSON object", 0, 0},
+		[LDF_NO_PROGRESS] = {"--no-progress", NULL, "no live progress line (it is shown only when stderr is\n"
+							   "a terminal anyway)", 0, 0},
+	};
+	cli_cmd cmd = {
+		.name = "load",
+		.synopsis = "[--op forward|backward|linear|quantize] [--m M] [--n N] [--k K]\n"
+			    "           [--concurrency N | --rate R [--concurrency N]] [--duration DUR | --requests N]\n"
+			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]",
+		.summary = "Load-test fosd: closed loop or a fixed rate; throughput, latency percentiles, errors.",
+		.about = "For forward and backward it first caches a random (N, K) weight under a unique name\n"
+			 "(fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16. Latencies go\n"
+			 "into an HDR-style histogram (within 0.8 %). Ctrl-C stops early and still reports.",
+		.flags = flags,
+		.nflags = LDF_COUNT,
+		.footer = "Report: requests (measured, ok, failed), throughput in requests/s and GB/s of\n"
+			  "tensor bytes moved (request + reply), latency min/p50/p90/p99/p99.9/max/mean, and\n"
+			  "failures by status code.\n"
+			  "Exit status: 0 every request succeeded; 1 any request failed (or setup failed, or\n"
+			  "interrupted); 2 bad command line.",
+	};
+	fos_err err = {0, ""};
+	int rc = cli_parse(&cmd, argc, argv, &err);
+	if (rc == CLI_HELP_SHOWN)
+		return CLI_EXIT_OK;
+	if (rc)
+		return cli_report(&err, CLI_EXIT_USAGE);
+	cli_load_cfg cfg = {CLI_LOAD_FORWARD, 128, 1024, 1024, FOS_OVERRIDE_DEFAULT, 1, 0, 10000000000ull, 0,
+			    1000000000ull, 1, 0, 0, g->server};
+	if (load_parse(flags, &cfg, &err))
+		return cli_report(&err, CLI_EXIT_USAGE);
+
+	static load_run run;
+	static cli_load_result res;
+	memset(&run, 0, sizeof run);
+	memset(&res, 0, sizeof res);
+	load_run *r = &run;
+	r->cfg = &cfg;
+	load_rand_state = uv_hrtime() | 1;
+	int code = CLI_EXIT_FAIL;
+	void *xd = NULL, *wd = NULL, *dyd = NULL;
+	r->clients = calloc((size_t)cfg.connections, sizeof *r->clients);
+	r->workers = calloc((size_t)cfg.concurrency, sizeof *r->workers);
+	if (!r->clients || !r->workers || cli_hist_init(&res.latency) || cli_hist_init(&res.service)) {
+		fos_seterr(&err, FOS_ENOMEM, "load: out of memory");
+		goto fail;
+	}
+	size_t m = (size_t)cfg.m, n = (size_t)cfg.n, k = (size_t)cfg.k;
+	if (!(xd = load_random_bf16(m * k)) ||
+	    (cfg.op != CLI_LOAD_QUANTIZE && (!(wd = load_random_bf16(n * k)) || !(dyd = load_random_bf16(m * n))))) {
+		fos_seterr(&err, FOS_ENOMEM, "load: out of memory for the inputs");
+		goto fail;
+	}
+	r->x = fos_tensor_2d(FOS_DTYPE_BF16, cfg.m, cfg.k, xd);
+	r->w = fos_tensor_2d(FOS_DTYPE_BF16, cfg.n, cfg.k, wd);
+	r->dy = fos_tensor_2d(FOS_DTYPE_BF16, cfg.m, cfg.n, dyd);
+	r->fo = (fos_forward_opts){0, cfg.override, 0, 0};
+	r->lc = (fos_linear_config){cfg.override, FOS_BLOCKS_16X16, FOS_ERRMODE_MAE, 256, 0};
+	for (int i = 0; i < cfg.connections; i++)
+		if (cli_connect(g, &r->clients[i], &err))
+			goto fail;
+	if ((cfg.op == CLI_LOAD_FORWARD || cfg.op == CLI_LOAD_BACKWARD) && load_put_weight(r, &err))
+		goto fail;
+	snprintf(res.weight, sizeof res.weight, "%s", r->weight);
+	res.bytes_per_request = load_bytes_per_request(&cfg);
+	for (int i = 0; i < cfg.concurrency; i++) {
+		load_worker *w = &r->workers[i];
+		w->run = r;
+		w->id = i;
+		w->c = r->clients[i % cfg.connections];
+		if (load_worker_setup(w, &err))
+			goto fail;
+	}
+	if (load_execute(r, &res, &err))
+		goto fail;
+	cli_load_report(&cfg, &res, stdout);
+	fflush(stdout);
+	if (res.interrupted)
+		cli_fail(CLI_EXIT_FAIL, "load: interrupted; the report covers what ran");
+	else if (res.failed)
+		cli_fail(CLI_EXIT_FAIL, "load: %llu of %llu requests failed; first: %s", (unsigned long long)res.failed,
+			 (unsigned long long)(res.measured + res.warmup), res.first_error);
+	else if (!res.ok)
+		cli_fail(CLI_EXIT_FAIL, "load: no request completed in the measured window");
+	else
+		code = CLI_EXIT_OK;
+	goto done;
+fail:
+	cli_report(&err, CLI_EXIT_FAIL);
+done:
+	if (r->workers)
+		for (int i = 0; i < cfg.concurrency; i++)
+			load_worker_free(&r->workers[i]);
+	if (r->weight[0] && r->clients && r->clients[0]) {
+		fos_status st;
+		if (fos_drop_weight(r->clients[0], r->weight, &st) && code == CLI_EXIT_OK) {
+			cli_fail(CLI_EXIT_FAIL, "load: dropping the weight %s: %s: %s", r->weight, fos_code_name(st.code),
+				 st.message);
+			code = CLI_EXIT_FAIL;
+		}
+	}
+	if (r->clients)
+		for (int i = 0; i < cfg.connections; i++)
+			fos_close(r->clients[i]);
+	free(r->clients);
+	free(r->workers);
+	free(xd);
+	free(wd);
+	free(dyd);
+	cli_hist_free(&res.latency);
+	cli_hist_free(&res.service);
+	return code;
+}

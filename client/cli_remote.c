@@ -1,0 +1,89 @@
+/* cli_remote.c: how fos talks to fosd: connecting (with a message that says what to do when nothing
+ * answers), turning libfos statuses into fos_err messages, and mapping the numerics enums of
+ * backend.h onto the wire's (fos.h) and back into names. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cli_connect(const cli_global *g, fos_client **out, fos_err *err)
+{
+	fos_status st;
+	memset(&st, 0, sizeof st);
+	const char *url = g && g->server ? g->server : CLI_DEFAULT_SERVER;
+	fos_connect_opts o;
+	memset(&o, 0, sizeof o);
+	o.token = g ? g->token : NULL;
+	o.timeout_ms = g && g->timeout_ms > 0 ? g->timeout_ms : CLI_DEFAULT_TIMEOUT_MS;
+	o.ca_file = g ? g->tls_ca : NULL;
+	o.server_name = g ? g->tls_server_name : NULL;
+	int code = fos_connect_with(url, &o, out, &st);
+	if (code == FOS_CODE_OK)
+		return FOS_OK;
+	*out = NULL;
+	/* libfos says "cannot connect to URL: why": keep the why, the URL is already in the message */
+	const char *why = st.message;
+	size_t ul = strlen(url);
+	if (!strncmp(why, "cannot connect to ", 18) && !strncmp(why + 18, url, ul) && !strncmp(why + 18 + ul, ": ", 2))
+		why += 18 + ul + 2;
+	if (code == FOS_CODE_UNAVAILABLE || code == FOS_CODE_DEADLINE_EXCEEDED)
+		return fos_seterr(err, FOS_EUNSUPPORTED,
+				  "no fosd answers at %s (%s: %s); is it running? --server or FOS_SERVER pick another", url,
+				  fos_code_name(code), why);
+	return fos_seterr(err, FOS_EINVAL, "cannot connect to fosd at %s: %s: %s", url, fos_code_name(code), why);
+}
+
+int cli_status_err(const fos_status *st, const char *what, fos_err *err)
+{
+	int rc = st->code == FOS_CODE_INVALID_ARGUMENT ? FOS_EINVAL
+		 : st->code == FOS_CODE_RESOURCE_EXHAUSTED ? FOS_ENOMEM
+		 : st->code == FOS_CODE_UNIMPLEMENTED	  ? FOS_EUNSUPPORTED
+							  : FOS_EINTERNAL;
+	if (what)
+		return fos_seterr(err, rc, "%s: %s: %s", what, fos_code_name(st->code), st->message);
+	return fos_seterr(err, rc, "%s: %s", fos_code_name(st->code), st->message);
+}
+
+int cli_wire_block(int fos_block)
+{
+	return fos_block == FOS_BLOCK_16X16 ? FOS_BLOCKS_16X16 : FOS_BLOCKS_1X16;
+}
+
+const char *cli_block_name(int wire_block, int is_weight)
+{
+	switch (wire_block) {
+	case FOS_BLOCKS_1X16:
+		return "1x16";
+	case FOS_BLOCKS_16X16:
+		return "16x16";
+	default:
+		return is_weight ? "16x16" : "1x16";
+	}
+}
+
+const char *cli_errmode_name(int wire_err)
+{
+	return wire_err == FOS_ERRMODE_MSE ? "mse" : "mae";
+}
+
+const char *cli_override_name(int wire_override)
+{
+	switch (wire_override) {
+	case FOS_OVERRIDE_QUANTIZED:
+		return "quantized";
+	case FOS_OVERRIDE_HIGH_PRECISION:
+		return "high_precision";
+	case FOS_OVERRIDE_DEQUANTIZED:
+		return "dequantized";
+	default:
+		return "default";
+	}
+}
+
+int cli_check_backend_local(const cli_flag *backend, const cli_flag *local, fos_err *err)
+{
+	if (backend->given && !local->given)
+		return cli_errf(err, "--backend needs --local (without it fosd computes, on the backend it was started "
+				     "with)");
+	return FOS_OK;
+}

@@ -1,0 +1,112 @@
+/* support_trust.h: helpers of the trust and fault tests: files with given permissions, a raw SP
+ * client over ipc (to stop in the middle of a message or vanish), raw nng requests with any
+ * token and deadline, test certificates made with mbedTLS at run time, a process's RSS and open
+ * files, and a fingerprint of cached weights (forward outputs compared bit for bit with the
+ * in-process reference). */
+#ifndef FOS_SUPPORT_TRUST_H
+#define FOS_SUPPORT_TRUST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fos.h"
+#include "fos_wire.h"
+
+/* Writes text to path with the given mode. Returns 0 or -1. */
+int tt_write_file(const char *path, const char *text, int mode);
+
+/* A fresh temporary directory (/tmp/fos-trust-XXXXXX) in dir; 0 or -1. */
+int tt_tmpdir(char dir[256]);
+/* Removes the files in dir, then dir (kept when $FOS_TEST_KEEP is set). */
+void tt_tmpdir_remove(const char *dir);
+/* 1 when the file contains needle (a byte string). */
+int tt_file_contains(const char *path, const char *needle);
+
+/* Runs BUILD/fosd with args (NULL-terminated) to its exit, stderr and stdout to log; SIGKILLed after
+ * timeout_ms. Returns the exit status, 128+signal, or -1. For startup errors. */
+int tt_fosd_run(const char *const *args, const char *log, int timeout_ms);
+
+/* ---- raw SP over ipc -------------------------------------------------------------------------- */
+
+/* Connects a Unix socket to ipc URL url. Returns the fd or -1. */
+int tt_ipc_connect(const char *url);
+/* Sends the SP handshake of a REQ socket and reads the peer's. Returns 0 or -1. */
+int tt_sp_handshake(int fd);
+/* Sends the first n bytes (n <= total) of one SP message carrying body (request id rid). */
+int tt_sp_send_partial(int fd, uint32_t rid, const void *body, size_t len, size_t n);
+/* Receives one SP message within timeout_ms: *body malloc'd (without the request id). Returns its
+ * length, or -1. */
+ssize_t tt_sp_recv(int fd, int timeout_ms, uint8_t **body);
+
+/* ---- raw requests ------------------------------------------------------------------------------ */
+
+/* One request through a fresh nng REQ socket: rq (id, token, deadline as set by the caller) with
+ * the given tensors placed in the data section. Returns the status code of the reply (or -1 if
+ * none came within timeout_ms); msg gets the status message; *reply (if not NULL) the reply. */
+typedef struct tt_tensor {
+	Fos__Tensor *t;
+	int dtype, ndim;
+	int64_t shape[2];
+	const void *data;
+} tt_tensor;
+int tt_raw_call(const char *url, Fos__Request *rq, tt_tensor *ts, int nt, int timeout_ms, char *msg, size_t msgsz,
+		nng_msg **reply);
+/* The message body of rq with its tensors (malloc'd; *len its length), for raw sockets. */
+uint8_t *tt_build(Fos__Request *rq, tt_tensor *ts, int nt, size_t *len);
+/* The status code and message of a reply body (-1 if it does not decode). */
+int tt_reply_code(const void *body, size_t len, char *msg, size_t msgsz);
+
+/* A request in flight on its own nng socket (started by tt_async_start, finished by
+ * tt_async_wait, which returns the reply's status code or -1). */
+typedef struct tt_async {
+	nng_socket sock;
+	nng_aio *aio;
+	uint64_t t_start_ms, t_done_ms;
+} tt_async;
+int tt_async_start(tt_async *a, const char *url, Fos__Request *rq, tt_tensor *ts, int nt, int timeout_ms);
+int tt_async_wait(tt_async *a, char *msg, size_t msgsz);
+
+/* ---- certificates ------------------------------------------------------------------------------ */
+
+/* Makes, in dir: ca.pem (a CA), server.pem + server.key (CN = cn, signed by the CA; key mode 0600)
+ * and other-ca.pem (an unrelated CA). EC P-256 keys. Returns 0 or -1 (msg). */
+int tt_make_certs(const char *dir, const char *cn, char *msg, size_t msgsz);
+
+/* ---- processes --------------------------------------------------------------------------------- */
+
+/* VmRSS of pid in KiB (-1 if unknown). */
+long tt_rss_kb(pid_t pid);
+/* Open file descriptors of pid (-1 if unknown). */
+int tt_fd_count(pid_t pid);
+/* Threads of pid (-1 if unknown). */
+int tt_thread_count(pid_t pid);
+/* The port fosd logged for a tcp or tls+tcp listener URL ("listening on URL (port N)"), 0 if none. */
+int tt_logged_port(const char *log_path, const char *url);
+
+/* ---- weight fingerprints ------------------------------------------------------------------------- */
+
+/* A weight (N, K) and an X (M, K) with the expected Y = forward(X) of the reference. */
+typedef struct tt_weight {
+	char name[64];
+	int64_t n, k, m;
+	uint16_t *w, *x, *y;
+} tt_weight;
+
+/* Makes deterministic data and the reference Y. Returns 0 or -1. */
+int tt_weight_make(tt_weight *tw, const char *name, int64_t n, int64_t k, int64_t m, uint64_t seed);
+void tt_weight_free(tt_weight *tw);
+/* Puts it (version 1, pinned if pin). Returns the status code. */
+int tt_weight_put(fos_client *c, const tt_weight *tw, int pin, fos_status *st);
+/* Forward of its X: returns the status code; FOS_CODE_DATA_LOSS when Y differs from the reference. */
+int tt_weight_check(fos_client *c, const tt_weight *tw, fos_status *st);
+
+/* Connects with a token (NULL: none), failing the test on error. */
+fos_client *tt_connect(const char *url, const char *token);
+
+/* 1 under AddressSanitizer (RLIMIT_AS tests cannot run). */
+int tt_under_asan(void);
+/* Seconds from $name, else dflt. */
+int tt_env_seconds(const char *name, int dflt);
+
+#endif
