@@ -17,8 +17,14 @@
  *     same tensor: the gradient recipe on the quantized backward's dY^T (logical 4096x8192 from a
  *     stored 8192x4096 dY), the forward's columnwise X (4/6 1x16) and the weight's columnwise copy
  *     (4/6 16x16); the quantized backward and the forward with its saved context (quantized
- *     override) also with quantize_t switched off (linear.c then transposes first).
- * Prints markdown table rows. Usage: bench_cuda [quick] */
+ *     override) also with quantize_t switched off (linear.c then transposes first);
+ *   - the kernel variants of fos_cuda_set_variant that matter for speed, same run: cp.async rings
+ *     2 deep (bit 4: quantize_t's previous pipeline) or 3 deep (bit 5) instead of 4, 4/6 through
+ *     the rowwise ring kernel (bit 6), the rowwise gradient quantizer through the ring kernel (bit
+ *     8), no reverse walk after an amax pass (bit 2), on the kernels alone and on the quantized
+ *     backward and the forward.
+ * Prints markdown table rows. Usage: bench_cuda [quick | qt]; qt: only the quick quantize_t rows (for
+ * a profiler: one k_quant_t and one k_quant_rows launch early). */
 #include "backend.h"
 #include "fos_format.h"
 #ifdef FOS_HAVE_CUDA
@@ -255,6 +261,20 @@ static void row_pair(const char *what, const char *shape, op_fn f, void *c, cons
 	row(what, shape, t, base, tb);
 }
 
+/* fn under kernel variant var (fos_cuda_set_variant), timed like time_us / time_pair_us. */
+typedef struct {
+	op_fn fn;
+	void *ctx;
+	int var;
+} var_ctx;
+static void op_var(void *c)
+{
+	var_ctx *v = c;
+	CK(fos_cuda_set_variant(be, v->var, &err));
+	v->fn(v->ctx);
+	CK(fos_cuda_set_variant(be, 0, &err));
+}
+
 typedef struct {
 	void *a, *b;
 } two_ctx;
@@ -303,6 +323,13 @@ static void bench_quant(int64_t rows, int64_t cols, int quick)
 		q.cfg.bound = cases[i].recipe ? 448 : 256;
 		q.dec = cases[i].dec ? dec : NULL;
 		row(cases[i].name, shape, time_us(op_quant, &q), "copy", copy);
+		if (cases[i].recipe && !quick) {
+			var_ctx vc = {op_quant, &q, 256};
+			row("  the same through the ring kernel k_quant_rows (variant 256)", shape, time_us(op_var, &vc), "copy",
+			    copy);
+			vc.var = 256 | 32;
+			row("  the same, ring 3 deep (variant 288)", shape, time_us(op_var, &vc), "copy", copy);
+		}
 	}
 	/* variants of the headline case: bit 0 generic kernel, bit 1 software e4m3, bit 2 forward walk */
 	q.cfg = fos_qcfg_default();
@@ -319,6 +346,18 @@ static void bench_quant(int64_t rows, int64_t cols, int quick)
 	}
 	CK(fos_cuda_set_variant(be, 0, &err));
 	q.cfg = fos_qcfg_default();
+	for (int v = 64; v <= 96 && !quick; v += 32) { /* 4/6 through the rowwise ring kernel */
+		char name[96];
+		var_ctx vc = {op_quant, &q, v};
+		snprintf(name, sizeof name, "  variant %d (4/6 through the ring kernel%s) 1x16 per-tensor MAE", v,
+			 v & 32 ? ", 3 deep" : "");
+		q.dec = NULL;
+		row(name, shape, time_us(op_var, &vc), "copy", copy);
+		snprintf(name, sizeof name, "  variant %d + decoded", v);
+		q.dec = dec;
+		row(name, shape, time_us(op_var, &vc), "copy", copy);
+	}
+	q.dec = NULL;
 	row("amax alone (per tensor)", shape, time_us(op_amax, &q), "copy", copy);
 	q.cfg.row_scaled = 1;
 	row("amax alone (per row)", shape, time_us(op_amax, &q), "copy", copy);
@@ -378,6 +417,19 @@ static void bench_quant_t(int64_t rows, int64_t cols, int quick)
 		t_row = time_us(op_q_rowwise, &q);
 		row("  the same quantize on an untransposed tensor", shape, t_row, "copy", copy);
 		printf("|   quantize_t over the untransposed quantize | %s | | | %.2fx |\n", shape, t_qt / t_row);
+		if (i == 0 && !quick) { /* the previous pipelines and the ring depth, same bytes */
+			const int vs[] = {16, 32, 256, 4};
+			const char *vn[] = {"rings 2 deep (variant 16: quantize_t's previous pipeline)", "rings 3 deep (variant 32)",
+					    "rowwise gradient through the ring kernel (variant 256)", "no reverse walk (variant 4)"};
+			for (int j = 0; j < 4; j++) {
+				char name[128];
+				var_ctx vq = {op_qt, &q, vs[j]}, vr = {op_q_rowwise, &q, vs[j]};
+				snprintf(name, sizeof name, "  quantize_t, %s", vn[j]);
+				row(name, shape, time_us(op_var, &vq), "copy", copy);
+				snprintf(name, sizeof name, "  untransposed quantize, %s", vn[j]);
+				row(name, shape, time_us(op_var, &vr), "copy", copy);
+			}
+		}
 	}
 	fos_qtensor_free(be, &q.q);
 	be->free(be, dam);
@@ -449,6 +501,11 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 		char name[96];
 		snprintf(name, sizeof name, "forward (quantize X + GEMM, cached W %s)", wb ? "16x16" : "1x16");
 		row_pair(name, shape, op_fwd, &l, "plain GEMM", op_gemm, &g);
+		if (wb == 1 && !quick) {
+			var_ctx vf = {op_fwd, &l, 64};
+			row_pair("  same, X through the 4/6 ring kernel (variant 64)", shape, op_var, &vf, "plain GEMM", op_gemm,
+				 &g);
+		}
 		if (wb == 1) {
 			l.o.row_scaled = 1;
 			l.o.override = FOS_OVR_HIGH_PRECISION;
@@ -472,6 +529,22 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 				CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
 				snprintf(name, sizeof name, "backward %s (dX + dW)", on[i]);
 				row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
+				if (i == 0 && !quick) { /* other kernels, and no reverse walk after the amax */
+					var_ctx vb = {op_bwd, &l, 16};
+					row_pair("  backward quantized, quantize_t ring 2 deep (variant 16)", shape, op_var, &vb,
+						 "its 2 plain GEMMs", op_two_gemms, &both);
+					vb.var = 256;
+					row_pair("  backward quantized, rowwise gradient through the ring kernel (variant 256)", shape,
+						 op_var, &vb, "its 2 plain GEMMs", op_two_gemms, &both);
+					vb.var = 4;
+					row_pair("  backward quantized, no reverse walk (variant 4)", shape, op_var, &vb,
+						 "its 2 plain GEMMs", op_two_gemms, &both);
+					vb.var = 20;
+					row_pair("  backward quantized, ring 2 deep and no reverse walk (variant 20)", shape, op_var,
+						 &vb, "its 2 plain GEMMs", op_two_gemms, &both);
+					row_pair("  backward quantized again (default)", shape, op_bwd, &l, "its 2 plain GEMMs",
+						 op_two_gemms, &both);
+				}
 				if (i == 0 && be->quantize_t && !quick) { /* dY^T through transpose + quantize */
 					quantize_t_fn keep = be->quantize_t;
 					be->quantize_t = NULL;
@@ -504,6 +577,7 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
+	int qt_only = argc > 1 && !strcmp(argv[1], "qt");
 	be = fos_backend_cuda(0, &err);
 	if (!be) {
 		printf("bench_cuda: no CUDA backend (%s): nothing to measure\n", err.msg);
@@ -511,6 +585,11 @@ int main(int argc, char **argv)
 	}
 	printf("bench_cuda on %s\n\n", be->device);
 	printf("| what | shape | time (median of 11) | baseline | ratio |\n|---|---|---|---|---|\n");
+	if (qt_only) {
+		bench_quant_t(4096, 8192, 1);
+		be->destroy(be);
+		return 0;
+	}
 	bench_quant(8192, 5120, quick);
 	bench_quant(8192, 8192, quick);
 	bench_quant_t(4096, 8192, quick);

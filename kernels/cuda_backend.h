@@ -24,10 +24,15 @@ int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos_err *err);
 int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
 
 /* Quantize kernel variant, for benchmarks and cross-checks (0 = default, every variant gives the
- * same bytes). Bit 0: per-tensor 1x16 through the generic kernel (per-thread candidate tables)
+ * same bytes). Bit 0: 4/6 per-tensor 1x16 through the generic kernel (per-thread candidate tables)
  * instead of the per-CTA tabled one; bit 1: software e4m3 encode instead of the hardware
- * conversion; bit 2: walk the blocks from the start rather than from the end after an amax pass.
- * Bits 1 and 2 apply to quantize_t too. */
+ * conversion; bit 2: always walk the blocks from the start (by default from the end after an amax
+ * pass over the same input); bit 3: transpose through the 16-byte kernel; bit 4: cp.async rings 2
+ * deep instead of 4 (quantize_t: the previous pipeline, 2 tile buffers); bit 5: rings 3 deep; bit
+ * 6: 4/6 per-tensor 1x16 through the rowwise ring kernel k_quant_rows; bit 7: every quantize launch
+ * on one CTA (tests: each ring buffer reused many times at small shapes); bit 8: the rowwise
+ * gradient quantize through k_quant_rows instead of k_grad_1x16. Bits 1, 2, 4, 5 and 7 apply to
+ * quantize_t too. */
 int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
 
 /* A plain cuBLASLt bf16 GEMM y = a b^T (bf16 out, alpha 1) with cuBLASLt's first heuristic choice

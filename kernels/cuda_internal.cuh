@@ -46,6 +46,7 @@ struct fcu_impl {
 	size_t ws_bytes;
 	int force_f32;  /* every GEMM through the FP32 output + own epilogue */
 	int variant;    /* quantize kernel variant (benchmarks) */
+	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
 	cudaEvent_t ev[FCU_NEVENTS];
 };
 

@@ -10,7 +10,9 @@
  * repeated runs; a report of batch invariance (rows 0..15 of Y for M = 16 against M = 8192); and
  * the quantized forward / backward with the backend's quantize_t (columnwise X, the weight's
  * columnwise copy, dY^T read in place) bit for bit equal to the same calls with quantize_t
- * switched off (linear.c's transpose-then-quantize path).
+ * switched off (linear.c's transpose-then-quantize path), and to the same calls through other
+ * quantize kernels (variant 16: quantize_t with 2 tile buffers; variant 256: the rowwise gradient
+ * quantizer through its cp.async ring kernel).
  * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -693,8 +695,10 @@ static void test_linear_all_overrides(void **state)
 }
 
 /* The quantized override through quantize_t against the same calls with be->quantize_t switched
- * off (linear.c then transposes and quantizes): saved columnwise X, the weight's columnwise copy
- * (made eagerly and lazily from the master), dX and dW, bit for bit. */
+ * off (linear.c then transposes and quantizes), and against the same calls through other kernels
+ * (variant 16: quantize_t with 2 tile buffers instead of its 4-deep cp.async ring; variant 256: the
+ * rowwise gradient quantizer through the ring kernel k_quant_rows): saved columnwise X, the
+ * weight's columnwise copy (made eagerly and lazily from the master), dX and dW, bit for bit. */
 static void test_linear_quantize_t(void **state)
 {
 	(void)state;
@@ -716,11 +720,15 @@ static void test_linear_quantize_t(void **state)
 			uint16_t *x = dev_copy(g_gpu, xh, (size_t)(m * k) * 2), *w = dev_copy(g_gpu, wh, (size_t)(n * k) * 2);
 			uint16_t *dy = dev_copy(g_gpu, dyh, (size_t)(m * n) * 2);
 			uint16_t *y = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
-			void *res[2][8];
+			void *res[4][8];
+			static const int pass_var[4] = {0, 0, 16, 256};
 			int (*keep)(fos_backend *, const void *, int, int64_t, int64_t, const fos_qcfg *, const float *,
 				    fos_qtensor *, uint16_t *, fos_err *) = g_gpu->quantize_t;
-			for (int pass = 0; pass < 2; pass++) {
-				g_gpu->quantize_t = pass ? NULL : keep;
+			for (int pass = 0; pass < 4; pass++) {
+				g_gpu->quantize_t = pass == 1 ? NULL : keep;
+#ifdef FOS_HAVE_CUDA
+				assert_int_equal(fos_cuda_set_variant(g_gpu, pass_var[pass], &e), FOS_OK);
+#endif
 				fos_qweight qw;
 				fos_saved sv;
 				uint16_t *dx = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2), *dw = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2);
@@ -730,8 +738,12 @@ static void test_linear_quantize_t(void **state)
 				if (!rc)
 					rc = fos_linear_backward(g_gpu, &sv, &qw, dy, dx, dw, NULL, &e);
 				g_gpu->quantize_t = keep;
+#ifdef FOS_HAVE_CUDA
+				assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+#endif
 				if (rc)
-					fprintf(stderr, "quantized linear (quantize_t %s): %s\n", pass ? "off" : "on", e.msg);
+					fprintf(stderr, "quantized linear (quantize_t %s, variant %d): %s\n", pass == 1 ? "off" : "on",
+						pass_var[pass], e.msg);
 				assert_int_equal(rc, FOS_OK);
 				assert_non_null(qw.qcol.codes);
 				assert_non_null(sv.xcol.codes);
@@ -757,12 +769,18 @@ static void test_linear_quantize_t(void **state)
 			int64_t d = 0;
 			for (int i = 0; i < 8; i++) {
 				int64_t di = diff_bytes(res[0][i], res[1][i], bytes[i]);
+				int64_t dv = diff_bytes(res[0][i], res[2][i], bytes[i]) + diff_bytes(res[0][i], res[3][i], bytes[i]);
 				if (di)
 					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ with quantize_t\n",
 						(long long)m, (long long)n, (long long)k, v, what[i], (long long)di);
-				d += di;
+				if (dv)
+					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ with variants 16 / 256\n",
+						(long long)m, (long long)n, (long long)k, v, what[i], (long long)dv);
+				d += di + dv;
 				free(res[0][i]);
 				free(res[1][i]);
+				free(res[2][i]);
+				free(res[3][i]);
 			}
 			assert_true(d == 0);
 			cases++;
@@ -775,7 +793,9 @@ static void test_linear_quantize_t(void **state)
 			free(wh);
 			free(dyh);
 		}
-	printf("quantized linear with quantize_t vs transpose + quantize: %lld cases, identical\n", (long long)cases);
+	printf("quantized linear with quantize_t vs transpose + quantize, and vs kernel variants 16 and 256: %lld cases, "
+	       "identical\n",
+	       (long long)cases);
 }
 
 static int setup(void **state)

@@ -11,7 +11,9 @@
  * CUDA quantize on a GPU-transposed copy, bit for bit, for every per-tensor config, bf16 and f32,
  * given and computed amax, with and without the decoded output, on support_ref.h's data kinds at
  * odd, non-square and large shapes (logical 4096x8192), under every kernel variant; row-scaled
- * refused. Skips cleanly (exit 0) when there is no usable GPU. */
+ * refused; the cp.async ring kernels (rowwise and transposed) on one CTA at every ring depth, so
+ * every ring buffer is reused many times, against the CPU. Skips cleanly (exit 0) when there is no
+ * usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -415,8 +417,18 @@ static void test_large_random(void **state)
 	assert_true(bad == 0);
 }
 
-/* The benchmark variants (shared tables, hardware e4m3, reversed walk) give the default's bytes,
- * and repeated runs give the same bytes. */
+#ifdef FOS_HAVE_CUDA
+/* The kernel variants of fos_cuda_set_variant (cuda_backend.h), each list ending with -1: every
+ * combination that selects another rowwise kernel, ring depth, walk, e4m3 conversion or grid. */
+static const int rowwise_variants[] = {0,   1,	  2,   3,	 4,	  5,	    6,	      7,	16,
+				       32,  48,	  64,  65,	 66,	  68,	    80,	      96,	128,
+				       130, 256, 258, 256 | 4, 256 | 16, 256 | 32, 128 | 16, 128 | 32, 128 | 64,
+				       128 | 96, 128 | 256, 128 | 256 | 16, 128 | 256 | 32, -1};
+static const int qt_variants[] = {0, 2, 4, 6, 16, 18, 20, 32, 36, 48, 128, 128 | 4, 128 | 16, 128 | 32, -1};
+#endif
+
+/* The benchmark variants (shared tables, hardware e4m3, reversed walk, ring depths and kernels,
+ * one CTA) give the default's bytes, and repeated runs give the same bytes. */
 static void test_variants_and_determinism(void **state)
 {
 	(void)state;
@@ -440,7 +452,8 @@ static void test_variants_and_determinism(void **state)
 		qres ref = {0};
 		assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
 		run_quant(g_gpu, xh, 0, rows, cols, &cfgs[c], NULL, 0, &ref);
-		for (int var = 0; var < 8; var++) {
+		for (int vi = 0; rowwise_variants[vi] >= 0; vi++) {
+			const int var = rowwise_variants[vi];
 			qres r = {0};
 			assert_int_equal(fos_cuda_set_variant(g_gpu, var, &e), FOS_OK);
 			run_quant(g_gpu, xh, 0, rows, cols, &cfgs[c], NULL, 0, &r);
@@ -836,8 +849,8 @@ static void test_quantize_t_large(void **state)
 	assert_true(bad == 0);
 }
 
-/* Every kernel variant (hardware / software e4m3, walk from the end / the start) gives the
- * default's bytes, and repeated runs give the same bytes. */
+/* Every kernel variant (hardware / software e4m3, walk from the end / the start, ring depth 2, 3
+ * or 4, one CTA) gives the default's bytes, and repeated runs give the same bytes. */
 static void test_quantize_t_variants(void **state)
 {
 	(void)state;
@@ -851,7 +864,8 @@ static void test_quantize_t_variants(void **state)
 		qres ref = {0};
 		assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
 		run_quant_t(g_gpu, QT_OP, xs, 0, rows, cols, &qt_cfgs[cfg_idx[c]], NULL, 1, &ref);
-		for (int var = 0; var < 8; var++) {
+		for (int vi = 0; qt_variants[vi] >= 0; vi++) {
+			const int var = qt_variants[vi];
 			qres r = {0};
 			int64_t dc, ds, da, dd;
 			assert_int_equal(fos_cuda_set_variant(g_gpu, var, &e), FOS_OK);
@@ -867,6 +881,79 @@ static void test_quantize_t_variants(void **state)
 	}
 	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
 	free(xs);
+#endif
+}
+
+/* The cp.async ring kernels (k_quant_rows: the rowwise gradient quantizer under variant bit 8, 4/6
+ * per-tensor 1x16 under bit 6; k_quant_t) against the CPU at small and odd shapes, run on one CTA
+ * (variant bit 7) so that every ring buffer is refilled many times within one launch, at each ring
+ * depth (4, 3 and 2), walking from either end, on chunks and tiles cut by the tensor's end: a ring
+ * buffer read before its copy landed, or refilled while still in use, would show as differing
+ * bytes. bf16 and f32, every data kind, amax computed or given. */
+static void test_ring_kernels(void **state)
+{
+	(void)state;
+	NEED_GPU();
+#ifdef FOS_HAVE_CUDA
+	fos_err e;
+	static const int rvars[] = {128,	    128 | 256,	    128 | 256 | 32, 128 | 256 | 16,
+				    128 | 256 | 4, 128 | 64,	    128 | 64 | 32,  128 | 64 | 16};
+	static const fos_qcfg rcfgs[] = {
+		{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0},
+		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 448, 0},
+	};
+	/* rowwise: 2000 blocks (8 chunks, the last partial), 240 (one partial chunk), 3120, 4096 */
+	static const int64_t rsh[][2] = {{100, 320}, {48, 80}, {1040, 48}, {64, 1024}};
+	const float given = 0.75f;
+	int64_t bad = 0, before = g_cases;
+	float *v = malloc((size_t)(1040 * 1024) * 4);
+	assert_non_null(v);
+	for (size_t vi = 0; vi < sizeof rvars / sizeof rvars[0]; vi++) {
+		assert_int_equal(fos_cuda_set_variant(g_gpu, rvars[vi], &e), FOS_OK);
+		for (int s = 0; s < 4; s++) {
+			int64_t rows = rsh[s][0], cols = rsh[s][1];
+			for (int kind = 0; kind < K_COUNT; kind++)
+				for (int f32 = 0; f32 < 2; f32++) {
+					fill(v, rows, cols, kind, f32);
+					void *xh = to_dtype(v, rows * cols, f32);
+					for (size_t c = 0; c < sizeof rcfgs / sizeof rcfgs[0]; c++)
+						bad += compare_quant(xh, f32, rows, cols, &rcfgs[c],
+								     (kind + (int)c + s) % 2 ? &given : NULL, 0, kind_name[kind]);
+					free(xh);
+				}
+		}
+	}
+	free(v);
+	printf("ring kernels, rowwise on one CTA: %lld cases, %lld differing items\n", (long long)(g_cases - before),
+	       (long long)bad);
+	/* quantize_t: 2 x 5, 2 x 3, 17 x 1 and 2 x 4 tiles, partial ones both ways */
+	static const int qvars[] = {128, 128 | 32, 128 | 16, 128 | 4};
+	static const int64_t qsh[][2] = {{100, 320}, {72, 144}, {1040, 48}, {128, 256}};
+	static const int qkinds[] = {REF_RANDN, REF_MIXED_SUB, REF_INF, REF_NAN, REF_WIDE};
+	static const int qcfg[] = {0, 3, 4, 7, 8};
+	int64_t qbad = 0, qbefore = g_qt_cases;
+	for (size_t vi = 0; vi < sizeof qvars / sizeof qvars[0]; vi++) {
+		assert_int_equal(fos_cuda_set_variant(g_gpu, qvars[vi], &e), FOS_OK);
+		for (int s = 0; s < 4; s++)
+			for (size_t k = 0; k < sizeof qkinds / sizeof qkinds[0]; k++)
+				for (int f32 = 0; f32 < 2; f32++) {
+					int64_t rows = qsh[s][0], cols = qsh[s][1];
+					void *xs = gen_stored(qkinds[k], rows, cols, 900u + 7u * (uint64_t)s + (uint64_t)k, f32);
+					for (size_t c = 0; c < sizeof qcfg / sizeof qcfg[0]; c++) {
+						if (fos_qcfg_check(&qt_cfgs[qcfg[c]], rows, cols, &e))
+							continue;
+						qbad += compare_quant_t(xs, f32, rows, cols, &qt_cfgs[qcfg[c]],
+									(s + (int)k + (int)c) % 2 ? &given : NULL, 1, "ring");
+					}
+					free(xs);
+				}
+	}
+	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+	printf("ring kernels, quantize_t on one CTA: %lld cases, %lld differing items\n",
+	       (long long)(g_qt_cases - qbefore), (long long)qbad);
+	assert_true(bad == 0);
+	assert_true(qbad == 0);
 #endif
 }
 
@@ -929,7 +1016,8 @@ int main(void)
 		cmocka_unit_test(test_variants_and_determinism), cmocka_unit_test(test_transpose_amax),
 		cmocka_unit_test(test_scale_bytes),	 cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_quantize_t_kinds), cmocka_unit_test(test_quantize_t_large),
-		cmocka_unit_test(test_quantize_t_variants), cmocka_unit_test(test_quantize_t_errors),
+		cmocka_unit_test(test_quantize_t_variants), cmocka_unit_test(test_ring_kernels),
+		cmocka_unit_test(test_quantize_t_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
