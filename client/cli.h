@@ -329,6 +329,7 @@ typedef struct cli_load_cfg {
 	int connections;      /* client handles the workers share */
 	int json, progress;
 	const char *server;
+	int shm;              /* inputs and outputs in shared-memory regions (--shm) */
 } cli_load_cfg;
 
 typedef struct cli_load_result {

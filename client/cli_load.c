@@ -40,8 +40,10 @@ typedef struct load_worker {
 	int id, started;
 	fos_client *c;
 	fos_context ctx;   /* backward: this worker's saved context */
-	void *out[3];      /* output buffers */
+	fos_tensor x, w, dy; /* its inputs: the run's, or copies in its connection's region (--shm) */
+	void *out[3];      /* output buffers (in the region with --shm, else malloc'd) */
 	size_t out_size[3];
+	int out_shm;
 	cli_hist lat, svc;
 	uint64_t measured, ok, failed, warmup, last_done, max_lag;
 	uint64_t by_code[FOS_STATS_CODES];
@@ -52,6 +54,8 @@ typedef struct load_worker {
 struct load_run {
 	const cli_load_cfg *cfg;
 	fos_client **clients;
+	fos_region **regions;      /* --shm: one per connection (inputs + its workers' outputs) */
+	size_t *region_used;
 	char weight[64];
 	fos_tensor x, w, dy;       /* shared inputs */
 	fos_forward_opts fo;
@@ -86,23 +90,23 @@ static int load_one(load_worker *w, fos_status *st)
 	switch (cfg->op) {
 	case CLI_LOAD_FORWARD: {
 		fos_tensor y = load_out(w, 0, FOS_DTYPE_BF16, m, n);
-		return fos_forward(w->c, r->weight, &r->x, NULL, &r->fo, &y, NULL, st);
+		return fos_forward(w->c, r->weight, &w->x, NULL, &r->fo, &y, NULL, st);
 	}
 	case CLI_LOAD_BACKWARD: {
 		fos_tensor dx = load_out(w, 0, FOS_DTYPE_BF16, m, k), dw = load_out(w, 1, FOS_DTYPE_BF16, n, k);
 		/* the context is kept for the next request; an expired one is recomputed from X by libfos */
-		fos_backward_opts bo = {1, &r->x, NULL};
-		return fos_backward(w->c, &w->ctx, &r->dy, &bo, &dx, &dw, NULL, st);
+		fos_backward_opts bo = {1, &w->x, NULL};
+		return fos_backward(w->c, &w->ctx, &w->dy, &bo, &dx, &dw, NULL, st);
 	}
 	case CLI_LOAD_LINEAR: {
 		fos_tensor y = load_out(w, 0, FOS_DTYPE_BF16, m, n), dx = load_out(w, 1, FOS_DTYPE_BF16, m, k),
 			   dw = load_out(w, 2, FOS_DTYPE_BF16, n, k);
-		return fos_linear(w->c, &r->x, &r->w, NULL, &r->dy, &r->lc, &y, &dx, &dw, NULL, st);
+		return fos_linear(w->c, &w->x, &w->w, NULL, &w->dy, &r->lc, &y, &dx, &dw, NULL, st);
 	}
 	default: {
 		fos_tensor codes = load_out(w, 0, FOS_DTYPE_U8, m, k / 2), scales = load_out(w, 1, FOS_DTYPE_E4M3, m, k / 16),
 			   amax = load_out(w, 2, FOS_DTYPE_F32, 1, 0);
-		return fos_quantize(w->c, &r->x, NULL, NULL, &codes, &scales, &amax, st);
+		return fos_quantize(w->c, &w->x, NULL, NULL, &codes, &scales, &amax, st);
 	}
 	}
 }
@@ -288,6 +292,56 @@ static uint64_t load_bytes_per_request(const cli_load_cfg *c)
 	}
 }
 
+static size_t load_align(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+/* Per-request output bytes of a worker (64-byte aligned each). */
+static size_t load_out_bytes(const cli_load_cfg *cfg)
+{
+	size_t m = (size_t)cfg->m, n = (size_t)cfg->n, k = (size_t)cfg->k;
+	switch (cfg->op) {
+	case CLI_LOAD_FORWARD:
+		return load_align(m * n * 2);
+	case CLI_LOAD_BACKWARD:
+		return load_align(m * k * 2) + load_align(n * k * 2);
+	case CLI_LOAD_LINEAR:
+		return load_align(m * n * 2) + load_align(m * k * 2) + load_align(n * k * 2);
+	default:
+		return load_align(m * k / 2) + load_align(m * k / 16) + 64;
+	}
+}
+
+/* --shm: one region per connection with the inputs (x, w, dy) and the outputs of its workers. */
+static int load_regions(load_run *r, fos_err *err)
+{
+	const cli_load_cfg *cfg = r->cfg;
+	size_t m = (size_t)cfg->m, n = (size_t)cfg->n, k = (size_t)cfg->k;
+	size_t in = load_align(m * k * 2) + load_align(n * k * 2) + load_align(m * n * 2);
+	r->regions = calloc((size_t)cfg->connections, sizeof *r->regions);
+	r->region_used = calloc((size_t)cfg->connections, sizeof *r->region_used);
+	if (!r->regions || !r->region_used)
+		return fos_seterr(err, FOS_ENOMEM, "load: out of memory");
+	for (int i = 0; i < cfg->connections; i++) {
+		size_t workers = (size_t)(cfg->concurrency / cfg->connections + (i < cfg->concurrency % cfg->connections));
+		fos_status st;
+		if (fos_region_create(r->clients[i], NULL, in + workers * load_out_bytes(cfg), FOS_REGION_MEMFD,
+				      &r->regions[i], &st)) {
+			cli_status_err(&st, "load: creating a shared-memory region (--shm needs an ipc:// server)", err);
+			return err->rc ? err->rc : FOS_EINVAL;
+		}
+		uint8_t *p = fos_region_data(r->regions[i]);
+		memcpy(p, r->x.data, m * k * 2);
+		if (r->w.data)
+			memcpy(p + load_align(m * k * 2), r->w.data, n * k * 2);
+		if (r->dy.data)
+			memcpy(p + load_align(m * k * 2) + load_align(n * k * 2), r->dy.data, m * n * 2);
+		r->region_used[i] = in;
+	}
+	return FOS_OK;
+}
+
 /* Allocates a worker's output buffers and, for backward, saves its context. */
 static int load_worker_setup(load_worker *w, fos_err *err)
 {
@@ -313,10 +367,25 @@ static int load_worker_setup(load_worker *w, fos_err *err)
 		sz[1] = m * k / 16;
 		sz[2] = 4;
 	}
+	w->x = r->x;
+	w->w = r->w;
+	w->dy = r->dy;
+	int ci = w->id % cfg->connections;
+	w->out_shm = cfg->shm;
+	if (cfg->shm) { /* inputs at the start of the connection's region, outputs after them */
+		fos_region *g = r->regions[ci];
+		w->x = fos_tensor_shm(g, 0, FOS_DTYPE_BF16, cfg->m, cfg->k);
+		w->w = fos_tensor_shm(g, load_align(m * k * 2), FOS_DTYPE_BF16, cfg->n, cfg->k);
+		w->dy = fos_tensor_shm(g, load_align(m * k * 2) + load_align(n * k * 2), FOS_DTYPE_BF16, cfg->m, cfg->n);
+	}
 	for (int i = 0; i < 3; i++) {
 		w->out_size[i] = sz[i];
-		if (sz[i] && !(w->out[i] = malloc(sz[i])))
+		if (sz[i] && cfg->shm) {
+			w->out[i] = (uint8_t *)fos_region_data(r->regions[ci]) + r->region_used[ci];
+			r->region_used[ci] += load_align(sz[i]);
+		} else if (sz[i] && !(w->out[i] = malloc(sz[i]))) {
 			return fos_seterr(err, FOS_ENOMEM, "out of memory for worker %d's outputs", w->id);
+		}
 	}
 	if (cli_hist_init(&w->lat) || cli_hist_init(&w->svc))
 		return fos_seterr(err, FOS_ENOMEM, "out of memory for worker %d's histograms", w->id);
@@ -325,7 +394,7 @@ static int load_worker_setup(load_worker *w, fos_err *err)
 		fo.save_context = 1;
 		fos_tensor y = fos_tensor_out();
 		fos_status st;
-		int code = fos_forward(w->c, r->weight, &r->x, NULL, &fo, &y, &w->ctx, &st);
+		int code = fos_forward(w->c, r->weight, &w->x, NULL, &fo, &y, &w->ctx, &st);
 		free(y.data);
 		if (code) {
 			fos_err e = {0, ""};
@@ -343,7 +412,8 @@ static void load_worker_free(load_worker *w)
 		fos_release(w->c, &w->ctx, &st);
 	}
 	for (int i = 0; i < 3; i++)
-		free(w->out[i]);
+		if (!w->out_shm)
+			free(w->out[i]);
 	cli_hist_free(&w->lat);
 	cli_hist_free(&w->svc);
 }
@@ -381,6 +451,7 @@ enum {
 	LDF_OVERRIDE,
 	LDF_JSON,
 	LDF_NO_PROGRESS,
+	LDF_SHM,
 	LDF_COUNT
 };
 
@@ -456,6 +527,7 @@ static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
 	if (c->connections > c->concurrency)
 		c->connections = c->concurrency;
 	c->json = flags[LDF_JSON].given;
+	c->shm = flags[LDF_SHM].given;
 	c->progress = !flags[LDF_NO_PROGRESS].given && isatty(2);
 	return FOS_OK;
 }
@@ -600,12 +672,17 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		[LDF_JSON] = {"--json", NULL, "print the report as one JSON object", 0, 0},
 		[LDF_NO_PROGRESS] = {"--no-progress", NULL, "no live progress line (it is shown only when stderr is\n"
 							   "a terminal anyway)", 0, 0},
+		[LDF_SHM] = {"--shm", NULL, "tensors in shared memory instead of the messages (ipc://\n"
+					    "servers on this host): each connection registers one region\n"
+					    "holding the inputs and its workers' outputs, which fosd reads\n"
+					    "and writes in place", 0, 0},
 	};
 	cli_cmd cmd = {
 		.name = "load",
 		.synopsis = "[--op forward|backward|linear|quantize] [--m M] [--n N] [--k K]\n"
 			    "           [--concurrency N | --rate R [--concurrency N]] [--duration DUR | --requests N]\n"
-			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]",
+			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]\n"
+			    "           [--shm]",
 		.summary = "Load-test fosd: closed loop or a fixed rate; throughput, latency percentiles, errors.",
 		.about = "For forward and backward it first caches a random (N, K) weight under a unique name\n"
 			 "(fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16. Latencies go\n"
@@ -625,7 +702,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	if (rc)
 		return cli_report(&err, CLI_EXIT_USAGE);
 	cli_load_cfg cfg = {CLI_LOAD_FORWARD, 128, 1024, 1024, FOS_OVERRIDE_DEFAULT, 1, 0, 10000000000ull, 0,
-			    1000000000ull, 1, 0, 0, g->server};
+			    1000000000ull, 1, 0, 0, g->server, 0};
 	if (load_parse(flags, &cfg, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
 
@@ -659,6 +736,8 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		if (cli_connect(g, &r->clients[i], &err))
 			goto fail;
 	if ((cfg.op == CLI_LOAD_FORWARD || cfg.op == CLI_LOAD_BACKWARD) && load_put_weight(r, &err))
+		goto fail;
+	if (cfg.shm && load_regions(r, &err))
 		goto fail;
 	snprintf(res.weight, sizeof res.weight, "%s", r->weight);
 	res.bytes_per_request = load_bytes_per_request(&cfg);
@@ -698,6 +777,14 @@ done:
 			code = CLI_EXIT_FAIL;
 		}
 	}
+	if (r->regions)
+		for (int i = 0; i < cfg.connections; i++)
+			if (r->regions[i]) {
+				fos_status st;
+				fos_region_destroy(r->regions[i], &st);
+			}
+	free(r->regions);
+	free(r->region_used);
 	if (r->clients)
 		for (int i = 0; i < cfg.connections; i++)
 			fos_close(r->clients[i]);

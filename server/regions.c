@@ -325,7 +325,7 @@ int fosd_regions_register(fosd_regions *rg, uint32_t pipe, const char *tenant, i
 		info->sealed = r->sealed;
 		info->pinned = r->pinned;
 	}
-	fosd_debug("shm: region '%s' registered (%llu bytes, %s, %s) by pid %d", name, (unsigned long long)size,
+	fosd_info("shm: region '%s' registered (%llu bytes, %s, %s) by pid %d", name, (unsigned long long)size,
 		   r->sealed ? "sealed" : "not sealed", r->pinned ? "pinned" : "not pinned", peer_pid);
 	return 0;
 }
