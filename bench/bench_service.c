@@ -12,7 +12,9 @@
  * Every result that goes through fosd is checked bit for bit against the in-process forward.
  *
  * Usage: bench_service [--fosd PATH] [--backend auto|cpu|cuda] [--baseline FILE] [--out FILE]
- *                      [--k K] [--quick] [--secs S] [--clients N] [--workers N]
+ *                      [--k K] [--quick] [--secs S] [--clients N] [--workers N] [--streams N]
+ * (--streams: fosd's executor lanes, backend instances running requests at once; default: fosd's,
+ * 4 on cuda, 1 on cpu).
  * Shapes: K = N = 4096 on cuda (1024 on cpu unless --k), big M = K, small M = 128 (NUMERICS.md
  * requires M % 128 == 0, so the 16-row forward of the issue is measured at 128 rows), inline X of
  * 64 MiB (M = 32 Mi / K). */
@@ -109,15 +111,16 @@ static void bs_cleanup(void)
 	}
 }
 
-static void bs_start_fosd(const char *bin, const char *backend, int workers)
+static void bs_start_fosd(const char *bin, const char *backend, int workers, int streams)
 {
 	snprintf(g_dir, sizeof g_dir, "/tmp/bench-fosd-XXXXXX");
 	if (!mkdtemp(g_dir))
 		DIE("mkdtemp: %s", strerror(errno));
 	snprintf(g_url, sizeof g_url, "ipc://%s/fosd.sock", g_dir);
-	char log[200], w[16];
+	char log[200], w[16], sn[16];
 	snprintf(log, sizeof log, "%s/fosd.log", g_dir);
 	snprintf(w, sizeof w, "%d", workers);
+	snprintf(sn, sizeof sn, "%d", streams);
 	pid_t pid = fork();
 	if (pid < 0)
 		DIE("fork: %s", strerror(errno));
@@ -125,7 +128,7 @@ static void bs_start_fosd(const char *bin, const char *backend, int workers)
 		FILE *f = freopen(log, "w", stderr);
 		(void)f;
 		execl(bin, "fosd", "--backend", backend, "--listen", g_url, "--workers", w, "--concurrency", "128",
-		      (char *)NULL);
+		      "--streams", sn, (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
@@ -344,7 +347,7 @@ static void bs_row(const char *what, const char *value, const char *base, double
 int main(int argc, char **argv)
 {
 	const char *fosd_bin = NULL, *backend = "auto", *baseline = NULL, *out = NULL;
-	int quick = 0, clients = 8, workers = 4;
+	int quick = 0, clients = 8, workers = 4, streams = 0;
 	int64_t kopt = 0;
 	double secs = 3.0;
 	for (int i = 1; i < argc; i++) {
@@ -364,11 +367,13 @@ int main(int argc, char **argv)
 			clients = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
 			workers = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--streams") && i + 1 < argc)
+			streams = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
 		else {
 			fprintf(stderr, "usage: bench_service [--fosd PATH] [--backend auto|cpu|cuda] [--baseline FILE] "
-					"[--out FILE] [--k K] [--quick] [--secs S] [--clients N] [--workers N]\n");
+					"[--out FILE] [--k K] [--quick] [--secs S] [--clients N] [--workers N] [--streams N]\n");
 			return 2;
 		}
 	}
@@ -394,7 +399,9 @@ int main(int argc, char **argv)
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	mallopt(M_TOP_PAD, 64 << 20);
 
-	bs_start_fosd(fosd_bin, backend, workers); /* before any nng use here (fork) */
+	if (streams < 0 || streams > 64)
+		DIE("--streams must be 0 (fosd's default) to 64");
+	bs_start_fosd(fosd_bin, backend, workers, streams); /* before any nng use here (fork) */
 	fos_client *c = bs_connect(120000);
 	fos_health_info h;
 	fos_status st;
@@ -540,10 +547,13 @@ int main(int argc, char **argv)
 
 	/* ---- report ---- */
 	char v[64], b[64], tgt[32];
-	printf("\nfosd service benchmark: backend %s (%s), K = N = %lld, fosd --workers %d; in-process = the same\n"
-	       "backend in this process with its own host<->device copies; ratios are service / baseline\n"
+	char lanes[32] = "its default";
+	if (streams)
+		snprintf(lanes, sizeof lanes, "%d", streams);
+	printf("\nfosd service benchmark: backend %s (%s), K = N = %lld, fosd --workers %d --streams %s; in-process =\n"
+	       "the same backend in this process with its own host<->device copies; ratios are service / baseline\n"
 	       "(throughput: service / baseline).\n\n",
-	       h.backend, h.device, (long long)K, workers);
+	       h.backend, h.device, (long long)K, workers, lanes);
 	printf("| %-58s | %-22s | %-22s | %-6s | %-10s | %-4s |\n", "measurement", "fosd", "baseline", "ratio", "target", "met");
 	printf("|%s|%s|%s|%s|%s|%s|\n", "------------------------------------------------------------",
 	       "------------------------", "------------------------", "--------", "------------", "------");

@@ -290,6 +290,7 @@ typedef struct cli_linear_job {
 	const uint16_t *bias; /* (N) bf16 or NULL */
 	const uint16_t *dy;   /* (M, N) bf16 or NULL: forward only */
 	fos_linear_opts opts;
+	int shm;              /* remote: tensors through a shared-memory region (cli_shm.h) */
 } cli_linear_job;
 
 /* Caller-allocated host outputs: y (M, N); with dy: dx (M, K), dw (N, K), and db (N) with bias. */

@@ -1,12 +1,14 @@
 /* cli_backward.c: `fos backward CONTEXT DY.npy --out DIR`: dX, dW (and db) of a forward run with
  * `fos forward --context-out CONTEXT`, from fosd's saved context; --recompute re-runs that forward
- * from its recorded X (and bias) when the context has expired, bit-identically. */
+ * from its recorded X (and bias) when the context has expired, bit-identically; --shm moves dY (and
+ * the recompute's inputs) and the results through a shared-memory region (cli_shm.h). */
 #include "cli.h"
+#include "cli_shm.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { BF_OUT, BF_KEEP, BF_RECOMPUTE, BF_COUNT };
+enum { BF_OUT, BF_KEEP, BF_RECOMPUTE, BF_SHM, BF_COUNT };
 
 int cli_backward_main(const cli_global *g, int argc, char **argv)
 {
@@ -19,6 +21,9 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 		[BF_RECOMPUTE] = {"--recompute", NULL, "if the context has expired or was evicted, re-run its\n"
 						       "forward from the X (and bias) files recorded in CONTEXT\n"
 						       "against the same weight version, then the backward", 0, 0},
+		[BF_SHM] = {"--shm", NULL, "move dY (and X, the bias of --recompute) and the results\n"
+					   "through a shared-memory region instead of the messages (an\n"
+					   "ipc:// fosd on this host); same results", 0, 0},
 	};
 	static const char *const pos_names[] = {"CONTEXT", "DY.npy"};
 	static const char *const pos_help[] = {"the file `fos forward --context-out` wrote",
@@ -26,7 +31,7 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 					       "('<f4', rounded to bf16)"};
 	cli_cmd cmd = {
 		.name = "backward",
-		.synopsis = "CONTEXT DY.npy --out DIR [--keep-context] [--recompute]",
+		.synopsis = "CONTEXT DY.npy --out DIR [--keep-context] [--recompute] [--shm]",
 		.summary = "Run a linear layer's backward from a saved forward context: dX, dW and db.",
 		.about = "dX = dY W, dW = dY^T X, db = sum over M of dY, computed as the context's override\n"
 			 "says (NUMERICS.md 8). The request goes to --server / FOS_SERVER when given, else to the\n"
@@ -54,6 +59,8 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 	memset(&x, 0, sizeof x);
 	memset(&bias, 0, sizeof bias);
 	fos_client *c = NULL;
+	cli_shm sh;
+	memset(&sh, 0, sizeof sh);
 	fos_tensor dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
 	int code = CLI_EXIT_FAIL;
 	if (cli_ctxfile_read(cp, &cf, &err))
@@ -106,8 +113,37 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 		goto fail;
 	int old_recomputed = ctx->recomputed;
 	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, dy.shape[0], dy.shape[1], dy.data);
+	fos_tensor *pdy = &tdy, *pdx = &dx, *pdw = &dw, *pdb = &db, sdy, sdx, sdw, sdb, srx, srb;
+	if (flags[BF_SHM].given) { /* inputs copied once into a region; fosd writes the results there */
+		size_t need = cli_shm_slot(fos_tensor_bytes(&tdy)) + cli_shm_slot((size_t)(ctx->m * ctx->k) * 2) +
+			      cli_shm_slot((size_t)(ctx->n * ctx->k) * 2) + (ctx->has_bias ? cli_shm_slot((size_t)ctx->n * 2) : 0);
+		if (bo.recompute_x)
+			need += cli_shm_slot(fos_tensor_bytes(bo.recompute_x));
+		if (bo.recompute_bias)
+			need += cli_shm_slot(fos_tensor_bytes(bo.recompute_bias));
+		if (cli_shm_open(c, need, &sh, &err))
+			goto fail;
+		sdy = cli_shm_in(&sh, &tdy);
+		pdy = &sdy;
+		if (bo.recompute_x) {
+			srx = cli_shm_in(&sh, bo.recompute_x);
+			bo.recompute_x = &srx;
+		}
+		if (bo.recompute_bias) {
+			srb = cli_shm_in(&sh, bo.recompute_bias);
+			bo.recompute_bias = &srb;
+		}
+		sdx = cli_shm_out(&sh, FOS_DTYPE_BF16, ctx->m, ctx->k);
+		sdw = cli_shm_out(&sh, FOS_DTYPE_BF16, ctx->n, ctx->k);
+		pdx = &sdx;
+		pdw = &sdw;
+		if (ctx->has_bias) {
+			sdb = cli_shm_out(&sh, FOS_DTYPE_BF16, ctx->n, 0);
+			pdb = &sdb;
+		}
+	}
 	fos_status st;
-	if (fos_backward(c, ctx, &tdy, &bo, &dx, &dw, &db, &st)) {
+	if (fos_backward(c, ctx, pdy, &bo, pdx, pdw, pdb, &st)) {
 		cli_status_err(&st, "backward", &err);
 		if (st.code == FOS_CODE_NOT_FOUND && !recompute && cf.x_path[0]) {
 			char more[sizeof err.msg];
@@ -116,22 +152,23 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 		}
 		goto fail;
 	}
-	if (cli_mkdirs(out_dir, &err) || cli_write(out_dir, "dx.npy", NPY_U2, 2, dx.shape, dx.data, &err) ||
-	    cli_write(out_dir, "dw.npy", NPY_U2, 2, dw.shape, dw.data, &err) ||
-	    (db.ndim == 1 && cli_write(out_dir, "db.npy", NPY_U2, 1, db.shape, db.data, &err)))
+	if (cli_mkdirs(out_dir, &err) || cli_write(out_dir, "dx.npy", NPY_U2, 2, pdx->shape, pdx->data, &err) ||
+	    cli_write(out_dir, "dw.npy", NPY_U2, 2, pdw->shape, pdw->data, &err) ||
+	    (pdb->ndim == 1 && cli_write(out_dir, "db.npy", NPY_U2, 1, pdb->shape, pdb->data, &err)))
 		goto fail;
 	/* a kept context that was recomputed has a new id: keep the file usable */
 	int recomputed = ctx->recomputed > old_recomputed;
 	if (keep && recomputed && cli_ctxfile_write(cp, &cf, &err))
 		goto fail;
-	printf("%s: dx.npy (%lld, %lld), dw.npy (%lld, %lld)%s%s\n", out_dir, (long long)dx.shape[0],
-	       (long long)dx.shape[1], (long long)dw.shape[0], (long long)dw.shape[1], db.ndim == 1 ? ", db.npy" : "",
+	printf("%s: dx.npy (%lld, %lld), dw.npy (%lld, %lld)%s%s\n", out_dir, (long long)pdx->shape[0],
+	       (long long)pdx->shape[1], (long long)pdw->shape[0], (long long)pdw->shape[1], pdb->ndim == 1 ? ", db.npy" : "",
 	       recomputed ? " (the expired context was recomputed)" : "");
 	code = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "backward: cannot write to stdout") : CLI_EXIT_OK;
 	goto done;
 fail:
 	cli_report(&err, code);
 done:
+	cli_shm_close(&sh); /* before the connection goes */
 	fos_close(c);
 	free(dx.data);
 	free(dw.data);

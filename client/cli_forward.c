@@ -1,13 +1,32 @@
 /* cli_forward.c: `fos forward NAME X.npy --out Y.npy`: Y = X W^T (+ bias) against the weight NAME in
  * fosd's cache; with --context-out FILE fosd keeps what the backward needs and FILE records the
- * context (see cli_context.c) for `fos backward`. */
+ * context (see cli_context.c) for `fos backward`; with --shm X (and the bias) go to fosd through a
+ * shared-memory region and fosd writes Y into it (cli_shm.h). */
 #include "cli.h"
+#include "cli_shm.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { FF_OUT, FF_CTX, FF_VERSION, FF_OVERRIDE, FF_ROW, FF_BIAS, FF_COUNT };
+enum { FF_OUT, FF_CTX, FF_VERSION, FF_OVERRIDE, FF_ROW, FF_BIAS, FF_SHM, FF_COUNT };
+
+/* The cached weight's N (0 when fosd lists no weight of that name: the forward then fails with
+ * fosd's own message). */
+static int cli_forward_weight_n(fos_client *c, const char *name, int64_t *n, fos_err *err)
+{
+	fos_weight_info *l = NULL;
+	size_t cnt = 0;
+	fos_status st;
+	*n = 0;
+	if (fos_list_weights(c, &l, &cnt, &st))
+		return cli_status_err(&st, "--shm: listing the cached weights", err);
+	for (size_t i = 0; i < cnt; i++)
+		if (!strcmp(l[i].name, name))
+			*n = l[i].n;
+	free(l);
+	return FOS_OK;
+}
 
 int cli_forward_main(const cli_global *g, int argc, char **argv)
 {
@@ -26,6 +45,8 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 		[FF_ROW] = {"--row-scaled", NULL, "one amax per row of X instead of one per tensor (not with\n"
 						  "--override quantized)", 0, 0},
 		[FF_BIAS] = {"--bias", "B.npy", "bias, shape (N,), bf16 or float32: Y = bf16(Y + bf16(bias))", 0, 0},
+		[FF_SHM] = {"--shm", NULL, "move X, the bias and Y through a shared-memory region instead\n"
+					   "of the messages (an ipc:// fosd on this host); same result", 0, 0},
 	};
 	static const char *const pos_names[] = {"NAME", "X.npy"};
 	static const char *const pos_help[] = {"a weight cached with `fos put-weight NAME W.npy`",
@@ -35,7 +56,7 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 		.name = "forward",
 		.synopsis = "NAME X.npy --out Y.npy [--context-out FILE] [--version V]\n"
 			    "           [--override default|quantized|high_precision|dequantized] [--row-scaled]\n"
-			    "           [--bias B.npy]",
+			    "           [--bias B.npy] [--shm]",
 		.summary = "Run a linear layer's forward with a weight from fosd's cache: Y = X W^T (+ bias).",
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled) with the weight's err\n"
 			 "mode and bound; the result is bit-identical to `fos linear` with the same weight and\n"
@@ -70,6 +91,8 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 	memset(&x, 0, sizeof x);
 	memset(&bias, 0, sizeof bias);
 	fos_client *c = NULL;
+	cli_shm sh;
+	memset(&sh, 0, sizeof sh);
 	fos_tensor y = fos_tensor_out();
 	fos_context ctx;
 	memset(&ctx, 0, sizeof ctx);
@@ -91,15 +114,36 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 		goto fail;
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
 	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, bp ? bias.shape[0] : 1, bias.data);
+	fos_tensor *px = &tx, *pb = bp ? &tb : NULL, *py = &y, sx, sb, sy;
+	if (flags[FF_SHM].given) { /* X (and the bias) copied once into a region; Y written there */
+		int64_t n;
+		if (cli_forward_weight_n(c, name, &n, &err))
+			goto fail;
+		size_t need = cli_shm_slot(fos_tensor_bytes(&tx)) + (bp ? cli_shm_slot(fos_tensor_bytes(&tb)) : 0) +
+			      cli_shm_slot((size_t)(x.shape[0] * n) * 2);
+		if (cli_shm_open(c, need, &sh, &err))
+			goto fail;
+		sx = cli_shm_in(&sh, &tx);
+		px = &sx;
+		if (bp) {
+			sb = cli_shm_in(&sh, &tb);
+			pb = &sb;
+		}
+		if (n > 0) {
+			sy = cli_shm_out(&sh, FOS_DTYPE_BF16, x.shape[0], n);
+			py = &sy;
+		}
+	}
 	fos_forward_opts o = {version, ovr, row, cp != NULL};
 	fos_status st;
-	if (fos_forward(c, name, &tx, bp ? &tb : NULL, &o, &y, cp ? &ctx : NULL, &st)) {
+	if (fos_forward(c, name, px, pb, &o, py, cp ? &ctx : NULL, &st)) {
 		char what[200];
 		snprintf(what, sizeof what, "forward %s", name);
 		cli_status_err(&st, what, &err);
 		goto fail;
 	}
-	if (cli_mkparent(yp, &err) || (cp && cli_mkparent(cp, &err)) || npy_write(yp, NPY_U2, 2, y.shape, y.data, &err))
+	if (cli_mkparent(yp, &err) || (cp && cli_mkparent(cp, &err)) ||
+	    npy_write(yp, NPY_U2, 2, py->shape, py->data, &err))
 		goto fail;
 	if (cp) {
 		cli_ctxfile cf;
@@ -114,10 +158,10 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 		if (cli_ctxfile_write(cp, &cf, &err))
 			goto fail;
 		printf("%s: (%lld, %lld) bf16; context %016llx (%s backward, kept %.0f s) in %s\n", yp,
-		       (long long)y.shape[0], (long long)y.shape[1], (unsigned long long)ctx.id,
+		       (long long)py->shape[0], (long long)py->shape[1], (unsigned long long)ctx.id,
 		       cli_override_name(ctx.resolved_override), (double)ctx.ttl_ms / 1000.0, cp);
 	} else {
-		printf("%s: (%lld, %lld) bf16\n", yp, (long long)y.shape[0], (long long)y.shape[1]);
+		printf("%s: (%lld, %lld) bf16\n", yp, (long long)py->shape[0], (long long)py->shape[1]);
 	}
 	code = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "forward: cannot write to stdout") : CLI_EXIT_OK;
 	goto done;
@@ -128,6 +172,7 @@ fail:
 		fos_release(c, &ctx, &rst); /* no file names it: nobody could use it */
 	}
 done:
+	cli_shm_close(&sh); /* before the connection goes */
 	fos_close(c);
 	free(y.data);
 	npy_free(&x);

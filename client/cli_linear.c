@@ -1,7 +1,9 @@
 /* cli_linear.c: `fos linear`: one NVFP4 four-over-six linear layer on .npy files: Y = X W^T (+ bias),
  * and with --dy the backward dX, dW (and db) under the chosen override (NUMERICS.md sections 7-8),
- * in this process (--local) or through fosd's one-shot Linear. */
+ * in this process (--local) or through fosd's one-shot Linear (with --shm, its tensors through a
+ * shared-memory region: cli_shm.h). */
 #include "cli.h"
+#include "cli_shm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,19 +91,51 @@ int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *e
 				 job->opts.err_mode == FOS_ERR_MSE ? FOS_ERRMODE_MSE : FOS_ERRMODE_MAE, job->opts.bound,
 				 job->opts.row_scaled};
 	int bwd = job->dy != NULL, has_bias = job->bias != NULL;
+	fos_tensor *t[8] = {&x, &w, &bias, &dy, &y, &dx, &dw, &db}, st_[8];
+	cli_shm sh;
+	memset(&sh, 0, sizeof sh);
+	if (job->shm) { /* the inputs copied once into a region, the outputs written there by fosd */
+		int used[8] = {1, 1, has_bias, bwd, 1, bwd, bwd, bwd && has_bias};
+		size_t need = 0;
+		for (int i = 0; i < 8; i++)
+			need += used[i] ? cli_shm_slot(fos_tensor_bytes(t[i])) : 0;
+		if ((rc = cli_shm_open(c, need, &sh, err))) {
+			fos_close(c);
+			return rc;
+		}
+		for (int i = 0; i < 8; i++)
+			if (used[i]) {
+				st_[i] = i < 4 ? cli_shm_in(&sh, t[i])
+					       : cli_shm_out(&sh, t[i]->dtype, t[i]->shape[0], t[i]->ndim == 2 ? t[i]->shape[1] : 0);
+				t[i] = &st_[i];
+			}
+	}
 	fos_status st;
-	if (fos_linear(c, &x, &w, has_bias ? &bias : NULL, bwd ? &dy : NULL, &cfg, &y, bwd ? &dx : NULL,
-		       bwd ? &dw : NULL, bwd && has_bias ? &db : NULL, &st))
+	if (fos_linear(c, t[0], t[1], has_bias ? t[2] : NULL, bwd ? t[3] : NULL, &cfg, t[4], bwd ? t[5] : NULL,
+		       bwd ? t[6] : NULL, bwd && has_bias ? t[7] : NULL, &st))
 		rc = cli_status_err(&st, "fosd", err);
-	else if (y.size != (size_t)(M * N) * 2 ||
-		 (bwd && (dx.size != (size_t)(M * K) * 2 || dw.size != (size_t)(N * K) * 2 ||
-			  (has_bias && db.size != (size_t)N * 2))))
+	for (int i = 4; !rc && job->shm && i < 8; i++) /* the results, out of the region */
+		if (t[i] == &st_[i]) {
+			fos_tensor *o = i == 4 ? &y : i == 5 ? &dx : i == 6 ? &dw : &db;
+			size_t want = (size_t)(i == 4 ? M * N : i == 5 ? M * K : i == 6 ? N * K : N) * 2;
+			void *dst = o->data;
+			*o = *t[i];
+			if (o->data && o->size == want)
+				memcpy(dst, o->data, want);
+			else
+				o->size = (size_t)-1; /* refused below */
+			o->data = dst;
+		}
+	cli_shm_close(&sh);
+	if (!rc && (y.size != (size_t)(M * N) * 2 ||
+		    (bwd && (dx.size != (size_t)(M * K) * 2 || dw.size != (size_t)(N * K) * 2 ||
+			     (has_bias && db.size != (size_t)N * 2)))))
 		rc = fos_seterr(err, FOS_EINTERNAL, "fosd: the reply's outputs have unexpected sizes");
 	fos_close(c);
 	return rc;
 }
 
-enum { LF_OUT, LF_LOCAL, LF_BACKEND, LF_BIAS, LF_DY, LF_OVERRIDE, LF_WBLOCK, LF_ROW, LF_ERR, LF_BOUND, LF_COUNT };
+enum { LF_OUT, LF_LOCAL, LF_BACKEND, LF_BIAS, LF_DY, LF_OVERRIDE, LF_WBLOCK, LF_ROW, LF_ERR, LF_BOUND, LF_SHM, LF_COUNT };
 
 /* Loads a bf16/f32 input of rank ndim and rounds it to bf16. */
 static int cli_linear_load(const char *path, int ndim, const char *what, npy_array *a, fos_err *err)
@@ -132,6 +166,9 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 						  "--override quantized)", 0, 0},
 		[LF_ERR] = {"--err", "mae|mse", "how 4/6 compares its two candidates (default mae)", 0, 0},
 		[LF_BOUND] = {"--bound", "256|448", "E4M3 scale bound of the 4/6 quantizers (default 256)", 0, 0},
+		[LF_SHM] = {"--shm", NULL, "move the tensors through a shared-memory region instead of\n"
+					   "the messages (an ipc:// fosd on this host; not with --local);\n"
+					   "same results", 0, 0},
 	};
 	static const char *const pos_names[] = {"X.npy", "W.npy"};
 	static const char *const pos_help[] = {"activations, shape (M, K), bf16 ('<u2') or float32 ('<f4')",
@@ -142,7 +179,7 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "X.npy W.npy --out DIR [--local] [--bias B.npy] [--dy DY.npy]\n"
 			    "           [--override default|quantized|high_precision|dequantized]\n"
 			    "           [--weight-block 16x16|1x16] [--row-scaled] [--err mae|mse] [--bound 256|448]\n"
-			    "           [--backend cpu|cuda|auto]",
+			    "           [--backend cpu|cuda|auto] [--shm]",
 		.summary = "Run one NVFP4 four-over-six linear layer: Y = X W^T, and its backward with --dy.",
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled), W with --weight-block;\n"
 			 "float32 inputs are rounded to bf16 (nearest even) first. The backward gives\n"
@@ -180,6 +217,8 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		return cli_fail(CLI_EXIT_USAGE, "linear: --out DIR is required");
 	if (cli_check_backend_local(&flags[LF_BACKEND], &flags[LF_LOCAL], &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
+	if (flags[LF_SHM].given && flags[LF_LOCAL].given)
+		return cli_fail(CLI_EXIT_USAGE, "linear: --shm is for fosd (it cannot be used with --local)");
 
 	npy_array x, w, bias, dy;
 	memset(&x, 0, sizeof x);
@@ -239,7 +278,8 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		fos_seterr(&err, FOS_ENOMEM, "out of memory for the outputs");
 		goto fail;
 	}
-	cli_linear_job job = {g, backend, M, N, K, x.data, w.data, bp ? bias.data : NULL, dp ? dy.data : NULL, o};
+	cli_linear_job job = {g, backend, M, N, K, x.data, w.data, bp ? bias.data : NULL, dp ? dy.data : NULL, o,
+			      flags[LF_SHM].given};
 	if (flags[LF_LOCAL].given ? cli_linear_local(&job, &out, &err) : cli_linear_remote(&job, &out, &err)) {
 		cli_err_prefix(&err, "linear");
 		goto fail;

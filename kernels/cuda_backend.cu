@@ -1,7 +1,14 @@
 /* cuda_backend.cu: the CUDA backend's constructor (fos_backend_cuda), its memory ops and the
  * CUDA-only extras of cuda_backend.h that are not kernels (events, switches). One stream per
  * instance; every op is queued on it. Device memory comes from the device's stream-ordered pool
- * (cudaMallocAsync, kept cached), so the per-request allocations of linear.c cost no device sync. */
+ * (cudaMallocAsync, kept cached), so the per-request allocations of linear.c cost no device sync.
+ *
+ * Several instances may live in one process (fosd runs one per executor lane): each has its own
+ * stream, cuBLASLt handle, plans and scratch, and they share the device's primary context and its
+ * default memory pool, so memory allocated through one is valid for all. The pool does not let an
+ * allocation on one stream wait for a free on another (no internal dependencies): freed blocks are
+ * reused on their own stream, or once the free has completed, so streams never wait on each other
+ * through the allocator. */
 #include "cuda_internal.cuh"
 
 #include <stdio.h>
@@ -51,8 +58,9 @@ static int fcu_h2d(fos_backend *be, void *dst, const void *src, size_t n, fos_er
 	int rc = fcu_enter(be, err);
 	if (!rc)
 		rc = fcu_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, fcu(be)->st), err, "cudaMemcpyAsync (h2d)");
-	/* The caller may reuse src as soon as we return. */
-	if (!rc)
+	/* The caller may reuse src as soon as we return, unless it asked for no wait (it then keeps src
+	 * until its next d2h or sync: fos_cuda_set_h2d_nowait). */
+	if (!rc && !fcu(be)->h2d_nowait)
 		rc = fcu_check(cudaStreamSynchronize(fcu(be)->st), err, "cudaStreamSynchronize (h2d)");
 	return rc;
 }
@@ -188,10 +196,15 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 		/* Keep freed memory in the pool instead of returning it at every sync. */
 		cudaMemPool_t pool;
 		uint64_t keep = UINT64_MAX;
+		int no = 0;
 		rc = fcu_check(cudaDeviceGetDefaultMemPool(&pool, device), err, "cudaDeviceGetDefaultMemPool");
 		if (!rc)
 			rc = fcu_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), err,
 				       "cudaMemPoolSetAttribute");
+		/* Instances on other streams never wait for each other's frees (see the top of the file). */
+		if (!rc)
+			rc = fcu_check(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no), err,
+				       "cudaMemPoolSetAttribute (internal dependencies)");
 	}
 	if (!rc) {
 		im->scal = (float *)fcu_alloc(be, 2 * sizeof(float));
@@ -238,6 +251,14 @@ extern "C" int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err)
 	if (!be || strcmp(be->name, "cuda"))
 		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
 	fcu(be)->force_f32 = on != 0;
+	return FOS_OK;
+}
+
+extern "C" int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err)
+{
+	if (!be || strcmp(be->name, "cuda"))
+		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
+	fcu(be)->h2d_nowait = on != 0;
 	return FOS_OK;
 }
 

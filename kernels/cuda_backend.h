@@ -35,6 +35,13 @@ int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
  * quantize_t too. */
 int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
 
+/* 1: be->h2d queues the copy and returns without waiting for it (the caller then keeps src unchanged
+ * and mapped until its next d2h or sync on this instance; fosd's executor does: its sources live
+ * until the request is answered, and it syncs after every request); 0 (default): h2d waits, so
+ * src may be reused at once, as backend.h promises. Same bytes either way; saves the host's wait
+ * for the DMA, during which the following kernels are now queued. */
+int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err);
+
 /* A plain cuBLASLt bf16 GEMM y = a b^T (bf16 out, alpha 1) with cuBLASLt's first heuristic choice
  * under a workspace of ws_bytes: the baseline the benchmarks compare against. */
 int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,

@@ -10,8 +10,11 @@
  * Determinism: each (shape, operand layout, output kind) gets one plan, chosen once by cuBLASLt's
  * heuristic with no workspace and a split-K of 1 (no cross-CTA reduction), and reused; so the same
  * call gives the same bytes, and a row of y does not depend on the other rows' algorithm choice
- * through split-K. (On the H200 with cuBLASLt 13, every layout gave the bytes of gemm on transposed
- * copies, even with another tile: gpu_linear's test_gemm_ex_layouts reports it.)
+ * through split-K. The chosen algorithm is kept process-wide (fcu_algos): every instance (fosd
+ * runs one per executor lane, each with its own handle, stream and descriptors) runs the algorithm
+ * the first one chose for that key, so results do not depend on which instance ran a request.
+ * (On the H200 with cuBLASLt 13, every layout gave the bytes of gemm on transposed copies, even
+ * with another tile: gpu_linear's test_gemm_ex_layouts reports it.)
  *
  * Epilogue: alpha = rn(ga * gb) (computed on the device when an amax is involved). Without a row
  * scale, cuBLASLt writes bf16 = RNE(rn(acc * alpha)) itself (fos_cuda_set_gemm_f32 switches this
@@ -188,7 +191,31 @@ void fcu_gemm_release(fos_backend *be)
 	cudaGetLastError();
 }
 
-/* Builds a plan: descriptors and the first heuristic algorithm (with split-K 1 unless ws > 0). */
+/* The algorithm of each plan key, shared by every instance of the process (see the top). */
+struct fcu_algo_entry {
+	int64_t m, n, k, ws;
+	int ta, tb, out_f32, dev_alpha;
+	cublasLtMatmulAlgo_t algo;
+	int splitk;
+};
+#define FCU_MAX_ALGOS 1024
+static pthread_mutex_t fcu_algo_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fcu_algo_entry fcu_algos[FCU_MAX_ALGOS];
+static int fcu_nalgos;
+
+static struct fcu_algo_entry *fcu_algo_find(const struct fcu_plan *p)
+{
+	for (int i = 0; i < fcu_nalgos; i++) {
+		struct fcu_algo_entry *e = &fcu_algos[i];
+		if (e->m == p->m && e->n == p->n && e->k == p->k && e->ws == p->ws && e->ta == p->ta && e->tb == p->tb &&
+		    e->out_f32 == p->out_f32 && e->dev_alpha == p->dev_alpha)
+			return e;
+	}
+	return 0;
+}
+
+/* Builds a plan: descriptors and the first heuristic algorithm (with split-K 1 unless ws > 0), or
+ * the algorithm another instance already chose for the same key. */
 static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int64_t n, int64_t k, int lta, int ltb,
 			 int out_f32, int dev_alpha, int64_t ws, fos_err *err)
 {
@@ -227,6 +254,19 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 		rc = fcu_lt_check(cublasLtMatrixLayoutCreate(&p->ld, out_f32 ? CUDA_R_32F : CUDA_R_16BF, (uint64_t)n,
 							     (uint64_t)m, n),
 				  err, "cublasLtMatrixLayoutCreate (D)");
+	if (rc) {
+		fcu_plan_destroy(p);
+		return rc;
+	}
+	/* Held while choosing, so that two instances never choose the same key at once. */
+	pthread_mutex_lock(&fcu_algo_mu);
+	const struct fcu_algo_entry *known = fcu_algo_find(p);
+	if (known) {
+		p->algo = known->algo;
+		p->splitk = known->splitk;
+		pthread_mutex_unlock(&fcu_algo_mu);
+		return FOS_OK;
+	}
 	cublasLtMatmulPreference_t pref = 0;
 	if (!rc)
 		rc = fcu_lt_check(cublasLtMatmulPreferenceCreate(&pref), err, "cublasLtMatmulPreferenceCreate");
@@ -268,6 +308,20 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 		else
 			p->algo = res[pick].algo;
 	}
+	if (!rc && fcu_nalgos < FCU_MAX_ALGOS) { /* full: later instances ask the heuristic again */
+		struct fcu_algo_entry *e = &fcu_algos[fcu_nalgos++];
+		e->m = p->m;
+		e->n = p->n;
+		e->k = p->k;
+		e->ws = p->ws;
+		e->ta = p->ta;
+		e->tb = p->tb;
+		e->out_f32 = p->out_f32;
+		e->dev_alpha = p->dev_alpha;
+		e->algo = p->algo;
+		e->splitk = p->splitk;
+	}
+	pthread_mutex_unlock(&fcu_algo_mu);
 	if (rc)
 		fcu_plan_destroy(p);
 	return rc;

@@ -45,6 +45,7 @@ struct fcu_impl {
 	void *ws;       /* cuBLASLt workspace for the baseline GEMM only */
 	size_t ws_bytes;
 	int force_f32;  /* every GEMM through the FP32 output + own epilogue */
+	int h2d_nowait; /* h2d returns without waiting for the copy (fos_cuda_set_h2d_nowait) */
 	int variant;    /* quantize kernel variant (benchmarks) */
 	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
 	cudaEvent_t ev[FCU_NEVENTS];

@@ -111,6 +111,47 @@ static int quantize_new(fos_backend *be, const void *x, int trans, int64_t rows,
 	return rc;
 }
 
+/* 256-byte alignment of the parts carved from one allocation (quantize_once). */
+static size_t carve_up(size_t n)
+{
+	return (n + 255) / 256 * 256;
+}
+
+/* The forward's quantized X when nothing keeps it afterwards: codes, scales, amax and the decoded
+ * operand carved from one backend allocation *block (one alloc and one free instead of four of
+ * each: the small forward is bound by such host work). Free with be->free(be, *block) only. */
+static int quantize_once(fos_backend *be, const void *x, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+			 fos_qtensor *q, uint16_t **dec, void **block, fos_err *err)
+{
+	size_t nc = (size_t)(rows * cols / 2), ns = (size_t)(rows * cols / 16);
+	size_t na = sizeof(float) * (size_t)(cfg->row_scaled ? rows : 1), nd = (size_t)(rows * cols) * 2;
+	size_t os = carve_up(nc), oa = os + carve_up(ns), od = oa + carve_up(na);
+	uint8_t *b = be->alloc(be, od + nd);
+	memset(q, 0, sizeof *q);
+	*dec = 0;
+	*block = 0;
+	if (!b)
+		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for a quantized (%lld, %lld) operand",
+				  (long long)rows, (long long)cols);
+	q->rows = rows;
+	q->cols = cols;
+	q->row_scaled = cfg->row_scaled;
+	q->bound = 256;
+	q->codes = b;
+	q->scales = b + os;
+	q->amax = (float *)(b + oa);
+	uint16_t *d = (uint16_t *)(b + od);
+	int rc = be->quantize(be, x, FOS_BF16, rows, cols, cfg, 0, q, d, err);
+	if (rc) {
+		be->free(be, b);
+		memset(q, 0, sizeof *q);
+		return rc;
+	}
+	*dec = d;
+	*block = b;
+	return FOS_OK;
+}
+
 static fos_qcfg cfg_46(int block, int err_mode, int bound, int row_scaled)
 {
 	fos_qcfg c = {FOS_RECIPE_4OVER6, block, err_mode, bound, row_scaled};
@@ -231,8 +272,13 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 	float dinv = 1.0f / fos_bound_d(o->bound);
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
+	void *xblk = 0; /* xq and xdec in one allocation, unless saved keeps xq */
 	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
-	if ((rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err)))
+	if (saved && ovr == FOS_OVR_DEQUANTIZED)
+		rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
+	else
+		rc = quantize_once(be, x, m, k, &c, &xq, &xdec, &xblk, err);
+	if (rc)
 		return rc;
 	fos_gemm_epi epi = {xq.amax, dinv, qw->q.amax, dinv, 0, bias};
 	if (o->row_scaled) {
@@ -240,7 +286,8 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 		epi.row_scale = xq.amax;
 	}
 	rc = be->gemm(be, xdec, qw->decoded, m, n, k, &epi, y, err);
-	be->free(be, xdec);
+	if (!xblk)
+		be->free(be, xdec);
 	if (!rc && saved) {
 		memset(saved, 0, sizeof *saved);
 		saved->override = ovr;
@@ -269,8 +316,15 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 		if (rc)
 			fos_saved_free(be, saved);
 	}
-	fos_qtensor_free(be, &xq);
-	if (!rc)
+	if (xblk)
+		be->free(be, xblk); /* stream-ordered: after the GEMM and the saved copies that read it */
+	else
+		fos_qtensor_free(be, &xq);
+	/* Without saved, y is the only result: it is read through this backend (d2h, which waits, or
+	 * a later op on its stream), so the forward does not wait for the GEMM here; the d2h is queued
+	 * behind it instead of after a host round trip. With saved, the saved operands may be used by
+	 * another backend instance (fosd's lanes), so the forward ends with a sync as before. */
+	if (!rc && saved)
 		rc = be->sync(be, err);
 	return rc;
 }

@@ -151,6 +151,7 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 		{"threads", &c->threads, 0, 4096},
 		{"device", &c->device, 0, 64},
 		{"workers", &c->workers, 1, 256},
+		{"streams", &c->streams, 0, 64},
 		{"concurrency", &c->concurrency, 1, 65536},
 	};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
@@ -216,7 +217,7 @@ static int config_known_key(const char *key)
 		"listen",	 "backend",	   "threads",	     "device",	       "workers",
 		"concurrency",	 "cache_bytes",	   "context_bytes",  "max_message_bytes", "context_ttl",
 		"drain_timeout", "sweep_interval", "dedup_window",   "ipc_mode",	  "log_level",
-		"tokens",	 "config",
+		"tokens",	 "config",	   "streams",
 	};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strcmp(key, keys[i]))
@@ -286,6 +287,8 @@ void fosd_config_usage(void *stream)
 		"  --threads N              cpu backend threads (default 0 = one per CPU)\n"
 		"  --device N               cuda device (default 0)\n"
 		"  --workers N              executor threads (default 2)\n"
+		"  --streams N              backend instances running requests at once, one stream each\n"
+		"                           on cuda (default 0 = auto: 4 on cuda, 1 on cpu; a worker each)\n"
 		"  --concurrency N          requests in progress at once (nng contexts, default 64)\n"
 		"  --cache-bytes SIZE       weight cache budget (default 8G)\n"
 		"  --context-bytes SIZE     saved-context budget (default 4G)\n"

@@ -1,21 +1,212 @@
-/* executor.c: the worker pool. Workers take queued requests in arrival order, drop those past their
- * deadline, and run each op holding the backend lock (one backend instance, whose ops are not
- * documented thread-safe). Context expiry sweeps are run by a worker too, since they free backend
- * memory. */
+/* executor.c: the worker pool and its lanes. Workers take queued requests in arrival order, drop
+ * those past their deadline, and run each op on a lane: a backend instance of its own (on cuda its
+ * own stream, cuBLASLt handle, plans and scratch; the device memory, weights and contexts are
+ * shared, since every instance allocates from the same device context). A backend instance is not
+ * thread-safe, so a lane runs one request at a time.
+ *
+ * Which ops run side by side: a Forward without a saved context, Quantize, Dequantize and Linear
+ * only read shared state (the weight cache through references) and make their own buffers, so
+ * they run on any free lane at once. Every other op (PutWeight, DropWeight, Forward with a saved
+ * context, Backward, ReleaseContext, the regions' ops, context sweeps) runs alone: it holds be_mu,
+ * waits for the running lanes to finish and uses lane 0. be_mu is the gate both kinds take first
+ * (deadline-bounded, deadline.c); a side-by-side op lets it go once it has a lane.
+ *
+ * Every result is read back through the request's own lane and every lane syncs after each
+ * request, so a result never depends on which lane ran it, and an error on one lane (a failed
+ * allocation, a refused shape) leaves the others' state alone; a lane that cannot even sync (a
+ * sticky CUDA error, which poisons the whole device context) stops fosd. With one lane (the cpu
+ * default) every op holds be_mu throughout, as before lanes existed. Context expiry sweeps free
+ * backend memory, so they run alone too. */
 #include "server.h"
 #include "deadline.h"
 #include "log.h"
 #include "util.h"
+#ifdef FOS_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#define FOSD_MAX_LANES 64
+
+static __thread fos_backend *fosd_lane_be;
+
+fos_backend *fosd_be(fosd_server *srv)
+{
+	return fosd_lane_be ? fosd_lane_be : srv->be;
+}
+
+/* Ops that may run beside others on their own lane (see the top). */
+static int lane_parallel_op(const fosd_slot *s)
+{
+	switch (s->op) {
+	case FOSD_OP_FORWARD:
+		return !s->args.u.fwd.save;
+	case FOSD_OP_QUANTIZE:
+	case FOSD_OP_DEQUANTIZE:
+	case FOSD_OP_LINEAR:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Waits on lane_cv (lane_mu held) until woken or s's deadline; returns ETIMEDOUT once it passed. */
+static int lane_wait(fosd_server *srv, const fosd_slot *s)
+{
+	uint64_t d = fosd_deadline_of(s);
+	if (!d)
+		return pthread_cond_wait(&srv->lane_cv, &srv->lane_mu);
+	uint64_t now = fosd_now_ns();
+	if (now >= d)
+		return ETIMEDOUT;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t ns = (uint64_t)ts.tv_nsec + (d - now);
+	ts.tv_sec += (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	return pthread_cond_timedwait(&srv->lane_cv, &srv->lane_mu, &ts);
+}
+
+/* With be_mu held (fosd_backend_lock): a side-by-side op gets a free lane and lets be_mu go; an op
+ * that runs alone waits until no lane runs and keeps be_mu. Returns the lane, or -1 (be_mu
+ * released) when s's deadline passed while waiting. */
+static int lane_take(fosd_server *srv, fosd_slot *s, int parallel)
+{
+	if (srv->n_lanes <= 1)
+		return 0; /* one lane: be_mu alone serializes everything, as before lanes */
+	int lane = 0;
+	pthread_mutex_lock(&srv->lane_mu);
+	if (parallel) {
+		uint64_t all = srv->n_lanes >= 64 ? ~0ull : (1ull << srv->n_lanes) - 1;
+		while ((srv->lane_busy & all) == all)
+			if (lane_wait(srv, s) == ETIMEDOUT && fosd_past_deadline(s))
+				goto late;
+		while (srv->lane_busy >> lane & 1)
+			lane++;
+		srv->lane_busy |= 1ull << lane;
+		srv->lane_active++;
+		pthread_mutex_unlock(&srv->lane_mu);
+		pthread_mutex_unlock(&srv->be_mu);
+		return lane;
+	}
+	while (srv->lane_active)
+		if (lane_wait(srv, s) == ETIMEDOUT && fosd_past_deadline(s))
+			goto late;
+	pthread_mutex_unlock(&srv->lane_mu);
+	return 0;
+late:
+	pthread_mutex_unlock(&srv->lane_mu);
+	pthread_mutex_unlock(&srv->be_mu);
+	return -1;
+}
+
+static void lane_give(fosd_server *srv, int lane, int parallel)
+{
+	if (srv->n_lanes <= 1 || !parallel) {
+		pthread_mutex_unlock(&srv->be_mu);
+		return;
+	}
+	pthread_mutex_lock(&srv->lane_mu);
+	srv->lane_busy &= ~(1ull << lane);
+	srv->lane_active--;
+	pthread_cond_broadcast(&srv->lane_cv);
+	pthread_mutex_unlock(&srv->lane_mu);
+}
+
+/* Opens lanes 1.. like srv->be (lane 0): the same backend and device; on the cpu, the threads
+ * shared out between the lanes (the results do not depend on the thread count). */
+static int lanes_open(fosd_server *srv, char *msg, size_t msgsz)
+{
+	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(srv->be->name, "cuda") ? 4 : 1);
+	if (n > FOSD_MAX_LANES)
+		n = FOSD_MAX_LANES;
+	srv->lanes = calloc((size_t)n, sizeof *srv->lanes);
+	if (!srv->lanes || pthread_mutex_init(&srv->lane_mu, NULL)) {
+		free(srv->lanes);
+		srv->lanes = NULL;
+		snprintf(msg, msgsz, "out of memory");
+		return -1;
+	}
+	pthread_condattr_t ca;
+	int rv = pthread_condattr_init(&ca);
+	if (!rv) {
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		rv = pthread_cond_init(&srv->lane_cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	if (rv) {
+		pthread_mutex_destroy(&srv->lane_mu);
+		free(srv->lanes);
+		srv->lanes = NULL;
+		snprintf(msg, msgsz, "cannot create a condition variable: %s", strerror(rv));
+		return -1;
+	}
+	srv->lanes[0] = srv->be;
+	srv->n_lanes = 1;
+	int cpu = strcmp(srv->be->name, "cuda") != 0;
+	int threads = 0;
+	if (cpu && n > 1) {
+		long online = sysconf(_SC_NPROCESSORS_ONLN);
+		int total = srv->cfg->threads > 0 ? srv->cfg->threads : (online > 0 ? (int)online : 1);
+		threads = total / n > 0 ? total / n : 1;
+	}
+	for (int i = 1; i < n; i++) {
+		fos_err e;
+		memset(&e, 0, sizeof e);
+		fos_backend *b = cpu ? fos_backend_cpu(threads, &e) : fos_backend_cuda(srv->cfg->device, &e);
+		if (!b) {
+			snprintf(msg, msgsz, "cannot open backend instance %d of %d for the executor's lanes: %s", i + 1, n,
+				 e.msg);
+			return -1;
+		}
+		srv->lanes[srv->n_lanes++] = b;
+	}
+#ifdef FOS_HAVE_CUDA
+	/* Every lane syncs after each request and every source (message, region) lives until the
+	 * request is answered: h2d need not wait for its copy (cuda_backend.h). */
+	for (int i = 0; !cpu && i < srv->n_lanes; i++) {
+		fos_err e;
+		if (fos_cuda_set_h2d_nowait(srv->lanes[i], 1, &e)) {
+			snprintf(msg, msgsz, "lane %d: %s", i, e.msg);
+			return -1;
+		}
+	}
+#endif
+	fosd_info("executor: %d lane%s (%s backend instances%s), %d workers", srv->n_lanes, srv->n_lanes == 1 ? "" : "s",
+		  srv->be->name, cpu ? "" : ", one stream each",
+		  srv->cfg->workers > srv->n_lanes ? srv->cfg->workers : srv->n_lanes);
+	return 0;
+}
+
+static void lanes_close(fosd_server *srv)
+{
+	if (!srv->lanes)
+		return;
+	for (int i = 1; i < srv->n_lanes; i++) /* lane 0 is srv->be, destroyed with the server */
+		srv->lanes[i]->destroy(srv->lanes[i]);
+	free(srv->lanes);
+	srv->lanes = NULL;
+	srv->n_lanes = 0;
+	pthread_cond_destroy(&srv->lane_cv);
+	pthread_mutex_destroy(&srv->lane_mu);
+}
 
 static void run_sweep(fosd_server *srv)
 {
 	pthread_mutex_lock(&srv->be_mu);
+	if (srv->n_lanes > 1) { /* alone: after the running lanes */
+		pthread_mutex_lock(&srv->lane_mu);
+		while (srv->lane_active)
+			pthread_cond_wait(&srv->lane_cv, &srv->lane_mu);
+		pthread_mutex_unlock(&srv->lane_mu);
+	}
 	uint64_t n = fosd_contexts_sweep(&srv->cx, fosd_now_ns());
 	pthread_mutex_unlock(&srv->be_mu);
 	if (n)
@@ -25,14 +216,31 @@ static void run_sweep(fosd_server *srv)
 /* After an INTERNAL error: if the backend cannot even synchronize (a sticky CUDA error such as an
  * illegal address), every later request would fail too. Stop serving: drain and exit 1, so that a
  * supervisor restarts fosd with a fresh device context. */
-static void check_backend(fosd_server *srv)
+static void check_backend(fosd_server *srv, fos_backend *be)
 {
 	fos_err e;
 	memset(&e, 0, sizeof e);
-	if (srv->be->sync(srv->be, &e) == FOS_OK || atomic_exchange(&srv->fatal, 1))
+	if (be->sync(be, &e) == FOS_OK || atomic_exchange(&srv->fatal, 1))
 		return;
-	fosd_error("the %s backend failed for good (%s): shutting down", srv->be->name, e.msg);
+	fosd_error("the %s backend failed for good (%s): shutting down", be->name, e.msg);
 	kill(getpid(), SIGTERM);
+}
+
+/* Every request leaves its lane idle: work it queued without waiting (an h2d whose source is the
+ * request's message or region, a forward without a saved context) is done before it is answered.
+ * A failure there turns a successful reply into INTERNAL. */
+static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
+{
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	if (be->sync(be, &e) == FOS_OK || *code)
+		return;
+	if (*r)
+		nng_msg_free(*r);
+	*code = FOS__CODE__INTERNAL;
+	fosd_error("%s request %llu failed: %s", fosd_op_name(s->op), (unsigned long long)s->req_id, e.msg);
+	*r = fosd_error_reply(s->req_id, *code, e.msg);
+	(void)srv;
 }
 
 static void run_one(fosd_server *srv, fosd_slot *s)
@@ -53,10 +261,20 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 		fosd_deadline_answer(s);
 		return;
 	}
+	int parallel = lane_parallel_op(s);
+	int lane = lane_take(srv, s, parallel);
+	if (lane < 0) { /* the deadline passed while the lanes were busy */
+		fosd_deadline_answer(s);
+		return;
+	}
+	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
+	fosd_lane_be = be;
 	nng_msg *r = fosd_execute(srv, s, &code);
+	lane_settle(srv, be, s, &r, &code);
 	if (code == FOS__CODE__INTERNAL)
-		check_backend(srv);
-	pthread_mutex_unlock(&srv->be_mu);
+		check_backend(srv, be);
+	fosd_lane_be = NULL;
+	lane_give(srv, lane, parallel);
 	fosd_debug("request %llu (%s): queued %llu us, ran %llu us, %s", (unsigned long long)s->req_id,
 		   fosd_op_name(s->op), (unsigned long long)((t0 - s->t_recv_ns) / 1000),
 		   (unsigned long long)((fosd_now_ns() - t0) / 1000), fosw_code_name(code));
@@ -93,7 +311,9 @@ static void *worker_main(void *arg)
 
 int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz)
 {
-	int n = srv->cfg->workers;
+	if (lanes_open(srv, msg, msgsz))
+		return -1;
+	int n = srv->cfg->workers > srv->n_lanes ? srv->cfg->workers : srv->n_lanes; /* a worker per lane at least */
 	srv->workers = calloc((size_t)n, sizeof *srv->workers);
 	if (!srv->workers) {
 		snprintf(msg, msgsz, "out of memory");
@@ -153,4 +373,5 @@ void fosd_executor_stop(fosd_server *srv)
 	free(srv->workers);
 	srv->workers = NULL;
 	srv->n_workers = 0;
+	lanes_close(srv);
 }

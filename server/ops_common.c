@@ -39,7 +39,7 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 
 void *fosd_dev_alloc(fosd_server *srv, size_t n, fos_err *e)
 {
-	void *p = srv->be->alloc(srv->be, n);
+	void *p = fosd_be(srv)->alloc(fosd_be(srv), n);
 	if (!p)
 		fos_seterr(e, FOS_ENOMEM, "cannot allocate %zu bytes of %s memory", n, srv->be->name);
 	return p;
@@ -49,7 +49,7 @@ void *fosd_dev_from(fosd_server *srv, const fosw_tensor *t, fos_err *e)
 {
 	void *p = fosd_dev_alloc(srv, t->len, e);
 	if (p && fosd_tensor_h2d(srv, p, t, e)) { /* inline, or from a shm region */
-		srv->be->free(srv->be, p);
+		fosd_be(srv)->free(fosd_be(srv), p);
 		return NULL;
 	}
 	return p;
@@ -58,7 +58,7 @@ void *fosd_dev_from(fosd_server *srv, const fosw_tensor *t, fos_err *e)
 void fosd_dev_free(fosd_server *srv, void *p)
 {
 	if (p)
-		srv->be->free(srv->be, p);
+		fosd_be(srv)->free(fosd_be(srv), p);
 }
 
 void fosd_outs_init(fosd_outs *o)
@@ -100,7 +100,7 @@ nng_msg *fosd_outs_reply(fosd_server *srv, fosd_slot *s, Fos__Response *resp, fo
 			}
 			continue;
 		}
-		if (srv->be->d2h(srv->be, data + o->t[i].offset, o->dev[i], (size_t)o->t[i].length, &e)) {
+		if (fosd_be(srv)->d2h(fosd_be(srv), data + o->t[i].offset, o->dev[i], (size_t)o->t[i].length, &e)) {
 			nng_msg_free(m);
 			return fosd_fail(s, code, fosd_code_of_rc(e.rc), "copying the result out: %s", e.msg);
 		}

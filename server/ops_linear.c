@@ -14,7 +14,7 @@
 nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 {
 	fosd_fwd_args *a = &s->args.u.fwd;
-	fos_backend *be = srv->be;
+	fos_backend *be = fosd_be(srv);
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	fosd_weight *w = NULL;
@@ -139,7 +139,7 @@ nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
 		goto out;
 	}
 	int had_col = c->w->qw.qcol.codes != NULL;
-	rc = fos_linear_backward(srv->be, sv, &c->w->qw, dy, dx, dw, db, &e);
+	rc = fos_linear_backward(fosd_be(srv), sv, &c->w->qw, dy, dx, dw, db, &e);
 	if (!had_col && c->w->qw.qcol.codes) {
 		/* the columnwise copy was built now: account for it, evicting others if need be */
 		fosd_wcache_account(&srv->wc, c->w);
@@ -187,7 +187,7 @@ nng_msg *fosd_op_release(fosd_server *srv, fosd_slot *s, int *code)
 nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
 {
 	fosd_lin_args *a = &s->args.u.lin;
-	fos_backend *be = srv->be;
+	fos_backend *be = fosd_be(srv);
 	fos_err e;
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = a->w.shape[0];
 	void *x = NULL, *w = NULL, *bias = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dw = NULL, *db = NULL;

@@ -7,7 +7,7 @@
 nng_msg *fosd_op_quantize(fosd_server *srv, fosd_slot *s, int *code)
 {
 	fosd_quant_args *a = &s->args.u.quant;
-	fos_backend *be = srv->be;
+	fos_backend *be = fosd_be(srv);
 	fos_err e;
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	fos_qtensor q;
@@ -48,7 +48,7 @@ out:
 nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code)
 {
 	fosd_deq_args *a = &s->args.u.deq;
-	fos_backend *be = srv->be;
+	fos_backend *be = fosd_be(srv);
 	fos_err e;
 	fos_qtensor q;
 	int have_q = 0;

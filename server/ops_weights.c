@@ -44,14 +44,15 @@ nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
 		free(w);
 		return fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 	}
-	rc = fos_qweight_make(srv->be, wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
+	rc = fos_qweight_make(fosd_be(srv), wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
 	fosd_dev_free(srv, wd);
 	if (rc) {
 		free(w);
 		return fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
 	}
 	fosd_wcache_insert(&srv->wc, w);
-	fosd_info("cache: put weight '%s' v%llu (%lld x %lld, %zu bytes%s)", w->name, (unsigned long long)w->version,
+	fosd_info("cache: put weight '%s'%s%s v%llu (%lld x %lld, %zu bytes%s)", w->name, s->tenant ? " of " : "",
+		  s->tenant ? s->tenant->name : "", (unsigned long long)w->version,
 		  (long long)n, (long long)k, w->bytes, w->pinned ? ", pinned" : "");
 
 	fosd_weight_info info;
@@ -73,7 +74,8 @@ nng_msg *fosd_op_drop_weight(fosd_server *srv, fosd_slot *s, int *code)
 	int rc = fosd_wcache_drop_in(&srv->wc, s->tenant, s->args.u.drop_name, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
-	fosd_info("cache: dropped weight '%s'", s->args.u.drop_name);
+	fosd_info("cache: dropped weight '%s'%s%s", s->args.u.drop_name, s->tenant ? " of " : "",
+		  s->tenant ? s->tenant->name : "");
 	Fos__DropWeightResult dr = FOS__DROP_WEIGHT_RESULT__INIT;
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_DROP_WEIGHT;

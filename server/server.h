@@ -58,7 +58,8 @@ typedef struct fosd_slot {
 struct fosd_server {
 	fosd_config *cfg;
 	fos_backend *be;
-	pthread_mutex_t be_mu; /* one backend instance: every backend call holds it */
+	pthread_mutex_t be_mu; /* the executor's gate: held to start a request, and for the whole of
+				* an op that must run alone (executor.c) */
 	fosd_wcache wc;
 	fosd_contexts cx;
 	fosd_metrics metrics;
@@ -80,6 +81,17 @@ struct fosd_server {
 	atomic_int draining;
 	atomic_int closing;
 	atomic_int fatal;       /* the backend failed for good: drain and exit 1 */
+
+	/* executor lanes (executor.c): backend instances that run requests at the same time, each on
+	 * its own stream (cuda). lanes[0] is be. Forwards without a saved context, Quantize, Dequantize
+	 * and Linear run on any free lane; every other op runs alone on lane 0, after the running ones
+	 * finished (see executor.c). */
+	fos_backend **lanes;
+	int n_lanes;
+	pthread_mutex_t lane_mu;
+	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
+	uint64_t lane_busy;      /* bit i: lane i runs a request */
+	int lane_active;         /* requests running on lanes without holding be_mu */
 
 	/* executor */
 	pthread_mutex_t q_mu;
@@ -115,13 +127,19 @@ nng_msg *fosd_error_reply(uint64_t id, int code, const char *message);
 nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data);
 
 /* executor.c */
+/* Opens the lanes (cfg->streams backend instances like srv->be, at most 64) and starts the workers
+ * (cfg->workers, and at least one per lane). */
 int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
+/* The backend instance the calling executor worker runs its request on (its lane's); srv->be
+ * outside a request. Ops use it for every backend call of the request. */
+fos_backend *fosd_be(fosd_server *srv);
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
 void fosd_executor_request_sweep(fosd_server *srv);
 void fosd_executor_stop(fosd_server *srv);
 uint64_t fosd_executor_queued(fosd_server *srv);
 
-/* ops_*.c: run with srv->be_mu held; return the reply (NULL if none could be made) and *code. */
+/* ops_*.c: run on a lane (executor.c; alone with srv->be_mu held, or beside other lanes); use
+ * fosd_be(srv) for backend calls; return the reply (NULL if none could be made) and *code. */
 nng_msg *fosd_execute(fosd_server *srv, fosd_slot *s, int *code);
 nng_msg *fosd_op_health(fosd_server *srv, fosd_slot *s);
 nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s);

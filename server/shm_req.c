@@ -199,7 +199,7 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
 static int region_move(fosd_server *srv, fosd_region *r, uint64_t off, void *dev, size_t len, int to_region, char *msg,
 		       size_t msgsz)
 {
-	fos_backend *be = srv->be;
+	fos_backend *be = fosd_be(srv);
 	int rc = fosd_region_check_now(r, off, len, msg, msgsz);
 	if (rc)
 		return rc;
@@ -234,6 +234,10 @@ static int region_move(fosd_server *srv, fosd_region *r, uint64_t off, void *dev
 					rc = -1;
 				else
 					rc = be->h2d(be, (uint8_t *)dev + o, bounce, k, &e);
+				/* the bounce buffer is refilled next: the copy must be done (fosd's lanes
+				 * may queue h2d without waiting, cuda_backend.h) */
+				if (!rc)
+					rc = be->sync(be, &e);
 			}
 		}
 		free(bounce);
@@ -253,7 +257,7 @@ static int region_move(fosd_server *srv, fosd_region *r, uint64_t off, void *dev
 int fosd_tensor_h2d(fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e)
 {
 	if (!t->shm)
-		return srv->be->h2d(srv->be, dst, t->ptr, t->len, e);
+		return fosd_be(srv)->h2d(fosd_be(srv), dst, t->ptr, t->len, e);
 	fosd_region *r = t->shm;
 	char msg[FOSD_MSG_MAX];
 	int code = region_move(srv, r, (uint64_t)(t->ptr - fosd_region_base(r)), dst, t->len, 0, msg, sizeof msg);

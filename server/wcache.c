@@ -239,8 +239,9 @@ int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, c
 			prev = w->prev;
 			if (!wc_evictable(w, reclaim) || (pass == 0 && w->owner != owner))
 				continue;
-			fosd_info("cache: evicting weight '%s' v%llu (%zu bytes, least recently used)", w->name,
-				  (unsigned long long)w->version, w->bytes);
+			fosd_info("cache: evicting weight '%s'%s%s v%llu (%zu bytes, least recently used)", w->name,
+				  w->owner ? " of " : "", w->owner ? w->owner->name : "", (unsigned long long)w->version,
+				  w->bytes);
 			freed += w->bytes;
 			fosd_weight *d = wc_detach_locked(wc, w);
 			d->next = dead;

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -104,6 +106,7 @@ int tt_fosd_run(const char *const *args, const char *log, int timeout_ms)
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (fd >= 0) {
 			dup2(fd, 1);
@@ -125,6 +128,93 @@ int tt_fosd_run(const char *const *args, const char *log, int timeout_ms)
 		}
 		usleep(5000);
 	}
+}
+
+/* Starts BUILD/fosd on s->url (log appended), optionally with an address-space limit, and waits
+ * until it answers Health. */
+static int tt_spawn(tsrv *s, uint64_t as_bytes, const char *const *extra)
+{
+	char bin[1200];
+	snprintf(bin, sizeof bin, "%s/fosd", tsrv_build_dir());
+	const char *argv[64];
+	int argc = 0;
+	argv[argc++] = bin;
+	argv[argc++] = "--backend";
+	argv[argc++] = tsrv_backend_name();
+	argv[argc++] = "--threads";
+	argv[argc++] = "2";
+	argv[argc++] = "--listen";
+	argv[argc++] = s->url;
+	for (int i = 0; extra && extra[i] && argc < 62; i++)
+		argv[argc++] = extra[i];
+	argv[argc] = NULL;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test that failed before stopping it */
+		int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		if (as_bytes) {
+			struct rlimit rl = {(rlim_t)as_bytes, (rlim_t)as_bytes};
+			if (setrlimit(RLIMIT_AS, &rl))
+				_exit(126);
+		}
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	s->pid = pid;
+	uint64_t t0 = tsrv_now_ms();
+	while (tsrv_now_ms() - t0 < 15000) {
+		int status;
+		if (waitpid(pid, &status, WNOHANG) == pid) {
+			s->pid = 0;
+			tsrv_dump_log(s);
+			return -1;
+		}
+		fos_client *c;
+		fos_status st;
+		if (fos_connect(s->url, NULL, 1000, &c, &st) == FOS_CODE_OK) {
+			fos_close(c);
+			return 0;
+		}
+		usleep(20000);
+	}
+	return -1;
+}
+
+int tt_restart(tsrv *s, int sig, const char *const *extra)
+{
+	if (s->pid) {
+		int status;
+		kill(s->pid, sig);
+		uint64_t t0 = tsrv_now_ms();
+		while (waitpid(s->pid, &status, WNOHANG) != s->pid) {
+			if (tsrv_now_ms() - t0 > 20000) {
+				kill(s->pid, SIGKILL);
+				waitpid(s->pid, &status, 0);
+				break;
+			}
+			usleep(2000);
+		}
+		s->pid = 0;
+	}
+	return tt_spawn(s, 0, extra);
+}
+
+int tt_start_limited(tsrv *s, uint64_t as_bytes, const char *const *extra)
+{
+	memset(s, 0, sizeof *s);
+	snprintf(s->dir, sizeof s->dir, "/tmp/fosd-test-XXXXXX");
+	if (!mkdtemp(s->dir))
+		return -1;
+	snprintf(s->url, sizeof s->url, "ipc://%s/fosd.sock", s->dir);
+	snprintf(s->log, sizeof s->log, "%s/fosd.log", s->dir);
+	return tt_spawn(s, as_bytes, extra);
 }
 
 /* ---- raw SP over ipc ------------------------------------------------------------------------- */

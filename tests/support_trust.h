@@ -12,6 +12,7 @@
 
 #include "fos.h"
 #include "fos_wire.h"
+#include "support_server.h"
 
 /* Writes text to path with the given mode. Returns 0 or -1. */
 int tt_write_file(const char *path, const char *text, int mode);
@@ -26,6 +27,14 @@ int tt_file_contains(const char *path, const char *needle);
 /* Runs BUILD/fosd with args (NULL-terminated) to its exit, stderr and stdout to log; SIGKILLed after
  * timeout_ms. Returns the exit status, 128+signal, or -1. For startup errors. */
 int tt_fosd_run(const char *const *args, const char *log, int timeout_ms);
+
+/* Replaces the daemon of s by a fresh one on the same URL and log (appended), with the same
+ * backend and extra args: the old one gets sig first (SIGKILL: no drain) and is reaped. Waits
+ * until the new one answers Health (up to 15 s). Returns 0 or -1. */
+int tt_restart(tsrv *s, int sig, const char *const *extra);
+/* tsrv_start with the daemon's address space limited to as_bytes (RLIMIT_AS): its allocations
+ * beyond it fail. Returns 0 or -1. */
+int tt_start_limited(tsrv *s, uint64_t as_bytes, const char *const *extra);
 
 /* ---- raw SP over ipc -------------------------------------------------------------------------- */
 

@@ -1,0 +1,213 @@
+/* test_fault_memory.c: memory runs out. In the weight cache the least recently used unpinned
+ * weights are evicted (a weight just used survives), and once only pinned weights are left a put
+ * gets a clean RESOURCE_EXHAUSTED that evicts nothing; saved contexts are evicted oldest first and
+ * one larger than the budget is RESOURCE_EXHAUSTED. Under an address-space limit (RLIMIT_AS,
+ * not under AddressSanitizer) a put whose quantization cannot be allocated is RESOURCE_EXHAUSTED
+ * and fosd keeps serving. Every pinned or surviving weight gives bit-identical results. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fos.h"
+#include "support_server.h"
+#include "support_trust.h"
+
+#define ASSERT_OK(expr, st)                                                                                     \
+	do {                                                                                                     \
+		int rc_ = (expr);                                                                                \
+		if (rc_ != FOS_CODE_OK)                                                                          \
+			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
+	} while (0)
+
+#define ASSERT_CODE(expr, code, st)                                                                             \
+	do {                                                                                                     \
+		int rc_ = (expr);                                                                                \
+		if (rc_ != (code))                                                                               \
+			fail_msg("%s -> %s (%s), expected %s", #expr, fos_code_name(rc_), (st).message,         \
+				 fos_code_name(code));                                                            \
+	} while (0)
+
+enum { WN = 256, WK = 128, XM = 128 };
+
+static int listed(fos_client *c, const char *name)
+{
+	fos_weight_info *l;
+	size_t n;
+	fos_status st;
+	if (fos_list_weights(c, &l, &n, &st))
+		return -1;
+	int found = 0;
+	for (size_t i = 0; i < n; i++)
+		found |= !strcmp(l[i].name, name);
+	free(l);
+	return found;
+}
+
+static void test_cache_budget(void **state)
+{
+	(void)state;
+	uint64_t b = fos_qtensor_bytes(WN, WK, 0) + 2ull * WN * WK * 2; /* one weight with its master */
+	char budget[32];
+	snprintf(budget, sizeof budget, "%llu", (unsigned long long)(b * 9 / 2));
+	const char *args[] = {"--cache-bytes", budget, NULL};
+	tsrv s;
+	assert_int_equal(tsrv_start(&s, args), 0);
+	fos_client *c = tt_connect(s.url, NULL);
+	fos_status st;
+	tt_weight w[5], p[5];
+	for (int i = 0; i < 5; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "w%d", i + 1);
+		assert_int_equal(tt_weight_make(&w[i], name, WN, WK, XM, 500 + (uint64_t)i), 0);
+		snprintf(name, sizeof name, "p%d", i + 1);
+		assert_int_equal(tt_weight_make(&p[i], name, WN, WK, XM, 600 + (uint64_t)i), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		ASSERT_OK(tt_weight_put(c, &w[i], 0, &st), st);
+	ASSERT_OK(tt_weight_check(c, &w[0], &st), st); /* w1 used: w2 is now the least recent */
+	ASSERT_OK(tt_weight_put(c, &w[4], 0, &st), st);
+	assert_int_equal(listed(c, "w2"), 0);
+	assert_int_equal(listed(c, "w1"), 1);
+	fos_stats_info si;
+	ASSERT_OK(fos_stats(c, &si, &st), st);
+	assert_int_equal(si.cache_evictions, 1);
+	/* pinned weights push the unpinned ones out, until only pinned ones are left */
+	for (int i = 0; i < 4; i++)
+		ASSERT_OK(tt_weight_put(c, &p[i], 1, &st), st);
+	ASSERT_OK(fos_stats(c, &si, &st), st);
+	uint64_t evictions = si.cache_evictions;
+	assert_int_equal(si.cache_entries, 4);
+	ASSERT_CODE(tt_weight_put(c, &p[4], 1, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
+	assert_non_null(strstr(st.message, "weight cache full"));
+	ASSERT_CODE(tt_weight_put(c, &w[0], 0, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
+	ASSERT_OK(fos_stats(c, &si, &st), st);
+	assert_int_equal(si.cache_evictions, evictions); /* the refusals evicted nothing */
+	assert_int_equal(si.cache_entries, 4);
+	assert_true(si.cache_bytes <= si.cache_budget);
+	for (int i = 0; i < 4; i++)
+		ASSERT_OK(tt_weight_check(c, &p[i], &st), st);
+	/* dropping one makes room again */
+	ASSERT_OK(fos_drop_weight(c, "p4", &st), st);
+	ASSERT_OK(tt_weight_put(c, &p[4], 1, &st), st);
+	ASSERT_OK(tt_weight_check(c, &p[4], &st), st);
+	fos_close(c);
+	for (int i = 0; i < 5; i++) {
+		tt_weight_free(&w[i]);
+		tt_weight_free(&p[i]);
+	}
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s);
+}
+
+static int save(fos_client *c, const tt_weight *w, fos_context *ctx, fos_status *st)
+{
+	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, w->m, w->k, w->x), y = fos_tensor_out();
+	fos_forward_opts o = {0, 0, 0, 1};
+	int rc = fos_forward(c, w->name, &x, NULL, &o, &y, ctx, st);
+	free(y.data);
+	return rc;
+}
+
+static void test_context_budget(void **state)
+{
+	(void)state;
+	tt_weight w, big;
+	assert_int_equal(tt_weight_make(&w, "cw", WN, WK, XM, 700), 0);
+	assert_int_equal(tt_weight_make(&big, "cw", WN, WK, 8 * XM, 700), 0);
+	fos_status st;
+	fos_context c1, c2, c3, huge;
+	/* the size of one context */
+	tsrv s;
+	assert_int_equal(tsrv_start(&s, NULL), 0);
+	fos_client *c = tt_connect(s.url, NULL);
+	ASSERT_OK(tt_weight_put(c, &w, 1, &st), st);
+	ASSERT_OK(save(c, &w, &c1, &st), st);
+	fos_stats_info si;
+	ASSERT_OK(fos_stats(c, &si, &st), st);
+	uint64_t one = si.context_bytes;
+	fos_close(c);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s);
+
+	char budget[32];
+	snprintf(budget, sizeof budget, "%llu", (unsigned long long)(one * 5 / 2));
+	const char *args[] = {"--context-bytes", budget, NULL};
+	assert_int_equal(tsrv_start(&s, args), 0);
+	c = tt_connect(s.url, NULL);
+	ASSERT_OK(tt_weight_put(c, &w, 1, &st), st);
+	ASSERT_OK(save(c, &w, &c1, &st), st);
+	ASSERT_OK(save(c, &w, &c2, &st), st);
+	ASSERT_OK(save(c, &w, &c3, &st), st); /* the oldest (c1) makes room */
+	ASSERT_CODE(save(c, &big, &huge, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
+	ASSERT_OK(fos_stats(c, &si, &st), st);
+	assert_int_equal(si.contexts, 2);
+	assert_int_equal(si.contexts_evicted, 1);
+	uint16_t *dy = malloc(XM * WN * 2);
+	tsrv_fill_bf16(dy, XM * WN, 3, 0.5f);
+	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, XM, WN, dy), dx = fos_tensor_out(), dw = fos_tensor_out();
+	ASSERT_CODE(fos_backward(c, &c1, &tdy, NULL, &dx, &dw, NULL, &st), FOS_CODE_NOT_FOUND, st);
+	assert_non_null(strstr(st.message, "evicted"));
+	ASSERT_OK(fos_backward(c, &c3, &tdy, NULL, &dx, &dw, NULL, &st), st);
+	free(dx.data), free(dw.data), free(dy);
+	ASSERT_OK(tt_weight_check(c, &w, &st), st);
+	fos_close(c);
+	tt_weight_free(&w);
+	tt_weight_free(&big);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s);
+}
+
+static void test_out_of_memory(void **state)
+{
+	(void)state;
+	if (tt_under_asan())
+		skip(); /* AddressSanitizer reserves terabytes of address space */
+	tsrv s;
+	const char *args[] = {"--workers", "1", NULL};
+	/* room for the daemon and a 128 MiB request, not for quantizing it */
+	assert_int_equal(tt_start_limited(&s, 900ull << 20, args), 0);
+	fos_client *c = tt_connect(s.url, NULL);
+	fos_status st;
+	tt_weight keep;
+	assert_int_equal(tt_weight_make(&keep, "keep", 256, 256, 128, 800), 0);
+	ASSERT_OK(tt_weight_put(c, &keep, 1, &st), st);
+	enum { N = 8192, K = 8192 };
+	uint16_t *big = calloc((size_t)N * K, 2);
+	assert_non_null(big);
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, big);
+	fos_set_timeout(c, 60000);
+	for (int round = 0; round < 3; round++) {
+		int rc = fos_put_weight(c, "huge", 1, &tw, NULL, NULL, &st);
+		ASSERT_CODE(rc, FOS_CODE_RESOURCE_EXHAUSTED, st);
+		if (getenv("FOS_TEST_VERBOSE"))
+			fprintf(stderr, "put under the memory limit: %s\n", st.message);
+		ASSERT_OK(tt_weight_check(c, &keep, &st), st);
+	}
+	free(big);
+	fos_stats_info si;
+	ASSERT_OK(fos_stats(c, &si, &st), st);
+	assert_int_equal(si.cache_entries, 1);
+	fos_close(c);
+	tt_weight_free(&keep);
+	int rc = tsrv_stop(&s, SIGTERM, 15000);
+	if (rc)
+		tsrv_dump_log(&s);
+	assert_int_equal(rc, 0);
+	tsrv_cleanup(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cache_budget),
+		cmocka_unit_test(test_context_budget),
+		cmocka_unit_test(test_out_of_memory),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
