@@ -1,4 +1,4 @@
-/* bench_cuda.c: CUDA backend timings for bench/BENCHMARKS_CUDA.md, each against a baseline timed in
+/* bench_cuda.c: CUDA backend timings for bench/BENCHMARKS.md, each against a baseline timed in
  * the same run with CUDA events (median of 11 timed runs after warm-ups; the memory-bound rows run
  * each op back to back, the GEMM rows alternate op and baseline run by run so both see the same
  * clock and power state):

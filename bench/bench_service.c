@@ -1,5 +1,5 @@
 /* bench_service.c: fosd as a service on one host (bench/service.mk, results in
- * bench/BENCHMARKS_SERVICE.md). Starts fosd (--backend auto: cuda where a GPU is usable, else cpu)
+ * bench/BENCHMARKS.md). Starts fosd (--backend auto: cuda where a GPU is usable, else cpu)
  * on a private ipc socket, drives it through libfos, and times in the same run the baseline each
  * target is a ratio to:
  *   1. forward M x K x N with a cached weight, X and Y in shared memory, against the same forward

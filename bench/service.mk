@@ -4,7 +4,7 @@
 # prints one table of ratios; then, on a GPU, where a small forward's time goes in-process and how
 # several backend instances (fosd's lanes) scale (bench_small_fwd; it says so and does nothing
 # without CUDA). Logs and key/value results go to $(BENCH_SERVICE_DIR).
-# Copy the table into bench/BENCHMARKS_SERVICE.md with the machine, command and date.
+# Copy the table into bench/BENCHMARKS.md with the machine, command and date.
 #   make bench-service [BUILD=dir] [BENCH_SERVICE_ARGS="--quick"] [BENCH_SERVICE_DIR=dir]
 BENCH_SERVICE_DIR  ?= $(BUILD)/bench-service
 BENCH_SERVICE_ARGS ?=
