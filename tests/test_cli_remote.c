@@ -1,5 +1,5 @@
-/* test_cli_remote.c: `fos` against a real fosd (CPU backend, private ipc socket; build/fos as a
- * subprocess): quantize, dequantize and linear through the daemon write the same bytes as --local
+/* test_cli_remote.c: `fos` against a real fosd (CPU backend, or $FOS_TEST_BACKEND; private ipc
+ * socket; build/fos as a subprocess): quantize, dequantize and linear through the daemon write the same bytes as --local
  * under every option; health, stats, put-weight, list-weights, drop-weight, forward and backward
  * (context file, --keep-context, --recompute) with their text and --json outputs; forward/backward
  * results bit-identical to `fos linear --local`; and bad input that only the daemon can catch
@@ -117,10 +117,10 @@ static void same_both_ways(const char *tag, const char *const *args, const char 
 			argv[n] = args[n];
 		argv[n++] = outflag;
 		argv[n++] = pass ? remote : local;
-		if (!pass) { /* the test's fosd runs the cpu backend */
+		if (!pass) { /* in-process on the test fosd's backend (cpu, or $FOS_TEST_BACKEND) */
 			argv[n++] = "--local";
 			argv[n++] = "--backend";
-			argv[n++] = "cpu";
+			argv[n++] = tsrv_backend_name();
 		}
 		argv[n] = NULL;
 		th_result r;
@@ -244,13 +244,15 @@ static void test_health_and_stats(void **state)
 	th_run(&r, "health", NULL);
 	th_expect_ok(&r);
 	assert_non_null(strstr(r.out, "serving"));
-	assert_non_null(strstr(r.out, "backend:     cpu"));
+	char want_backend[64];
+	snprintf(want_backend, sizeof want_backend, "backend:     %s", tsrv_backend_name());
+	assert_non_null(strstr(r.out, want_backend));
 	assert_non_null(strstr(r.out, g_srv.url));
 	cli_jv v;
 	th_run(&r, "health", "--json", NULL);
 	parse_json(&r, &v);
 	assert_string_equal(cli_json_get(&v, "status")->str, "serving");
-	assert_string_equal(cli_json_get(&v, "backend")->str, "cpu");
+	assert_string_equal(cli_json_get(&v, "backend")->str, tsrv_backend_name());
 	assert_true(cli_json_get(&v, "max_message_bytes")->num > 0);
 	cli_json_free(&v);
 	/* --server wins over FOS_SERVER */
@@ -371,7 +373,7 @@ static void fwd_bwd_case(const char *tag, const char *override, int row, int bia
 	snprintf(y, sizeof y, "%s.y.npy", ref);
 	snprintf(bw, sizeof bw, "%s.bw", ref);
 	const char *largs[20] = {"linear", th_p("x.npy"), th_p("w.npy"), "--dy", th_p("dy.npy"), "--out", ref, "--local",
-				 "--backend", "cpu"};
+				 "--backend", tsrv_backend_name()};
 	const char *fargs[20] = {"forward", wname, th_p("x.npy"), "--out", y, "--context-out", ctx};
 	int nl = 10, nf = 7;
 	if (override) {
