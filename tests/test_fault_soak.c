@@ -1,6 +1,6 @@
 /* test_fault_soak.c: a soak of fosd under `fos load` (the CLI's load tester) with two tenants:
  * forwards, backwards on saved contexts, one-shot linears and quantizes at once, while this test
- * churns connections and sends requests with a wrong token. It runs $FOS_SOAK_SECONDS (75 s by
+ * churns connections and sends requests with a wrong token. It runs $FOS_SOAK_SECONDS (180 s by
  * default, 20 s under AddressSanitizer). At the end every load run reports no failed request,
  * fosd's resident memory has stayed flat (the last third of the run is no higher than the middle
  * third, within 10% + 32 MiB), the cache is back to the one pinned weight (the load runs drop
@@ -119,7 +119,7 @@ static long max_of(const long *v, int from, int to)
 static void test_soak(void **state)
 {
 	(void)state;
-	int seconds = tt_env_seconds("FOS_SOAK_SECONDS", tt_under_asan() ? 20 : 75);
+	int seconds = tt_env_seconds("FOS_SOAK_SECONDS", tt_under_asan() ? 20 : 180);
 	char dir[256], tokens[320];
 	assert_int_equal(tt_tmpdir(dir), 0);
 	snprintf(tokens, sizeof tokens, "%s/tokens", dir);
