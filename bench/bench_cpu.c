@@ -3,6 +3,7 @@
  * as the baseline measured in the same run, a plain bf16 GEMM of the same shape (the forward's
  * own GEMM) and a memcpy of the input. Usage: bench_cpu [threads] [reps] */
 #include "backend.h"
+#include "bench_util.h"
 #include "fos_format.h"
 
 #include <stdio.h>
@@ -10,27 +11,13 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (float)((rng >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
 
 static uint16_t *rand_bf16(int64_t n, float scale)
 {
 	uint16_t *p = malloc((size_t)n * 2);
 	for (int64_t i = 0; i < n; i++)
-		p[i] = fos_f32_to_bf16(frand() * scale);
+		p[i] = fos_f32_to_bf16(bench_frand(&rng) * scale);
 	return p;
 }
 
@@ -38,9 +25,9 @@ static uint16_t *rand_bf16(int64_t n, float scale)
 	do {                                                                                                  \
 		double best = 1e30;                                                                           \
 		for (int r_ = 0; r_ < (reps); r_++) {                                                         \
-			double t0_ = now();                                                                   \
+			double t0_ = bench_now();                                                             \
 			stmt;                                                                                 \
-			double dt_ = now() - t0_;                                                             \
+			double dt_ = bench_now() - t0_;                                                       \
 			best = dt_ < best ? dt_ : best;                                                       \
 		}                                                                                             \
 		label = best;                                                                                 \

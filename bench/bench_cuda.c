@@ -26,6 +26,7 @@
  * Prints markdown table rows. Usage: bench_cuda [quick | qt]; qt: only the quick quantize_t rows (for
  * a profiler: one k_quant_t and one k_quant_rows launch early). */
 #include "backend.h"
+#include "bench_util.h"
 #include "fos_format.h"
 #ifdef FOS_HAVE_CUDA
 #include "cuda_backend.h"
@@ -55,19 +56,12 @@ static fos_err err;
 	} while (0)
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (float)((rng >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
 
 static uint16_t *dev_rand(int64_t n, float scale)
 {
 	uint16_t *h = malloc((size_t)n * 2);
 	for (int64_t i = 0; i < n; i++)
-		h[i] = fos_f32_to_bf16((frand() + frand() + frand()) * scale);
+		h[i] = fos_f32_to_bf16((bench_frand(&rng) + bench_frand(&rng) + bench_frand(&rng)) * scale);
 	uint16_t *d = be->alloc(be, (size_t)n * 2);
 	if (!d) {
 		fprintf(stderr, "bench_cuda: out of device memory\n");

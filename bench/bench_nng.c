@@ -24,25 +24,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 
-static double bn_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int bn_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double bn_quantile(double *v, int n, double q)
-{
-	qsort(v, (size_t)n, sizeof *v, bn_cmp);
-	int i = (int)(q * (n - 1) + 0.5);
-	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
-}
+#include "bench_util.h"
 
 static void bn_warm_malloc(void)
 {
@@ -173,37 +155,37 @@ int main(int argc, char **argv)
 		if (bn_call(s, src, 64, 64))
 			goto fail;
 	for (int i = 0; i < n_rtt; i++) {
-		double t0 = bn_now();
+		double t0 = bench_now();
 		if (bn_call(s, src, 64, 64))
 			goto fail;
-		t[i] = bn_now() - t0;
+		t[i] = bench_now() - t0;
 	}
 	double mean = 0;
 	for (int i = 0; i < n_rtt; i++)
 		mean += t[i] / n_rtt;
-	double p50 = bn_quantile(t, n_rtt, 0.50), p99 = bn_quantile(t, n_rtt, 0.99);
+	double p50 = bench_quantile(t, n_rtt, 0.50), p99 = bench_quantile(t, n_rtt, 0.99);
 	/* 64 MiB up, 64 B back */
 	for (int i = 0; i < 3; i++)
 		if (bn_call(s, src, big, 64))
 			goto fail;
 	for (int i = 0; i < n_big; i++) {
-		double t0 = bn_now();
+		double t0 = bench_now();
 		if (bn_call(s, src, big, 64))
 			goto fail;
-		t[i] = bn_now() - t0;
+		t[i] = bench_now() - t0;
 	}
-	double up = bn_quantile(t, n_big, 0.5);
+	double up = bench_quantile(t, n_big, 0.5);
 	/* 32 MiB up, 32 MiB back */
 	for (int i = 0; i < 3; i++)
 		if (bn_call(s, src, half, half))
 			goto fail;
 	for (int i = 0; i < n_big; i++) {
-		double t0 = bn_now();
+		double t0 = bench_now();
 		if (bn_call(s, src, half, half))
 			goto fail;
-		t[i] = bn_now() - t0;
+		t[i] = bench_now() - t0;
 	}
-	double rt = bn_quantile(t, n_big, 0.5);
+	double rt = bench_quantile(t, n_big, 0.5);
 	printf("bare nng REQ/REP over ipc, %s allocator, server in a second process\n", warm ? "warm-heap" : "glibc default");
 	printf("  64 B round trip:            p50 %8.1f us  p99 %8.1f us  mean %8.1f us  (%d calls)\n", p50 * 1e6,
 	       p99 * 1e6, mean * 1e6, n_rtt);

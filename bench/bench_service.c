@@ -19,6 +19,7 @@
  * requires M % 128 == 0, so the 16-row forward of the issue is measured at 128 rows), inline X of
  * 64 MiB (M = 32 Mi / K). */
 #include "backend.h"
+#include "bench_util.h"
 #include "fos.h"
 #include "fos_format.h"
 #include "fos_wire.h"
@@ -38,37 +39,6 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
-
-static double bs_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int bs_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double bs_q(double *v, int n, double q)
-{
-	qsort(v, (size_t)n, sizeof *v, bs_cmp);
-	int i = (int)(q * (n - 1) + 0.5);
-	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
-}
-
-static void bs_fill(uint16_t *p, size_t n, uint64_t seed, float scale)
-{
-	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (size_t i = 0; i < n; i++) {
-		s ^= s << 13;
-		s ^= s >> 7;
-		s ^= s << 17;
-		p[i] = fos_f32_to_bf16(((float)((s >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f) * scale);
-	}
-}
 
 #define DIE(...)                                                                                               \
 	do {                                                                                                   \
@@ -139,7 +109,7 @@ static fos_client *bs_connect(int wait_ms)
 {
 	fos_client *c = NULL;
 	fos_status st;
-	double t0 = bs_now();
+	double t0 = bench_now();
 	for (;;) {
 		if (!fos_connect(g_url, NULL, 60000, &c, &st))
 			return c;
@@ -147,7 +117,7 @@ static fos_client *bs_connect(int wait_ms)
 			g_fosd = 0;
 			DIE("fosd exited at startup (log kept in %s)", g_dir);
 		}
-		if ((bs_now() - t0) * 1e3 > wait_ms)
+		if ((bench_now() - t0) * 1e3 > wait_ms)
 			DIE("cannot connect to fosd: %s", st.message);
 		usleep(50000);
 	}
@@ -186,7 +156,7 @@ static double bs_inproc(fos_backend *be, const fos_qweight *qw, const uint16_t *
 	fos_err e;
 	int64_t k = qw->k, n = qw->n;
 	fos_linear_opts o = fos_linear_opts_default();
-	double t0 = bs_now();
+	double t0 = bench_now();
 	void *xd = be->alloc(be, (size_t)(m * k * 2)), *yd = be->alloc(be, (size_t)(m * n * 2));
 	if (!xd || !yd)
 		DIE("in-process: out of %s memory", be->name);
@@ -199,7 +169,7 @@ static double bs_inproc(fos_backend *be, const fos_qweight *qw, const uint16_t *
 	be->free(be, yd);
 	if (rc)
 		DIE("in-process forward: %s", e.msg);
-	return bs_now() - t0;
+	return bench_now() - t0;
 }
 
 /* ---- inline 64 MiB through a raw socket (a forward with skip_output: no Y back) --------------- */
@@ -220,7 +190,7 @@ static double bs_raw_skip_forward(nng_socket s, const uint16_t *x, int64_t m, in
 	rq.op_case = FOS__REQUEST__OP_FORWARD;
 	rq.forward = &fr;
 	rq.id = ++id;
-	double t0 = bs_now();
+	double t0 = bench_now();
 	nng_msg *msg, *rep;
 	uint8_t *data;
 	if (fosw_msg_build(&rq.base, &pl, &msg, &data))
@@ -228,7 +198,7 @@ static double bs_raw_skip_forward(nng_socket s, const uint16_t *x, int64_t m, in
 	memcpy(data, x, (size_t)(m * k * 2));
 	if (nng_sendmsg(s, msg, 0) || nng_recvmsg(s, &rep, 0))
 		DIE("raw forward: send/receive failed");
-	double dt = bs_now() - t0;
+	double dt = bench_now() - t0;
 	const uint8_t *hdr, *d;
 	size_t hl, dl;
 	char why[256];
@@ -285,8 +255,8 @@ static void *bs_worker_main(void *arg)
 	atomic_fetch_add(w->go, 1);
 	while (atomic_load(w->go) > 0) /* wait for the start */
 		usleep(100);
-	double end = bs_now() + w->secs;
-	while (!w->failed && bs_now() < end) {
+	double end = bench_now() + w->secs;
+	while (!w->failed && bench_now() < end) {
 		if (fos_forward(c, "w", &sx, NULL, NULL, &sy, NULL, &st)) {
 			w->failed = 1;
 			snprintf(w->err, sizeof w->err, "forward: %s", st.message);
@@ -311,7 +281,7 @@ static double bs_rate(int clients, const uint16_t *x, int64_t m, int64_t k, int6
 	}
 	while (atomic_load(&go) < clients)
 		usleep(1000);
-	double t0 = bs_now();
+	double t0 = bench_now();
 	atomic_store(&go, -1);
 	uint64_t total = 0;
 	for (int i = 0; i < clients; i++) {
@@ -320,7 +290,7 @@ static double bs_rate(int clients, const uint16_t *x, int64_t m, int64_t k, int6
 			DIE("client %d: %s", i, w[i].err);
 		total += w[i].done;
 	}
-	double dt = bs_now() - t0;
+	double dt = bench_now() - t0;
 	free(w);
 	return (double)total / dt;
 }
@@ -419,9 +389,9 @@ int main(int argc, char **argv)
 	uint16_t *yb_ref = malloc((size_t)(MB * N * 2)), *ys_ref = malloc((size_t)(MS * N * 2)), *ytmp = malloc((size_t)(MB * N * 2));
 	if (!w || !xb || !xx || !yb_ref || !ys_ref || !ytmp)
 		DIE("out of memory");
-	bs_fill(w, (size_t)(N * K), 1, 0.05f);
-	bs_fill(xb, (size_t)(MB * K), 2, 1.0f);
-	bs_fill(xx, (size_t)(MX * K), 3, 1.0f);
+	bench_fill_bf16(w, (size_t)(N * K), 1, 0.05f);
+	bench_fill_bf16(xb, (size_t)(MB * K), 2, 1.0f);
+	bench_fill_bf16(xx, (size_t)(MX * K), 3, 1.0f);
 	const uint16_t *xs = xb; /* the small X: the first 128 rows of the big one */
 
 	/* ---- in-process, the same backend ---- */
@@ -442,17 +412,17 @@ int main(int argc, char **argv)
 		bs_inproc(be, &qw, xb, MB, yb_ref);
 	for (int i = 0; i < reps_big; i++)
 		t[i] = bs_inproc(be, &qw, xb, MB, yb_ref);
-	double ip_big = bs_q(t, reps_big, 0.5);
+	double ip_big = bench_quantile(t, reps_big, 0.5);
 	bs_inproc(be, &qw, xx, MX, NULL);
 	for (int i = 0; i < reps_x; i++)
 		t[i] = bs_inproc(be, &qw, xx, MX, NULL);
-	double ip_x = bs_q(t, reps_x, 0.5);
+	double ip_x = bench_quantile(t, reps_x, 0.5);
 	for (int i = 0; i < 20; i++)
 		bs_inproc(be, &qw, xs, MS, ys_ref);
 	int rs = reps_small > 1000 ? 1000 : reps_small;
 	for (int i = 0; i < rs; i++)
 		t[i] = bs_inproc(be, &qw, xs, MS, ys_ref);
-	double ip_small = bs_q(t, rs, 0.5);
+	double ip_small = bench_quantile(t, rs, 0.5);
 	fos_qweight_free(be, &qw);
 	be->destroy(be);
 
@@ -471,24 +441,24 @@ int main(int argc, char **argv)
 		if (fos_forward(c, "w", &sx, NULL, NULL, &sy, NULL, &st))
 			DIE("shm forward: %s", st.message);
 	for (int i = 0; i < reps_big; i++) {
-		double t0 = bs_now();
+		double t0 = bench_now();
 		if (fos_forward(c, "w", &sx, NULL, NULL, &sy, NULL, &st))
 			DIE("shm forward: %s", st.message);
-		t[i] = bs_now() - t0;
+		t[i] = bench_now() - t0;
 	}
-	double sv_big = bs_q(t, reps_big, 0.5);
+	double sv_big = bench_quantile(t, reps_big, 0.5);
 	int same_big = !memcmp(rp + bxb, yb_ref, byb);
 	/* the same inline, into a buffer of ours */
 	fos_tensor ix = fos_tensor_2d(FOS_DTYPE_BF16, MB, K, xb), iy = fos_tensor_out();
 	iy.data = ytmp;
 	iy.size = byb;
 	for (int i = 0; i < reps_big; i++) {
-		double t0 = bs_now();
+		double t0 = bench_now();
 		if (fos_forward(c, "w", &ix, NULL, NULL, &iy, NULL, &st))
 			DIE("inline forward: %s", st.message);
-		t[i] = bs_now() - t0;
+		t[i] = bench_now() - t0;
 	}
-	double sv_big_inline = bs_q(t, reps_big, 0.5);
+	double sv_big_inline = bench_quantile(t, reps_big, 0.5);
 	same_big = same_big && !memcmp(ytmp, yb_ref, byb);
 
 	/* inline 64 MiB up */
@@ -499,7 +469,7 @@ int main(int argc, char **argv)
 	bs_raw_skip_forward(rs_sock, xx, MX, K);
 	for (int i = 0; i < reps_x; i++)
 		t[i] = bs_raw_skip_forward(rs_sock, xx, MX, K);
-	double sv_x = bs_q(t, reps_x, 0.5);
+	double sv_x = bench_quantile(t, reps_x, 0.5);
 	nng_close(rs_sock);
 
 	/* small forward latency, shm and inline */
@@ -515,24 +485,24 @@ int main(int argc, char **argv)
 			DIE("small forward: %s", st.message);
 	double *ts = malloc(sizeof(double) * (size_t)reps_small);
 	for (int i = 0; i < reps_small; i++) {
-		double t0 = bs_now();
+		double t0 = bench_now();
 		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
 			DIE("small forward: %s", st.message);
-		ts[i] = bs_now() - t0;
+		ts[i] = bench_now() - t0;
 	}
-	double sm50 = bs_q(ts, reps_small, 0.5), sm99 = bs_q(ts, reps_small, 0.99);
+	double sm50 = bench_quantile(ts, reps_small, 0.5), sm99 = bench_quantile(ts, reps_small, 0.99);
 	int same_small = !memcmp(sp + sxb, ys_ref, syb);
 	fos_tensor isx = fos_tensor_2d(FOS_DTYPE_BF16, MS, K, xs), isy = fos_tensor_out();
 	isy.data = ytmp;
 	isy.size = syb;
 	int ri = reps_small / 3 > 0 ? reps_small / 3 : 1;
 	for (int i = 0; i < ri; i++) {
-		double t0 = bs_now();
+		double t0 = bench_now();
 		if (fos_forward(c, "w", &isx, NULL, NULL, &isy, NULL, &st))
 			DIE("small inline forward: %s", st.message);
-		ts[i] = bs_now() - t0;
+		ts[i] = bench_now() - t0;
 	}
-	double smi50 = bs_q(ts, ri, 0.5);
+	double smi50 = bench_quantile(ts, ri, 0.5);
 	same_small = same_small && !memcmp(ytmp, ys_ref, syb);
 
 	/* concurrency */

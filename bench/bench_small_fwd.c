@@ -21,6 +21,7 @@
  * Usage: bench_small_fwd [--m M] [--k K] [--n N] [--reps R] [--secs S] [--out FILE]
  * (FILE gets "key value" lines). Built without CUDA it says so and exits 0. */
 #include "backend.h"
+#include "bench_util.h"
 #include "fos_format.h"
 #include "shm.h"
 #ifdef FOS_HAVE_CUDA
@@ -54,37 +55,6 @@ static const uint16_t *g_x_host; /* X (M, K) in pageable host memory */
 			exit(1);                                                                               \
 		}                                                                                              \
 	} while (0)
-
-static double sf_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int sf_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double sf_q(double *v, int n, double q)
-{
-	qsort(v, (size_t)n, sizeof *v, sf_cmp);
-	int i = (int)(q * (n - 1) + 0.5);
-	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
-}
-
-static void sf_fill(uint16_t *p, size_t n, uint64_t seed, float scale)
-{
-	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (size_t i = 0; i < n; i++) {
-		s ^= s << 13;
-		s ^= s >> 7;
-		s ^= s << 17;
-		p[i] = fos_f32_to_bf16(((float)((s >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f) * scale);
-	}
-}
 
 static void sf_kv(const char *k, double v)
 {
@@ -188,15 +158,15 @@ static void piece(piece_ctx *c, const char *key, const char *what, piece_fn f, i
 	CK(c->be->sync(c->be, &g_e));
 	for (int i = 0; i < reps; i++) {
 		CK(fos_cuda_mark(c->be, 0, &g_e));
-		double t0 = sf_now();
+		double t0 = bench_now();
 		CK(f(c));
-		h[i] = (sf_now() - t0) * 1e6;
+		h[i] = (bench_now() - t0) * 1e6;
 		CK(fos_cuda_mark(c->be, 1, &g_e));
 		float ms;
 		CK(fos_cuda_elapsed_ms(c->be, 0, 1, &ms, &g_e)); /* waits for the call's work */
 		g[i] = ms * 1e3;
 	}
-	double gm = sf_q(g, reps, 0.5), hm = sf_q(h, reps, 0.5);
+	double gm = bench_quantile(g, reps, 0.5), hm = bench_quantile(h, reps, 0.5);
 	printf("| %-62s | %9.1f | %9.1f |\n", what, gm, hm);
 	char k[96];
 	snprintf(k, sizeof k, "%s_gpu_us", key);
@@ -244,13 +214,13 @@ static void whole(fos_backend *be, const fos_qweight *qw, const void *x, void *y
 	for (int i = 0; i < 50; i++)
 		CK(sf_request(be, qw, x, m, y, old));
 	for (int i = 0; i < reps; i++) {
-		double t0 = sf_now();
+		double t0 = bench_now();
 		CK(sf_request(be, qw, x, m, y, old));
-		t[i] = (sf_now() - t0) * 1e6;
+		t[i] = (bench_now() - t0) * 1e6;
 	}
 	*same = *same && !memcmp(y, ref, (size_t)(m * qw->n) * 2);
 	CK(fos_cuda_set_h2d_nowait(be, 0, &g_e));
-	double p50 = sf_q(t, reps, 0.5), p99 = sf_q(t, reps, 0.99);
+	double p50 = bench_quantile(t, reps, 0.5), p99 = bench_quantile(t, reps, 0.99);
 	printf("| %-62s | %9.1f | %9.1f |\n", what, p50, p99);
 	char k[96];
 	snprintf(k, sizeof k, "%s_p50_us", key);
@@ -291,8 +261,8 @@ static void *sf_worker_main(void *arg)
 	atomic_fetch_add(w->go, 1);
 	while (atomic_load(w->go) > 0)
 		;
-	double end = sf_now() + w->secs;
-	while (!w->failed && sf_now() < end) {
+	double end = bench_now() + w->secs;
+	while (!w->failed && bench_now() < end) {
 		memset(h + xb, 0, 64); /* a result must be written each time */
 		if (sf_request_e(w->be, w->qw, h, w->m, h + xb, 0, &e)) {
 			w->failed = 1;
@@ -324,7 +294,7 @@ static double sf_rate(fos_backend **bes, int t, const fos_qweight *qw, const uin
 	}
 	while (atomic_load(&go) < t)
 		;
-	double t0 = sf_now();
+	double t0 = bench_now();
 	atomic_store(&go, -1);
 	uint64_t total = 0;
 	for (int i = 0; i < t; i++) {
@@ -336,7 +306,7 @@ static double sf_rate(fos_backend **bes, int t, const fos_qweight *qw, const uin
 		total += w[i].done;
 		*bad += w[i].bad;
 	}
-	double dt = sf_now() - t0;
+	double dt = bench_now() - t0;
 	free(w);
 	return (double)total / dt;
 }
@@ -377,8 +347,8 @@ int main(int argc, char **argv)
 	}
 	size_t xb = (size_t)(m * k) * 2, yb = (size_t)(m * n) * 2, big = xb > yb ? xb : yb;
 	uint16_t *w = malloc((size_t)(n * k) * 2), *x = malloc(xb), *ref = malloc(yb), *ypage = malloc(yb);
-	sf_fill(w, (size_t)(n * k), 1, 0.05f);
-	sf_fill(x, (size_t)(m * k), 2, 1.0f);
+	bench_fill_bf16(w, (size_t)(n * k), 1, 0.05f);
+	bench_fill_bf16(x, (size_t)(m * k), 2, 1.0f);
 	g_x_host = x;
 	fos_qweight qw;
 	fos_linear_opts o = fos_linear_opts_default();

@@ -304,6 +304,10 @@ int cli_linear_main(const cli_global *g, int argc, char **argv);
 
 /* ---- the daemon-only subcommands ------------------------------------------------------------ */
 
+/* The start of a daemon-only subcommand: parses argv against cmd, then connects to fosd. Returns 1
+ * with *c open; or 0 with *exit_status the status to exit with (help shown: CLI_EXIT_OK; bad command
+ * line: CLI_EXIT_USAGE; no connection: CLI_EXIT_FAIL), its message already printed (cli_info.c). */
+int cli_parse_connect(const cli_global *g, cli_cmd *cmd, int argc, char **argv, fos_client **c, int *exit_status);
 int cli_health_main(const cli_global *g, int argc, char **argv);       /* cli_info.c */
 int cli_stats_main(const cli_global *g, int argc, char **argv);        /* cli_info.c */
 int cli_put_weight_main(const cli_global *g, int argc, char **argv);   /* cli_weights.c */

@@ -1,9 +1,26 @@
 /* cli_info.c: `fos health` (is fosd up: version, backend, device, uptime; exit 1 when it is not
  * serving) and `fos stats` (fosd's counters: requests, status codes, latencies and bytes by op, the
- * weight cache, saved contexts, the executor), as text or --json. */
+ * weight cache, saved contexts, the executor), as text or --json; and cli_parse_connect, the
+ * parse-then-connect start these and `fos list-weights` share. */
 #include "cli.h"
 
 #include <string.h>
+
+/* cli.h: 1 connected, or 0 with the exit status to return (message printed). */
+int cli_parse_connect(const cli_global *g, cli_cmd *cmd, int argc, char **argv, fos_client **c, int *exit_status)
+{
+	fos_err err = {0, ""};
+	int rc = cli_parse(cmd, argc, argv, &err);
+	if (rc == CLI_HELP_SHOWN)
+		*exit_status = CLI_EXIT_OK;
+	else if (rc)
+		*exit_status = cli_report(&err, CLI_EXIT_USAGE);
+	else if (cli_connect(g, c, &err))
+		*exit_status = cli_report(&err, CLI_EXIT_FAIL);
+	else
+		return 1;
+	return 0;
+}
 
 enum { HF_JSON, HF_COUNT };
 
@@ -21,15 +38,11 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		.footer = "Exit status: 0 fosd answers and is serving; 1 it does not answer, or it is draining\n"
 			  "(shutting down); 2 bad command line.",
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
 	fos_client *c;
-	if (cli_connect(g, &c, &err))
-		return cli_report(&err, CLI_EXIT_FAIL);
+	int ex;
+	if (!cli_parse_connect(g, &cmd, argc, argv, &c, &ex))
+		return ex;
+	fos_err err = {0, ""};
 	fos_health_info h;
 	fos_status st;
 	if (fos_health(c, &h, &st)) {
@@ -66,6 +79,21 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 
 /* ---- stats ------------------------------------------------------------------------------------ */
 
+/* A key and an unsigned counter, for info_json_counters. */
+typedef struct info_counter {
+	const char *key;
+	uint64_t v;
+} info_counter;
+
+/* "key": {counters in the order given} */
+static void info_json_counters(cli_jw *w, const char *key, const info_counter *kv, size_t n)
+{
+	cli_jw_obj(w, key);
+	for (size_t i = 0; i < n; i++)
+		cli_jw_u64(w, kv[i].key, kv[i].v);
+	cli_jw_end(w, '}');
+}
+
 static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 {
 	cli_jw w;
@@ -100,28 +128,21 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 		cli_jw_end(&w, '}');
 	}
 	cli_jw_end(&w, ']');
-	cli_jw_obj(&w, "cache");
-	cli_jw_u64(&w, "entries", s->cache_entries);
-	cli_jw_u64(&w, "bytes", s->cache_bytes);
-	cli_jw_u64(&w, "budget", s->cache_budget);
-	cli_jw_u64(&w, "hits", s->cache_hits);
-	cli_jw_u64(&w, "misses", s->cache_misses);
-	cli_jw_u64(&w, "evictions", s->cache_evictions);
-	cli_jw_end(&w, '}');
-	cli_jw_obj(&w, "contexts");
-	cli_jw_u64(&w, "live", s->contexts);
-	cli_jw_u64(&w, "bytes", s->context_bytes);
-	cli_jw_u64(&w, "budget", s->context_budget);
-	cli_jw_u64(&w, "expired", s->contexts_expired);
-	cli_jw_u64(&w, "evicted", s->contexts_evicted);
-	cli_jw_end(&w, '}');
-	cli_jw_obj(&w, "executor");
-	cli_jw_u64(&w, "workers", s->workers);
-	cli_jw_u64(&w, "inflight", s->inflight);
-	cli_jw_u64(&w, "queued", s->queued);
-	cli_jw_u64(&w, "duplicates", s->duplicates);
-	cli_jw_u64(&w, "bad_messages", s->bad_messages);
-	cli_jw_end(&w, '}');
+	const info_counter cache[] = {
+		{"entries", s->cache_entries}, {"bytes", s->cache_bytes}, {"budget", s->cache_budget},
+		{"hits", s->cache_hits}, {"misses", s->cache_misses}, {"evictions", s->cache_evictions},
+	};
+	const info_counter contexts[] = {
+		{"live", s->contexts}, {"bytes", s->context_bytes}, {"budget", s->context_budget},
+		{"expired", s->contexts_expired}, {"evicted", s->contexts_evicted},
+	};
+	const info_counter executor[] = {
+		{"workers", s->workers}, {"inflight", s->inflight}, {"queued", s->queued},
+		{"duplicates", s->duplicates}, {"bad_messages", s->bad_messages},
+	};
+	info_json_counters(&w, "cache", cache, sizeof cache / sizeof cache[0]);
+	info_json_counters(&w, "contexts", contexts, sizeof contexts / sizeof contexts[0]);
+	info_json_counters(&w, "executor", executor, sizeof executor / sizeof executor[0]);
 	cli_jw_end(&w, '}');
 }
 
@@ -178,15 +199,11 @@ int cli_stats_main(const cli_global *g, int argc, char **argv)
 		.flags = flags,
 		.nflags = SF_COUNT,
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
 	fos_client *c;
-	if (cli_connect(g, &c, &err))
-		return cli_report(&err, CLI_EXIT_FAIL);
+	int ex;
+	if (!cli_parse_connect(g, &cmd, argc, argv, &c, &ex))
+		return ex;
+	fos_err err = {0, ""};
 	static fos_stats_info s;
 	fos_status st;
 	if (fos_stats(c, &s, &st)) {

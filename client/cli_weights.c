@@ -190,15 +190,11 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 		.flags = flags,
 		.nflags = LWF_COUNT,
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
 	fos_client *c;
-	if (cli_connect(g, &c, &err))
-		return cli_report(&err, CLI_EXIT_FAIL);
+	int ex;
+	if (!cli_parse_connect(g, &cmd, argc, argv, &c, &ex))
+		return ex;
+	fos_err err = {0, ""};
 	fos_weight_info *list = NULL;
 	size_t n = 0;
 	fos_status st;

@@ -54,6 +54,9 @@ typedef struct fosc_reply {
  * fosc_reply_free), or the status code of the reply or of the failure. */
 int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st);
 void fosc_reply_free(fosc_reply *r);
+/* A Stats round trip (libfos_ops.c): its result (r to free with fosc_reply_free), or NULL with
+ * *code the failure (DATA_LOSS when the reply has no stats result; r already freed). */
+const Fos__StatsResult *fosc_stats_call(fos_client *c, fosc_reply *r, int *code, fos_status *st);
 
 /* Copies a reply tensor into an output: checks it against the data section and the expected dtype
  * and shape (exp_d1 <= 0: 1-D of exp_d0; exp_d0 < 0: any shape), then allocates or checks the

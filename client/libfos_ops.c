@@ -1,6 +1,6 @@
 /* libfos_ops.c: libfos's operations: health, stats, the weight cache, forward / backward (with the
  * recompute of an expired context), release, quantize, dequantize and the one-shot linear. Each
- * fills a fos.Request, calls fosc_call and copies the reply's results out. */
+ * fills a fos.Request, calls fosc_call (through call_result) and copies the reply's results out. */
 #include "libfos_internal.h"
 
 #include <stdio.h>
@@ -37,6 +37,35 @@ static int outset_fail(outset *o, int code)
 	return code;
 }
 
+/* fosc_call, then the reply's result, which must be of case want. Returns that result (the oneof
+ * member; *code OK, r to free with fosc_reply_free), or NULL with *code the call's failure, or
+ * DATA_LOSS "the reply has no <what>" (r freed). */
+static const void *call_result(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin,
+			       Fos__Response__ResultCase want, const char *what, fosc_reply *r, int *code,
+			       fos_status *st)
+{
+	*code = fosc_call(c, rq, ins, nin, r, st);
+	if (*code)
+		return NULL;
+	/* The oneof's members are all struct pointers in one union (same representation, C11 6.2.5):
+	 * reading it through any member gives the one of the case set. */
+	const void *res = r->resp->result_case == want ? (const void *)r->resp->health : NULL;
+	if (!res) {
+		fosc_reply_free(r);
+		*code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no %s", what);
+	}
+	return res;
+}
+
+const Fos__StatsResult *fosc_stats_call(fos_client *c, fosc_reply *r, int *code, fos_status *st)
+{
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__StatsRequest sr = FOS__STATS_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_STATS;
+	rq.stats = &sr;
+	return call_result(c, &rq, NULL, 0, FOS__RESPONSE__RESULT_STATS, "stats result", r, code, st);
+}
+
 int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 {
 	Fos__Request rq = FOS__REQUEST__INIT;
@@ -44,14 +73,11 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	rq.op_case = FOS__REQUEST__OP_HEALTH;
 	rq.health = &h;
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
-	if (code)
+	int code;
+	const Fos__HealthResult *hr =
+		call_result(c, &rq, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", &r, &code, st);
+	if (!hr)
 		return code;
-	const Fos__HealthResult *hr = r.resp->result_case == FOS__RESPONSE__RESULT_HEALTH ? r.resp->health : NULL;
-	if (!hr) {
-		fosc_reply_free(&r);
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no health result");
-	}
 	memset(out, 0, sizeof *out);
 	copy_str(out->version, sizeof out->version, hr->version);
 	copy_str(out->backend, sizeof out->backend, hr->backend);
@@ -65,19 +91,11 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 
 int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 {
-	Fos__Request rq = FOS__REQUEST__INIT;
-	Fos__StatsRequest sr = FOS__STATS_REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_STATS;
-	rq.stats = &sr;
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
-	if (code)
+	int code;
+	const Fos__StatsResult *s = fosc_stats_call(c, &r, &code, st);
+	if (!s)
 		return code;
-	const Fos__StatsResult *s = r.resp->result_case == FOS__RESPONSE__RESULT_STATS ? r.resp->stats : NULL;
-	if (!s) {
-		fosc_reply_free(&r);
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no stats result");
-	}
 	memset(out, 0, sizeof *out);
 	out->uptime_ms = s->uptime_ms;
 	copy_str(out->backend, sizeof out->backend, s->backend);
@@ -169,11 +187,12 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 	}
 	fosc_in ins[1] = {{&tw, w, "w"}};
 	fosc_reply r;
-	int code = fosc_call(c, &rq, ins, 1, &r, st);
-	if (code)
+	int code;
+	const Fos__PutWeightResult *pr =
+		call_result(c, &rq, ins, 1, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", &r, &code, st);
+	if (!pr)
 		return code;
-	const Fos__PutWeightResult *pr = r.resp->result_case == FOS__RESPONSE__RESULT_PUT_WEIGHT ? r.resp->put_weight : NULL;
-	if (!pr || !pr->info) {
+	if (!pr->info) {
 		fosc_reply_free(&r);
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight info");
 	}
@@ -225,15 +244,11 @@ int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_s
 	rq.op_case = FOS__REQUEST__OP_LIST_WEIGHTS;
 	rq.list_weights = &lw;
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
-	if (code)
-		return code;
+	int code;
 	const Fos__ListWeightsResult *lr =
-		r.resp->result_case == FOS__RESPONSE__RESULT_LIST_WEIGHTS ? r.resp->list_weights : NULL;
-	if (!lr) {
-		fosc_reply_free(&r);
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight list");
-	}
+		call_result(c, &rq, NULL, 0, FOS__RESPONSE__RESULT_LIST_WEIGHTS, "weight list", &r, &code, st);
+	if (!lr)
+		return code;
 	fos_weight_info *a = calloc(lr->n_weights ? lr->n_weights : 1, sizeof *a);
 	if (!a) {
 		fosc_reply_free(&r);
@@ -278,16 +293,14 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	fos_tensor *outs[] = {skip_output ? NULL : y};
 	fosc_shm_outputs(c, &rq, &so, out_names, outs, 1); /* y straight into a region */
 	fosc_reply r;
-	int code = fosc_call(c, &rq, ins, bias ? 2 : 1, &r, st);
-	if (code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, weight) == FOS_CODE_OK)
-		code = fosc_call(c, &rq, ins, bias ? 2 : 1, &r, st); /* the weight was put again: retry once */
-	if (code)
+	int code;
+	const Fos__ForwardResult *res = call_result(c, &rq, ins, bias ? 2 : 1, FOS__RESPONSE__RESULT_FORWARD,
+						    "forward result", &r, &code, st);
+	if (!res && code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, weight) == FOS_CODE_OK)
+		res = call_result(c, &rq, ins, bias ? 2 : 1, FOS__RESPONSE__RESULT_FORWARD, "forward result", &r,
+				  &code, st); /* the weight was put again: retry once */
+	if (!res)
 		return code;
-	const Fos__ForwardResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_FORWARD ? r.resp->forward : NULL;
-	if (!res) {
-		fosc_reply_free(&r);
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no forward result");
-	}
 	int64_t m = x->shape[0];
 	if (!skip_output) {
 		outset os = {{0}, {0}, 0};
@@ -348,18 +361,15 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	fos_tensor *outs[] = {dx, dw, db};
 	fosc_shm_outputs(c, &rq, &so, out_names, outs, 3);
 	fosc_reply r;
-	int code = fosc_call(c, &rq, ins, 1, &r, st);
-	if (code)
+	int code;
+	const Fos__BackwardResult *res =
+		call_result(c, &rq, ins, 1, FOS__RESPONSE__RESULT_BACKWARD, "backward result", &r, &code, st);
+	if (!res)
 		return code;
-	const Fos__BackwardResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_BACKWARD ? r.resp->backward : NULL;
 	outset os = {{0}, {0}, 0};
 	outset_add(&os, dx);
 	outset_add(&os, dw);
 	outset_add(&os, db);
-	if (!res) {
-		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no backward result");
-		goto out;
-	}
 	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
 	if ((code = fosc_out(&r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st)) ||
 	    (code = fosc_out(&r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st)))
@@ -466,21 +476,20 @@ int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg
 	fos_tensor *outs[] = {codes, scales, amax_out};
 	fosc_shm_outputs(c, &rq, &so, out_names, outs, 3);
 	fosc_reply r;
-	int code = fosc_call(c, &rq, ins, amax_in ? 2 : 1, &r, st);
-	if (code)
+	int code;
+	const Fos__QuantizeResult *res = call_result(c, &rq, ins, amax_in ? 2 : 1, FOS__RESPONSE__RESULT_QUANTIZE,
+						     "quantize result", &r, &code, st);
+	if (!res)
 		return code;
-	const Fos__QuantizeResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_QUANTIZE ? r.resp->quantize : NULL;
 	int64_t rows = x->shape[0], cols = x->shape[1];
 	int rs = cfg && cfg->row_scaled;
 	outset os = {{0}, {0}, 0};
 	outset_add(&os, codes);
 	outset_add(&os, scales);
 	outset_add(&os, amax_out);
-	if (!res)
-		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no quantize result");
-	else if ((code = fosc_out(&r, res->codes, "codes", FOS_DTYPE_U8, rows, cols / 2, codes, st)) ||
-		 (code = fosc_out(&r, res->scales, "scales", FOS_DTYPE_E4M3, rows, cols / 16, scales, st)) ||
-		 (code = fosc_out(&r, res->amax, "amax", FOS_DTYPE_F32, rs ? rows : 1, 0, amax_out, st)))
+	if ((code = fosc_out(&r, res->codes, "codes", FOS_DTYPE_U8, rows, cols / 2, codes, st)) ||
+	    (code = fosc_out(&r, res->scales, "scales", FOS_DTYPE_E4M3, rows, cols / 16, scales, st)) ||
+	    (code = fosc_out(&r, res->amax, "amax", FOS_DTYPE_F32, rs ? rows : 1, 0, amax_out, st)))
 		outset_fail(&os, code);
 	fosc_reply_free(&r);
 	return code;
@@ -510,15 +519,12 @@ int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *sca
 	fos_tensor *outs[] = {out};
 	fosc_shm_outputs(c, &rq, &so, out_names, outs, 1);
 	fosc_reply r;
-	int code = fosc_call(c, &rq, ins, 3, &r, st);
-	if (code)
-		return code;
+	int code;
 	const Fos__DequantizeResult *res =
-		r.resp->result_case == FOS__RESPONSE__RESULT_DEQUANTIZE ? r.resp->dequantize : NULL;
+		call_result(c, &rq, ins, 3, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", &r, &code, st);
 	if (!res)
-		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no dequantize result");
-	else
-		code = fosc_out(&r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
+		return code;
+	code = fosc_out(&r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
 	fosc_reply_free(&r);
 	return code;
 }
@@ -562,20 +568,17 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 	fos_tensor *outs[] = {y, dy ? dx : NULL, dy ? dw : NULL, dy ? db : NULL};
 	fosc_shm_outputs(c, &rq, &so, out_names, outs, 4);
 	fosc_reply r;
-	int code = fosc_call(c, &rq, ins, nin, &r, st);
-	if (code)
+	int code;
+	const Fos__LinearResult *res =
+		call_result(c, &rq, ins, nin, FOS__RESPONSE__RESULT_LINEAR, "linear result", &r, &code, st);
+	if (!res)
 		return code;
-	const Fos__LinearResult *res = r.resp->result_case == FOS__RESPONSE__RESULT_LINEAR ? r.resp->linear : NULL;
 	int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
 	outset os = {{0}, {0}, 0};
 	outset_add(&os, y);
 	outset_add(&os, dx);
 	outset_add(&os, dw);
 	outset_add(&os, db);
-	if (!res) {
-		code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no linear result");
-		goto out;
-	}
 	if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, m, n, y, st)))
 		goto fail;
 	if (dy) {

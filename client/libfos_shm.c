@@ -397,19 +397,11 @@ void fosc_shm_close(fos_client *c)
 
 int fos_region_stats(fos_client *c, uint64_t *regions, uint64_t *bytes, uint64_t *mapped, fos_status *st)
 {
-	Fos__Request rq = FOS__REQUEST__INIT;
-	Fos__StatsRequest sr = FOS__STATS_REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_STATS;
-	rq.stats = &sr;
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
-	if (code)
+	int code;
+	const Fos__StatsResult *s = fosc_stats_call(c, &r, &code, st);
+	if (!s)
 		return code;
-	const Fos__StatsResult *s = r.resp->result_case == FOS__RESPONSE__RESULT_STATS ? r.resp->stats : NULL;
-	if (!s) {
-		fosc_reply_free(&r);
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no stats result");
-	}
 	if (regions)
 		*regions = s->shm_regions;
 	if (bytes)
