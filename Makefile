@@ -108,7 +108,9 @@ $(LIBPROTO): $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBFOSD): $(call obj,$(SERVER_C))
 	@rm -f $@; ar rcs $@ $^
-$(LIBFOS): $(call obj,$(LIBFOS_C))
+# libfos.a carries the generated protobuf-c code too, so a client links -lfos -lnng -lprotobuf-c.
+PROTO_OBJ = $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
+$(LIBFOS): $(call obj,$(LIBFOS_C)) $(PROTO_OBJ)
 	@rm -f $@; ar rcs $@ $^
 # Debian's libnng.a is not position-independent: the shared libfos links the shared nng/protobuf-c.
 $(LIBFOSSO): $(call obj,$(LIBFOS_C)) $(LIBPROTO)
@@ -174,7 +176,7 @@ bench: benches
 install: all
 	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/usr/local/lib $(DESTDIR)/usr/local/include
 	install -m 755 $(BINS) $(DESTDIR)/usr/local/bin/
-	install -m 644 $(LIBFOS) $(DESTDIR)/usr/local/lib/
+	install -m 644 $(LIBFOS) $(LIBFOSSO) $(DESTDIR)/usr/local/lib/
 	install -m 644 client/fos.h $(DESTDIR)/usr/local/include/
 
 clean:
