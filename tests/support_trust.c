@@ -657,6 +657,29 @@ int tt_weight_put(fos_client *c, const tt_weight *tw, int pin, fos_status *st)
 	return fos_put_weight(c, tw->name, 1, &w, &cfg, NULL, st);
 }
 
+int tt_weight_save_context(fos_client *c, const tt_weight *tw, fos_context *ctx, fos_status *st)
+{
+	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, tw->m, tw->k, tw->x), y = fos_tensor_out();
+	fos_forward_opts o = {0, 0, 0, 1};
+	int rc = fos_forward(c, tw->name, &x, NULL, &o, &y, ctx, st);
+	free(y.data);
+	return rc;
+}
+
+int tt_weight_listed(fos_client *c, const char *name)
+{
+	fos_weight_info *l;
+	size_t n;
+	fos_status st;
+	if (fos_list_weights(c, &l, &n, &st))
+		return -1;
+	int found = 0;
+	for (size_t i = 0; i < n; i++)
+		found |= !strcmp(l[i].name, name);
+	free(l);
+	return found;
+}
+
 int tt_weight_check(fos_client *c, const tt_weight *tw, fos_status *st)
 {
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, tw->m, tw->k, tw->x), y = fos_tensor_out();

@@ -109,6 +109,10 @@ void tt_weight_free(tt_weight *tw);
 int tt_weight_put(fos_client *c, const tt_weight *tw, int pin, fos_status *st);
 /* Forward of its X: returns the status code; FOS_CODE_DATA_LOSS when Y differs from the reference. */
 int tt_weight_check(fos_client *c, const tt_weight *tw, fos_status *st);
+/* Forward of its X with save_context (Y discarded), filling ctx. Returns the status code. */
+int tt_weight_save_context(fos_client *c, const tt_weight *tw, fos_context *ctx, fos_status *st);
+/* 1 when the caller's tenant has a weight of that name cached, 0 when not, -1 when the list fails. */
+int tt_weight_listed(fos_client *c, const char *name);
 
 /* Connects with a token (NULL: none), failing the test on error. */
 fos_client *tt_connect(const char *url, const char *token);

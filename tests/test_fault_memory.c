@@ -36,20 +36,6 @@
 
 enum { WN = 256, WK = 128, XM = 128 };
 
-static int listed(fos_client *c, const char *name)
-{
-	fos_weight_info *l;
-	size_t n;
-	fos_status st;
-	if (fos_list_weights(c, &l, &n, &st))
-		return -1;
-	int found = 0;
-	for (size_t i = 0; i < n; i++)
-		found |= !strcmp(l[i].name, name);
-	free(l);
-	return found;
-}
-
 static void test_cache_budget(void **state)
 {
 	(void)state;
@@ -73,8 +59,8 @@ static void test_cache_budget(void **state)
 		ASSERT_OK(tt_weight_put(c, &w[i], 0, &st), st);
 	ASSERT_OK(tt_weight_check(c, &w[0], &st), st); /* w1 used: w2 is now the least recent */
 	ASSERT_OK(tt_weight_put(c, &w[4], 0, &st), st);
-	assert_int_equal(listed(c, "w2"), 0);
-	assert_int_equal(listed(c, "w1"), 1);
+	assert_int_equal(tt_weight_listed(c, "w2"), 0);
+	assert_int_equal(tt_weight_listed(c, "w1"), 1);
 	fos_stats_info si;
 	ASSERT_OK(fos_stats(c, &si, &st), st);
 	assert_int_equal(si.cache_evictions, 1);
@@ -106,15 +92,6 @@ static void test_cache_budget(void **state)
 	tsrv_cleanup(&s);
 }
 
-static int save(fos_client *c, const tt_weight *w, fos_context *ctx, fos_status *st)
-{
-	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, w->m, w->k, w->x), y = fos_tensor_out();
-	fos_forward_opts o = {0, 0, 0, 1};
-	int rc = fos_forward(c, w->name, &x, NULL, &o, &y, ctx, st);
-	free(y.data);
-	return rc;
-}
-
 static void test_context_budget(void **state)
 {
 	(void)state;
@@ -128,7 +105,7 @@ static void test_context_budget(void **state)
 	assert_int_equal(tsrv_start(&s, NULL), 0);
 	fos_client *c = tt_connect(s.url, NULL);
 	ASSERT_OK(tt_weight_put(c, &w, 1, &st), st);
-	ASSERT_OK(save(c, &w, &c1, &st), st);
+	ASSERT_OK(tt_weight_save_context(c, &w, &c1, &st), st);
 	fos_stats_info si;
 	ASSERT_OK(fos_stats(c, &si, &st), st);
 	uint64_t one = si.context_bytes;
@@ -142,10 +119,10 @@ static void test_context_budget(void **state)
 	assert_int_equal(tsrv_start(&s, args), 0);
 	c = tt_connect(s.url, NULL);
 	ASSERT_OK(tt_weight_put(c, &w, 1, &st), st);
-	ASSERT_OK(save(c, &w, &c1, &st), st);
-	ASSERT_OK(save(c, &w, &c2, &st), st);
-	ASSERT_OK(save(c, &w, &c3, &st), st); /* the oldest (c1) makes room */
-	ASSERT_CODE(save(c, &big, &huge, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
+	ASSERT_OK(tt_weight_save_context(c, &w, &c1, &st), st);
+	ASSERT_OK(tt_weight_save_context(c, &w, &c2, &st), st);
+	ASSERT_OK(tt_weight_save_context(c, &w, &c3, &st), st); /* the oldest (c1) makes room */
+	ASSERT_CODE(tt_weight_save_context(c, &big, &huge, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
 	ASSERT_OK(fos_stats(c, &si, &st), st);
 	assert_int_equal(si.contexts, 2);
 	assert_int_equal(si.contexts_evicted, 1);

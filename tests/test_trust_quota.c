@@ -73,20 +73,6 @@ static void stop(tsrv *s, char *dir)
 	tt_tmpdir_remove(dir);
 }
 
-static int has_weight(fos_client *c, const char *name)
-{
-	fos_weight_info *l;
-	size_t n;
-	fos_status st;
-	if (fos_list_weights(c, &l, &n, &st))
-		return -1;
-	int found = 0;
-	for (size_t i = 0; i < n; i++)
-		found |= !strcmp(l[i].name, name);
-	free(l);
-	return found;
-}
-
 static void test_cache_quota(void **state)
 {
 	(void)state;
@@ -116,9 +102,9 @@ static void test_cache_quota(void **state)
 	ASSERT_OK(tt_weight_put(a, &aw[0], 0, &st), st);
 	ASSERT_OK(tt_weight_put(a, &aw[1], 1, &st), st);
 	ASSERT_OK(tt_weight_put(a, &aw[2], 1, &st), st);
-	assert_int_equal(has_weight(a, "a1"), 0);
-	assert_int_equal(has_weight(bo, "b1"), 1);
-	assert_int_equal(has_weight(bo, "b2"), 1);
+	assert_int_equal(tt_weight_listed(a, "a1"), 0);
+	assert_int_equal(tt_weight_listed(bo, "b1"), 1);
+	assert_int_equal(tt_weight_listed(bo, "b2"), 1);
 	/* only pinned weights of hers are left: RESOURCE_EXHAUSTED, and nobody loses anything */
 	ASSERT_CODE(tt_weight_put(a, &aw[3], 0, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
 	assert_non_null(strstr(st.message, "quota of tenant 'alice'"));
@@ -129,9 +115,9 @@ static void test_cache_quota(void **state)
 	/* bob has no quota; the global budget (5.5 weights) makes his put evict his own oldest */
 	ASSERT_OK(tt_weight_put(bo, &bw[2], 0, &st), st);
 	ASSERT_OK(tt_weight_put(bo, &bw[3], 0, &st), st);
-	assert_int_equal(has_weight(bo, "b1"), 0);
-	assert_int_equal(has_weight(a, "a2"), 1);
-	assert_int_equal(has_weight(a, "a3"), 1);
+	assert_int_equal(tt_weight_listed(bo, "b1"), 0);
+	assert_int_equal(tt_weight_listed(a, "a2"), 1);
+	assert_int_equal(tt_weight_listed(a, "a3"), 1);
 	/* everything left is bit-identical */
 	ASSERT_OK(tt_weight_check(a, &aw[1], &st), st);
 	ASSERT_OK(tt_weight_check(a, &aw[2], &st), st);
@@ -147,15 +133,6 @@ static void test_cache_quota(void **state)
 }
 
 /* Saves a context of alice's or bob's: forward of tw->x with save_context. */
-static int save_ctx(fos_client *c, const tt_weight *tw, fos_context *ctx, fos_status *st)
-{
-	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, tw->m, tw->k, tw->x), y = fos_tensor_out();
-	fos_forward_opts o = {0, 0, 0, 1};
-	int rc = fos_forward(c, tw->name, &x, NULL, &o, &y, ctx, st);
-	free(y.data);
-	return rc;
-}
-
 static int run_bwd(fos_client *c, fos_context *ctx, const tt_weight *tw, fos_status *st)
 {
 	uint16_t *dy = malloc((size_t)(tw->m * tw->n) * 2);
@@ -180,7 +157,7 @@ static void test_context_quota(void **state)
 	start(&s, dir, "alice " ALICE "\n", NULL);
 	fos_client *a = tt_connect(s.url, ALICE);
 	ASSERT_OK(tt_weight_put(a, &w, 0, &st), st);
-	ASSERT_OK(save_ctx(a, &w, &c1, &st), st);
+	ASSERT_OK(tt_weight_save_context(a, &w, &c1, &st), st);
 	fos_stats_info si;
 	ASSERT_OK(fos_stats(a, &si, &st), st);
 	uint64_t one = si.context_bytes;
@@ -194,13 +171,13 @@ static void test_context_quota(void **state)
 	fos_client *b = tt_connect(s.url, BOB);
 	ASSERT_OK(tt_weight_put(a, &w, 0, &st), st);
 	ASSERT_OK(tt_weight_put(b, &w, 0, &st), st);
-	ASSERT_OK(save_ctx(b, &w, &cb, &st), st); /* bob's is the oldest of all */
-	ASSERT_OK(save_ctx(a, &w, &c1, &st), st);
-	ASSERT_OK(save_ctx(a, &w, &c2, &st), st); /* over alice's quota: her c1 goes, not bob's */
+	ASSERT_OK(tt_weight_save_context(b, &w, &cb, &st), st); /* bob's is the oldest of all */
+	ASSERT_OK(tt_weight_save_context(a, &w, &c1, &st), st);
+	ASSERT_OK(tt_weight_save_context(a, &w, &c2, &st), st); /* over alice's quota: her c1 goes, not bob's */
 	ASSERT_CODE(run_bwd(a, &c1, &w, &st), FOS_CODE_NOT_FOUND, st);
 	assert_non_null(strstr(st.message, "evicted"));
 	fos_context huge;
-	ASSERT_CODE(save_ctx(a, &big, &huge, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
+	ASSERT_CODE(tt_weight_save_context(a, &big, &huge, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
 	assert_non_null(strstr(st.message, "context quota of tenant 'alice'"));
 	ASSERT_OK(run_bwd(b, &cb, &w, &st), st);
 	ASSERT_OK(run_bwd(a, &c2, &w, &st), st);
