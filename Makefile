@@ -125,7 +125,11 @@ ALL_LIBS = $(LIBCLI) $(LIBFOSD) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
 # linked nng, EPIPE maps to NNG_ECONNRESET, so a peer vanishing during the SP handshake no longer
 # stops a listener for good. -u pulls server/nng_fix.o out of libfosd.a.
 NNG_FIX = -Wl,--wrap=nni_plat_errno -Wl,-u,__wrap_nni_plat_errno
-LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS) $(NNG_FIX)
+# Large message bodies of the static nng come from server/msg_pool.c: reused, not cleared, and
+# pinned for DMA in a cuda fosd. -u pulls server/msg_pool.o out of libfosd.a.
+MSGPOOL_WRAP = -Wl,--wrap=nni_msg_alloc -Wl,--wrap=nni_zalloc -Wl,--wrap=nni_alloc -Wl,--wrap=nni_free \
+	-Wl,-u,__wrap_nni_zalloc
+LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS) $(NNG_FIX) $(MSGPOOL_WRAP)
 
 # ---- programs --------------------------------------------------------------------------------
 $(BUILD)/fos: $(ALL_LIBS)

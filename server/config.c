@@ -27,6 +27,7 @@ void fosd_config_defaults(fosd_config *c)
 	c->context_bytes = (uint64_t)4 << 30;
 	c->context_ttl_ms = 60 * 1000;
 	c->max_message_bytes = (uint64_t)1 << 30;
+	c->message_pool_bytes = (uint64_t)1 << 30;
 	c->drain_timeout_ms = 30 * 1000;
 	c->sweep_interval_ms = 1000;
 	c->dedup_window_ms = 10 * 60 * 1000;
@@ -170,6 +171,7 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 	} nums[] = {
 		{"cache_bytes", &c->cache_bytes, 1},	    {"context_bytes", &c->context_bytes, 1},
 		{"max_message_bytes", &c->max_message_bytes, 1}, {"context_ttl", &c->context_ttl_ms, 0},
+		{"message_pool_bytes", &c->message_pool_bytes, 1},
 		{"drain_timeout", &c->drain_timeout_ms, 0},   {"sweep_interval", &c->sweep_interval_ms, 0},
 		{"dedup_window", &c->dedup_window_ms, 0},
 	};
@@ -217,7 +219,7 @@ static int config_known_key(const char *key)
 		"listen",	 "backend",	   "threads",	     "device",	       "workers",
 		"concurrency",	 "cache_bytes",	   "context_bytes",  "max_message_bytes", "context_ttl",
 		"drain_timeout", "sweep_interval", "dedup_window",   "ipc_mode",	  "log_level",
-		"tokens",	 "config",	   "streams",
+		"tokens",	 "config",	   "streams",	     "message_pool_bytes",
 	};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strcmp(key, keys[i]))
@@ -294,6 +296,7 @@ void fosd_config_usage(void *stream)
 		"  --context-bytes SIZE     saved-context budget (default 4G)\n"
 		"  --context-ttl DUR        saved-context lifetime (default 60s)\n"
 		"  --max-message-bytes SIZE largest request or reply (default 1G)\n"
+		"  --message-pool-bytes SIZE freed message memory kept for reuse (default 1G)\n"
 		"  --drain-timeout DUR      SIGTERM/SIGINT: wait for in-flight requests (default 30s)\n"
 		"  --sweep-interval DUR     context expiry sweep period (default 1s)\n"
 		"  --dedup-window DUR       remember executed request ids (default 10m)\n"

@@ -3,6 +3,7 @@
  * finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
  * abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
+#include "msg_pool.h"
 #include "auth.h"
 #include "log.h"
 
@@ -77,6 +78,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv.tenants = tenants;
+	fosd_info("message pool: bodies from %zu KiB reused, %llu bytes kept free, %s", FOSD_MSGPOOL_MIN >> 10,
+		  (unsigned long long)cfg.message_pool_bytes,
+		  srv.regions.pin ? "pinned for device DMA" : "not pinned (no device)");
 	if (fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg)) {
 		fosd_error("%s", msg);
 	} else {

@@ -1,5 +1,6 @@
 /* server.c: creating and destroying the server object (caches, metrics, locks). */
 #include "server.h"
+#include "msg_pool.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -19,12 +20,16 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *
 		snprintf(msg, msgsz, "out of memory initializing the server");
 		return -1;
 	}
+	/* large message bodies: kept warm, and pinned on the backend that pins regions (msg_pool.c) */
+	fosd_msgpool_set_keep(cfg->message_pool_bytes);
+	fosd_msgpool_set_pin(srv->regions.pin);
 	return 0;
 }
 
 void fosd_server_destroy(fosd_server *srv)
 {
 	fosd_regions_destroy(&srv->regions); /* unpins while the backend is still there */
+	fosd_msgpool_unpin_all();
 	fosd_contexts_destroy(&srv->cx); /* releases weight references first */
 	fosd_wcache_destroy(&srv->wc);
 	fosd_dedup_destroy(&srv->dd);
