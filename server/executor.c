@@ -243,6 +243,26 @@ static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg
 	(void)srv;
 }
 
+/* Runs s on lane (already taken) and answers it. */
+static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel)
+{
+	int code = 0;
+	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
+	fosd_lane_be = be;
+	s->t_lane_ns = fosd_now_ns();
+	nng_msg *r = fosd_execute(srv, s, &code);
+	lane_settle(srv, be, s, &r, &code);
+	s->t_done_ns = fosd_now_ns();
+	if (code == FOS__CODE__INTERNAL)
+		check_backend(srv, be);
+	fosd_lane_be = NULL;
+	lane_give(srv, lane, parallel);
+	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on lane %d, %s", (unsigned long long)s->req_id,
+		   fosd_op_name(s->op), (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
+		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), lane, fosw_code_name(code));
+	fosd_finish(s, r, code);
+}
+
 static void run_one(fosd_server *srv, fosd_slot *s)
 {
 	uint32_t dl = s->rq->deadline_ms;
@@ -255,8 +275,6 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 	}
 	if (fosd_drop_if_client_gone(srv, s))
 		return;
-	int code = 0;
-	uint64_t t0 = fosd_now_ns();
 	if (fosd_backend_lock(srv, s)) { /* the deadline passed while another request held the backend */
 		fosd_deadline_answer(s);
 		return;
@@ -267,18 +285,52 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 		fosd_deadline_answer(s);
 		return;
 	}
-	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
-	fosd_lane_be = be;
-	nng_msg *r = fosd_execute(srv, s, &code);
-	lane_settle(srv, be, s, &r, &code);
-	if (code == FOS__CODE__INTERNAL)
-		check_backend(srv, be);
-	fosd_lane_be = NULL;
-	lane_give(srv, lane, parallel);
-	fosd_debug("request %llu (%s): queued %llu us, ran %llu us, %s", (unsigned long long)s->req_id,
-		   fosd_op_name(s->op), (unsigned long long)((t0 - s->t_recv_ns) / 1000),
-		   (unsigned long long)((fosd_now_ns() - t0) / 1000), fosw_code_name(code));
-	fosd_finish(s, r, code);
+	run_on_lane(srv, s, lane, parallel);
+}
+
+/* A small side-by-side op: its input is at most FOSD_RUN_NOW_BYTES (wherever it lies), so it holds
+ * the receiving thread for tens of microseconds of device work, not milliseconds. */
+#define FOSD_RUN_NOW_BYTES ((size_t)2 << 20)
+static int small_op(const fosd_slot *s)
+{
+	switch (s->op) {
+	case FOSD_OP_FORWARD:
+		return !s->args.u.fwd.save && s->args.u.fwd.x.len <= FOSD_RUN_NOW_BYTES;
+	case FOSD_OP_QUANTIZE:
+		return s->args.u.quant.x.len <= FOSD_RUN_NOW_BYTES;
+	case FOSD_OP_DEQUANTIZE:
+		return s->args.u.deq.codes.len <= FOSD_RUN_NOW_BYTES / 4;
+	default:
+		return 0; /* Linear quantizes its weight on every call */
+	}
+}
+
+int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
+{
+	if (srv->n_lanes <= 1 || !small_op(s) || atomic_exchange(&srv->running_now, 1))
+		return 0;
+	pthread_mutex_lock(&srv->q_mu);
+	int idle = !srv->q_head && !srv->sweep_pending; /* nobody who came first is waiting */
+	pthread_mutex_unlock(&srv->q_mu);
+	int lane = -1;
+	if (idle && !pthread_mutex_trylock(&srv->be_mu)) { /* no op that runs alone holds or waits for it */
+		pthread_mutex_lock(&srv->lane_mu);
+		for (int i = 0; i < srv->n_lanes; i++)
+			if (!(srv->lane_busy >> i & 1)) {
+				lane = i;
+				break;
+			}
+		if (lane >= 0) {
+			srv->lane_busy |= 1ull << lane;
+			srv->lane_active++;
+		}
+		pthread_mutex_unlock(&srv->lane_mu);
+		pthread_mutex_unlock(&srv->be_mu);
+	}
+	if (lane >= 0)
+		run_on_lane(srv, s, lane, 1);
+	atomic_store(&srv->running_now, 0);
+	return lane >= 0;
 }
 
 static void *worker_main(void *arg)

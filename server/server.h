@@ -43,6 +43,7 @@ typedef struct fosd_slot {
 	const uint8_t *data;
 	size_t dlen;
 	uint64_t t_recv_ns;
+	uint64_t t_lane_ns, t_done_ns; /* executor ops: a lane took it; the op and its device sync ended (else 0) */
 	uint64_t bytes_in;
 	int op;
 	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
@@ -81,6 +82,7 @@ struct fosd_server {
 	atomic_int draining;
 	atomic_int closing;
 	atomic_int fatal;       /* the backend failed for good: drain and exit 1 */
+	atomic_int running_now; /* a small op runs on a receiving thread (fosd_executor_try_now) */
 
 	/* executor lanes (executor.c): backend instances that run requests at the same time, each on
 	 * its own stream (cuda). lanes[0] is be. Forwards without a saved context, Quantize, Dequantize
@@ -134,6 +136,9 @@ int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
  * outside a request. Ops use it for every backend call of the request. */
 fos_backend *fosd_be(fosd_server *srv);
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
+/* Runs s at once on the calling (receiving) thread if it is a small side-by-side op, nothing is
+ * queued and a lane is free; returns 1 if it ran (and was answered), 0 to queue it. */
+int fosd_executor_try_now(fosd_server *srv, fosd_slot *s);
 void fosd_executor_request_sweep(fosd_server *srv);
 void fosd_executor_stop(fosd_server *srv);
 uint64_t fosd_executor_queued(fosd_server *srv);
