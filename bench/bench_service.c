@@ -212,6 +212,27 @@ static double bs_raw_skip_forward(nng_socket s, const uint16_t *x, int64_t m, in
 	return dt;
 }
 
+/* One Health round trip over a raw REQ socket (no libfos): fosd's own cost for a request it answers
+ * on the receiving thread, against the bare nng round trip. */
+static double bs_raw_health(nng_socket s)
+{
+	static uint64_t id = 1;
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__HealthRequest hr = FOS__HEALTH_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_HEALTH;
+	rq.health = &hr;
+	rq.id = ++id;
+	double t0 = bench_now();
+	nng_msg *msg, *rep;
+	if (fosw_msg_build(&rq.base, NULL, &msg, NULL))
+		DIE("building a request");
+	if (nng_sendmsg(s, msg, 0) || nng_recvmsg(s, &rep, 0))
+		DIE("raw health: send/receive failed");
+	double dt = bench_now() - t0;
+	nng_msg_free(rep);
+	return dt;
+}
+
 /* ---- concurrent clients ----------------------------------------------------------------------- */
 
 typedef struct bs_worker {
@@ -470,7 +491,25 @@ int main(int argc, char **argv)
 	for (int i = 0; i < reps_x; i++)
 		t[i] = bs_raw_skip_forward(rs_sock, xx, MX, K);
 	double sv_x = bench_quantile(t, reps_x, 0.5);
+	/* fosd's round trip for a request answered at once: raw, and through libfos */
+	int rh = reps_small;
+	double *th = malloc(sizeof(double) * (size_t)rh);
+	if (!th)
+		DIE("out of memory");
+	for (int i = 0; i < 200; i++)
+		bs_raw_health(rs_sock);
+	for (int i = 0; i < rh; i++)
+		th[i] = bs_raw_health(rs_sock);
+	double hraw50 = bench_quantile(th, rh, 0.5), hraw99 = bench_quantile(th, rh, 0.99);
 	nng_close(rs_sock);
+	for (int i = 0; i < rh; i++) {
+		double t0 = bench_now();
+		if (fos_health(c, &h, &st))
+			DIE("health: %s", st.message);
+		th[i] = bench_now() - t0;
+	}
+	double hlib50 = bench_quantile(th, rh, 0.5), hlib99 = bench_quantile(th, rh, 0.99);
+	free(th);
 
 	/* small forward latency, shm and inline */
 	size_t sxb = (size_t)(MS * K * 2), syb = (size_t)(MS * N * 2);
@@ -579,6 +618,10 @@ int main(int argc, char **argv)
 	snprintf(b, sizeof b, "%.0f /s one client", r1);
 	snprintf(tgt, sizeof tgt, ">= 4");
 	bs_row(what, v, b, rn / r1, tgt, rn / r1 >= 4.0);
+	printf("\nWhere a small forward's time goes (not targets): a Health round trip through fosd (answered on\n"
+	       "the receiving thread) p50 %.1f us / p99 %.1f us over a raw REQ socket, %.1f / %.1f us through libfos;\n"
+	       "bare nng 64 B: p50 %.1f us.\n",
+	       hraw50 * 1e6, hraw99 * 1e6, hlib50 * 1e6, hlib99 * 1e6, have_base ? g_base[B_RTT50] : 0.0);
 	printf("\nresults bit-identical to the in-process forward: big %s, small %s; regions left on fosd: %llu "
 	       "(%llu bytes mapped)\n",
 	       same_big ? "yes" : "NO", same_small ? "yes" : "NO", (unsigned long long)nreg, (unsigned long long)mapped);
@@ -594,6 +637,8 @@ int main(int argc, char **argv)
 	bs_kv("small_shm_p99_us", sm99 * 1e6);
 	bs_kv("small_inline_p50_us", smi50 * 1e6);
 	bs_kv("small_inproc_us", ip_small * 1e6);
+	bs_kv("health_raw_p50_us", hraw50 * 1e6);
+	bs_kv("health_libfos_p50_us", hlib50 * 1e6);
 	bs_kv("rate_1", r1);
 	bs_kv("rate_n", rn);
 	bs_kv("bit_identical", same_big && same_small);

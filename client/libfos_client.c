@@ -118,6 +118,7 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	atomic_init(&c->next_id, 1);
 	atomic_init(&c->timeout_ms, timeout_ms > 0 ? timeout_ms : 30000);
 	c->shm_mu_ok = pthread_mutex_init(&c->shm_mu, NULL) == 0;
+	c->io_mu_ok = pthread_mutex_init(&c->io_mu, NULL) == 0;
 	if (getrandom(&c->client_id, sizeof c->client_id, 0) != (ssize_t)sizeof c->client_id)
 		c->client_id = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
 	if (!c->client_id)
@@ -134,6 +135,8 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 		free(c->token);
 		if (c->shm_mu_ok)
 			pthread_mutex_destroy(&c->shm_mu);
+		if (c->io_mu_ok)
+			pthread_mutex_destroy(&c->io_mu);
 		free(c);
 		return fosc_status(st, FOS_CODE_INTERNAL, "cannot open a REQ socket: %s", nng_strerror(rv));
 	}
@@ -160,10 +163,75 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	return fosc_status(st, FOS_CODE_OK, "connected to %s (%s on %s)", url, h.backend, h.device);
 }
 
+/* A kept nng context and its aio (fos_client.io_free). */
+typedef struct fosc_io {
+	nng_ctx ctx;
+	nng_aio *aio;
+	struct fosc_io *next;
+} fosc_io;
+
+/* A context for one request: a kept one, or a new one. Returns an nng error. */
+static int fosc_io_take(fos_client *c, fosc_io **out)
+{
+	fosc_io *io = NULL;
+	if (c->io_mu_ok) {
+		pthread_mutex_lock(&c->io_mu);
+		io = c->io_free;
+		if (io)
+			c->io_free = io->next;
+		pthread_mutex_unlock(&c->io_mu);
+	}
+	if (!io) {
+		int rv;
+		if (!(io = calloc(1, sizeof *io)))
+			return NNG_ENOMEM;
+		if ((rv = nng_ctx_open(&io->ctx, c->sock))) {
+			free(io);
+			return rv;
+		}
+		if ((rv = nng_aio_alloc(&io->aio, NULL, NULL))) {
+			nng_ctx_close(io->ctx);
+			free(io);
+			return rv;
+		}
+		nng_ctx_set_ms(io->ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	}
+	*out = io;
+	return 0;
+}
+
+static void fosc_io_close(fosc_io *io)
+{
+	nng_aio_free(io->aio);
+	nng_ctx_close(io->ctx);
+	free(io);
+}
+
+/* After a request: a context whose exchange completed is kept; one that failed (timed out, lost
+ * its connection) is closed, so that a late reply can never meet a later request. */
+static void fosc_io_give(fos_client *c, fosc_io *io, int completed)
+{
+	if (!completed || !c->io_mu_ok) {
+		fosc_io_close(io);
+		return;
+	}
+	pthread_mutex_lock(&c->io_mu);
+	io->next = c->io_free;
+	c->io_free = io;
+	pthread_mutex_unlock(&c->io_mu);
+}
+
 void fos_close(fos_client *c)
 {
 	if (!c)
 		return;
+	while (c->io_free) {
+		fosc_io *n = c->io_free->next;
+		fosc_io_close(c->io_free);
+		c->io_free = n;
+	}
+	if (c->io_mu_ok)
+		pthread_mutex_destroy(&c->io_mu);
 	if (nng_socket_id(c->sock) > 0)
 		nng_close(c->sock);
 	fosc_shm_close(c);
@@ -259,18 +327,14 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 		if (!ins[i].t->shm)
 			memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
 
-	nng_ctx ctx;
-	nng_aio *aio;
-	if ((rv = nng_ctx_open(&ctx, c->sock))) {
+	fosc_io *io;
+	if ((rv = fosc_io_take(c, &io))) {
 		nng_msg_free(msg);
 		return fosc_status(st, fosc_code_of_nng(rv), "cannot open an nng context: %s", nng_strerror(rv));
 	}
-	if ((rv = nng_aio_alloc(&aio, NULL, NULL))) {
-		nng_ctx_close(ctx);
-		nng_msg_free(msg);
-		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "cannot allocate an aio: %s", nng_strerror(rv));
-	}
-	nng_ctx_set_ms(ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_ctx ctx = io->ctx;
+	nng_aio *aio = io->aio;
+	int completed = 0;
 	uint64_t t0 = fosc_now_ms();
 	int code = FOS_CODE_OK;
 	nng_aio_set_timeout(aio, timeout);
@@ -292,6 +356,8 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 		goto done;
 	}
 	out->msg = nng_aio_get_msg(aio);
+	nng_aio_set_msg(aio, NULL);
+	completed = 1;
 	const uint8_t *hdr;
 	size_t hlen;
 	char why[256];
@@ -317,8 +383,7 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	}
 	fosc_status(st, FOS_CODE_OK, "ok");
 done:
-	nng_aio_free(aio);
-	nng_ctx_close(ctx);
+	fosc_io_give(c, io, completed);
 	if (code)
 		fosc_reply_free(out);
 	return code;

@@ -24,6 +24,11 @@ struct fos_client {
 	struct fos_region *regions;
 	/* copies of weights to put again after a NOT_FOUND (libfos_trust.c; NULL: off) */
 	struct fosc_reput *reput;
+	/* nng contexts with their aio, kept between requests (opening and freeing them per request
+	 * costs more than a small request's round trip) */
+	pthread_mutex_t io_mu;
+	int io_mu_ok;
+	struct fosc_io *io_free;
 };
 
 /* Sets st (if non-NULL) and returns code. */
