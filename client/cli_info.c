@@ -1,7 +1,8 @@
 /* cli_info.c: `fos health` (is fosd up: version, backend, device, uptime; exit 1 when it is not
- * serving) and `fos stats` (fosd's counters: requests, status codes, latencies and bytes by op, the
- * weight cache, saved contexts, the executor), as text or --json; and cli_parse_connect, the
- * parse-then-connect start these and `fos list-weights` share. */
+ * serving) and `fos stats` (fosd's counters: requests, status codes, latencies (and their queue and
+ * run parts) and bytes by op, the weight cache, saved contexts, the executor, the message pool), as
+ * text or --json; and cli_parse_connect, the parse-then-connect start these and `fos list-weights`
+ * share. */
 #include "cli.h"
 
 #include <string.h>
@@ -94,6 +95,21 @@ static void info_json_counters(cli_jw *w, const char *key, const info_counter *k
 	cli_jw_end(w, '}');
 }
 
+/* "key": {"count", "mean", "p50", "p90", "p99", "p999", "max"} of one distribution (microseconds) */
+static void info_json_latency(cli_jw *w, const char *key, uint64_t count, double mean, uint64_t p50, uint64_t p90,
+			      uint64_t p99, uint64_t p999, uint64_t max)
+{
+	cli_jw_obj(w, key);
+	cli_jw_u64(w, "count", count);
+	cli_jw_dbl(w, "mean", mean);
+	cli_jw_u64(w, "p50", p50);
+	cli_jw_u64(w, "p90", p90);
+	cli_jw_u64(w, "p99", p99);
+	cli_jw_u64(w, "p999", p999);
+	cli_jw_u64(w, "max", max);
+	cli_jw_end(w, '}');
+}
+
 static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 {
 	cli_jw w;
@@ -114,15 +130,12 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 			if (o->by_code[c])
 				cli_jw_u64(&w, fos_code_name(c), o->by_code[c]);
 		cli_jw_end(&w, '}');
-		cli_jw_obj(&w, "latency_us");
-		cli_jw_u64(&w, "count", o->lat_count);
-		cli_jw_dbl(&w, "mean", o->lat_mean_us);
-		cli_jw_u64(&w, "p50", o->lat_p50_us);
-		cli_jw_u64(&w, "p90", o->lat_p90_us);
-		cli_jw_u64(&w, "p99", o->lat_p99_us);
-		cli_jw_u64(&w, "p999", o->lat_p999_us);
-		cli_jw_u64(&w, "max", o->lat_max_us);
-		cli_jw_end(&w, '}');
+		info_json_latency(&w, "latency_us", o->lat_count, o->lat_mean_us, o->lat_p50_us, o->lat_p90_us,
+				  o->lat_p99_us, o->lat_p999_us, o->lat_max_us);
+		info_json_latency(&w, "queue_us", o->queue_count, o->queue_mean_us, o->queue_p50_us,
+				  o->queue_p90_us, o->queue_p99_us, o->queue_p999_us, o->queue_max_us);
+		info_json_latency(&w, "run_us", o->run_count, o->run_mean_us, o->run_p50_us, o->run_p90_us,
+				  o->run_p99_us, o->run_p999_us, o->run_max_us);
 		cli_jw_u64(&w, "bytes_in", o->bytes_in);
 		cli_jw_u64(&w, "bytes_out", o->bytes_out);
 		cli_jw_end(&w, '}');
@@ -142,7 +155,17 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 	};
 	info_json_counters(&w, "cache", cache, sizeof cache / sizeof cache[0]);
 	info_json_counters(&w, "contexts", contexts, sizeof contexts / sizeof contexts[0]);
+	const info_counter pool[] = {
+		{"taken", s->msg_pool_taken}, {"reused", s->msg_pool_reused}, {"mapped_new", s->msg_pool_mapped_new},
+		{"bytes_free", s->msg_pool_bytes_free}, {"bytes_used", s->msg_pool_bytes_used},
+		{"bytes_pinned", s->msg_pool_bytes_pinned}, {"pin_failures", s->msg_pool_pin_failures},
+	};
 	info_json_counters(&w, "executor", executor, sizeof executor / sizeof executor[0]);
+	cli_jw_obj(&w, "msg_pool");
+	cli_jw_bool(&w, "active", s->msg_pool_active);
+	for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
+		cli_jw_u64(&w, pool[i].key, pool[i].v);
+	cli_jw_end(&w, '}');
 	cli_jw_end(&w, '}');
 }
 
@@ -163,6 +186,19 @@ static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
 		       cli_human_bytes(o->bytes_out, b2, sizeof b2));
 	}
 	int any = 0;
+	for (int i = 0; i < s->n_ops; i++) {
+		const fos_op_stats *o = &s->ops[i];
+		if (!o->queue_count && !o->run_count)
+			continue;
+		if (!any++)
+			printf("\nwhere the time goes (OK requests the executor ran; queue: receipt until a lane took it,\n"
+			       "run: the op and its device sync):\n%-16s %9s %12s %12s %12s %12s\n",
+			       "op", "ran", "queue p50 us", "queue p99 us", "run p50 us", "run p99 us");
+		printf("%-16s %9llu %12llu %12llu %12llu %12llu\n", o->op, (unsigned long long)o->run_count,
+		       (unsigned long long)o->queue_p50_us, (unsigned long long)o->queue_p99_us,
+		       (unsigned long long)o->run_p50_us, (unsigned long long)o->run_p99_us);
+	}
+	any = 0;
 	for (int i = 0; i < s->n_ops; i++)
 		for (int c = 1; c < FOS_STATS_CODES; c++)
 			if (s->ops[i].by_code[c]) {
@@ -181,6 +217,13 @@ static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
 	printf("executor:      %llu workers, %llu in flight, %llu queued; %llu duplicate requests, %llu bad messages\n",
 	       (unsigned long long)s->workers, (unsigned long long)s->inflight, (unsigned long long)s->queued,
 	       (unsigned long long)s->duplicates, (unsigned long long)s->bad_messages);
+	char b3[32];
+	printf("message pool:  %llu buffers taken (%llu reused, %llu newly mapped); %s holding messages, %s free, "
+	       "%s pinned; %llu failed pins\n",
+	       (unsigned long long)s->msg_pool_taken, (unsigned long long)s->msg_pool_reused,
+	       (unsigned long long)s->msg_pool_mapped_new, cli_human_bytes(s->msg_pool_bytes_used, b1, sizeof b1),
+	       cli_human_bytes(s->msg_pool_bytes_free, b2, sizeof b2),
+	       cli_human_bytes(s->msg_pool_bytes_pinned, b3, sizeof b3), (unsigned long long)s->msg_pool_pin_failures);
 }
 
 enum { SF_JSON, SF_COUNT };
@@ -194,8 +237,10 @@ int cli_stats_main(const cli_global *g, int argc, char **argv)
 		.name = "stats",
 		.synopsis = "[--json]",
 		.summary = "Show fosd's counters: requests, status codes, latencies and bytes by op, the\n"
-			   "weight cache, saved contexts and the executor.",
-		.about = "Latencies are fosd's own (receipt to reply, OK requests), in microseconds.",
+			   "weight cache, saved contexts, the executor and the message pool.",
+		.about = "Latencies are fosd's own (receipt to reply, OK requests), in microseconds. For ops\n"
+			 "the executor runs they are split into queue (receipt until an executor lane took\n"
+			 "the request) and run (the op and its device sync on the lane).",
 		.flags = flags,
 		.nflags = SF_COUNT,
 	};

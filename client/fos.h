@@ -140,6 +140,16 @@ typedef struct fos_op_stats {
 	double lat_mean_us;
 	uint64_t lat_p50_us, lat_p90_us, lat_p99_us, lat_p999_us, lat_max_us;
 	uint64_t bytes_in, bytes_out;
+	/* Where an executor op's time goes (OK requests an executor lane ran; all 0 for health, stats
+	 * and list_weights, which fosd answers without the executor): queue = receipt until a lane
+	 * took it, run = the op and its device sync on the lane. The rest of lat_* is decoding,
+	 * encoding and sending. Same histogram as lat_* (microseconds, at most 25% high). */
+	uint64_t queue_count;
+	double queue_mean_us;
+	uint64_t queue_p50_us, queue_p90_us, queue_p99_us, queue_p999_us, queue_max_us;
+	uint64_t run_count;
+	double run_mean_us;
+	uint64_t run_p50_us, run_p90_us, run_p99_us, run_p999_us, run_max_us;
 } fos_op_stats;
 
 typedef struct fos_stats_info {
@@ -151,6 +161,13 @@ typedef struct fos_stats_info {
 	uint64_t cache_bytes, cache_budget, cache_entries, cache_hits, cache_misses, cache_evictions;
 	uint64_t contexts, context_bytes, context_budget, contexts_expired, contexts_evicted;
 	uint64_t inflight, queued, duplicates, bad_messages, workers;
+	/* fosd's pool of message bodies of 1 MiB and more (its whole process): buffers handed out,
+	 * of them reused and freshly mapped; bytes mapped now free (kept for reuse) and holding a
+	 * message, of both pinned for the device; failed pins; active 0 until the first buffer (or
+	 * in a fosd built without the pool). */
+	uint64_t msg_pool_taken, msg_pool_reused, msg_pool_mapped_new;
+	uint64_t msg_pool_bytes_free, msg_pool_bytes_used, msg_pool_bytes_pinned, msg_pool_pin_failures;
+	int msg_pool_active;
 } fos_stats_info;
 
 int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st);

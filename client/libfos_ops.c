@@ -89,6 +89,22 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	return FOS_CODE_OK;
 }
 
+/* One LatencyStats (may be absent: all stay 0) into fos_op_stats' fields PRE_count, PRE_mean_us,
+ * PRE_p50_us ... PRE_max_us. */
+#define STATS_LATENCY_FROM(o, pre, l)                                                                    \
+	do {                                                                                             \
+		const Fos__LatencyStats *l_ = (l);                                                       \
+		if (l_) {                                                                                \
+			(o)->pre##_count = l_->count;                                                    \
+			(o)->pre##_mean_us = l_->mean_us;                                                \
+			(o)->pre##_p50_us = l_->p50_us;                                                  \
+			(o)->pre##_p90_us = l_->p90_us;                                                  \
+			(o)->pre##_p99_us = l_->p99_us;                                                  \
+			(o)->pre##_p999_us = l_->p999_us;                                                \
+			(o)->pre##_max_us = l_->max_us;                                                  \
+		}                                                                                        \
+	} while (0)
+
 int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 {
 	fosc_reply r;
@@ -108,15 +124,9 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 		for (size_t j = 0; j < os->n_codes; j++)
 			if (os->codes[j]->code >= 0 && os->codes[j]->code < FOS_STATS_CODES)
 				o->by_code[os->codes[j]->code] += os->codes[j]->count;
-		if (os->latency) {
-			o->lat_count = os->latency->count;
-			o->lat_mean_us = os->latency->mean_us;
-			o->lat_p50_us = os->latency->p50_us;
-			o->lat_p90_us = os->latency->p90_us;
-			o->lat_p99_us = os->latency->p99_us;
-			o->lat_p999_us = os->latency->p999_us;
-			o->lat_max_us = os->latency->max_us;
-		}
+		STATS_LATENCY_FROM(o, lat, os->latency);
+		STATS_LATENCY_FROM(o, queue, os->queue);
+		STATS_LATENCY_FROM(o, run, os->run);
 		o->bytes_in = os->bytes_in;
 		o->bytes_out = os->bytes_out;
 	}
@@ -136,6 +146,14 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 	out->duplicates = s->duplicates;
 	out->bad_messages = s->bad_messages;
 	out->workers = s->workers;
+	out->msg_pool_taken = s->msg_pool_taken;
+	out->msg_pool_reused = s->msg_pool_reused;
+	out->msg_pool_mapped_new = s->msg_pool_mapped_new;
+	out->msg_pool_bytes_free = s->msg_pool_bytes_free;
+	out->msg_pool_bytes_used = s->msg_pool_bytes_used;
+	out->msg_pool_bytes_pinned = s->msg_pool_bytes_pinned;
+	out->msg_pool_pin_failures = s->msg_pool_pin_failures;
+	out->msg_pool_active = s->msg_pool_active;
 	fosc_reply_free(&r);
 	return FOS_CODE_OK;
 }

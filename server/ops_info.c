@@ -1,5 +1,7 @@
 /* ops_info.c: the read-only operations answered without the executor: Health, Stats and
- * ListWeights. They read the caches under their own locks, never the backend. */
+ * ListWeights. They read the caches (and the message pool's counters) under their own locks,
+ * never the backend. */
+#include "msg_pool.h"
 #include "ops.h"
 #include "util.h"
 
@@ -26,6 +28,19 @@ nng_msg *fosd_op_health(fosd_server *srv, fosd_slot *s)
 	return fosd_build_reply(&resp, NULL, NULL);
 }
 
+/* One distribution as its wire message. */
+static void stats_latency(Fos__LatencyStats *l, const fosd_hist *h)
+{
+	fos__latency_stats__init(l);
+	l->count = h->count;
+	l->mean_us = fosd_hist_mean(h);
+	l->p50_us = fosd_hist_quantile(h, 0.50);
+	l->p90_us = fosd_hist_quantile(h, 0.90);
+	l->p99_us = fosd_hist_quantile(h, 0.99);
+	l->p999_us = fosd_hist_quantile(h, 0.999);
+	l->max_us = h->max_us;
+}
+
 nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 {
 	fosd_metrics *snap = malloc(sizeof *snap);
@@ -38,12 +53,11 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	fosd_contexts_stats_get(&srv->cx, &cst);
 
 	Fos__OpStats ops[FOSD_NUM_OPS], *opp[FOSD_NUM_OPS];
-	Fos__LatencyStats lat[FOSD_NUM_OPS];
+	Fos__LatencyStats lat[FOSD_NUM_OPS][3]; /* latency, queue, run */
 	Fos__CodeCount codes[FOSD_NUM_OPS][FOSD_NUM_CODES], *codep[FOSD_NUM_OPS][FOSD_NUM_CODES];
 	for (int i = 0; i < FOSD_NUM_OPS; i++) {
 		const fosd_op_metrics *om = &snap->ops[i];
 		fos__op_stats__init(&ops[i]);
-		fos__latency_stats__init(&lat[i]);
 		ops[i].op = (char *)fosd_op_name(i);
 		ops[i].requests = om->requests;
 		ops[i].bytes_in = om->bytes_in;
@@ -59,14 +73,12 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 			}
 		ops[i].n_codes = nc;
 		ops[i].codes = codep[i];
-		lat[i].count = om->lat_count;
-		lat[i].mean_us = om->lat_count ? (double)om->lat_sum_us / (double)om->lat_count : 0.0;
-		lat[i].p50_us = fosd_metrics_quantile(om, 0.50);
-		lat[i].p90_us = fosd_metrics_quantile(om, 0.90);
-		lat[i].p99_us = fosd_metrics_quantile(om, 0.99);
-		lat[i].p999_us = fosd_metrics_quantile(om, 0.999);
-		lat[i].max_us = om->lat_max_us;
-		ops[i].latency = &lat[i];
+		stats_latency(&lat[i][0], &om->lat);
+		stats_latency(&lat[i][1], &om->queue);
+		stats_latency(&lat[i][2], &om->run);
+		ops[i].latency = &lat[i][0];
+		ops[i].queue = &lat[i][1];
+		ops[i].run = &lat[i][2];
 		opp[i] = &ops[i];
 	}
 	Fos__StatsResult st = FOS__STATS_RESULT__INIT;
@@ -92,6 +104,16 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	st.bad_messages = snap->bad_messages;
 	st.workers = (uint64_t)srv->n_workers;
 	fosd_regions_stats(&srv->regions, &st.shm_regions, &st.shm_region_bytes, &st.shm_mapped_bytes);
+	fosd_msgpool_stats pst;
+	fosd_msgpool_get_stats(&pst);
+	st.msg_pool_taken = pst.taken;
+	st.msg_pool_reused = pst.reused;
+	st.msg_pool_mapped_new = pst.mapped_new;
+	st.msg_pool_bytes_free = pst.bytes_free;
+	st.msg_pool_bytes_used = pst.bytes_used;
+	st.msg_pool_bytes_pinned = pst.bytes_pinned;
+	st.msg_pool_pin_failures = pst.pin_failures;
+	st.msg_pool_active = pst.active != 0;
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.id = s->req_id;
 	resp.result_case = FOS__RESPONSE__RESULT_STATS;

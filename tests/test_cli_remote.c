@@ -271,6 +271,8 @@ static void test_health_and_stats(void **state)
 	assert_non_null(strstr(r.out, "quantize"));
 	assert_non_null(strstr(r.out, "weight cache:"));
 	assert_non_null(strstr(r.out, "contexts:"));
+	assert_non_null(strstr(r.out, "where the time goes"));
+	assert_non_null(strstr(r.out, "message pool:"));
 	th_run(&r, "stats", "--json", NULL);
 	parse_json(&r, &v);
 	const cli_jv *ops = cli_json_get(&v, "ops");
@@ -285,8 +287,34 @@ static void test_health_and_stats(void **state)
 		assert_true(cli_json_path(o, "codes.OK")->num >= 2);
 		assert_true(cli_json_path(o, "latency_us.count")->num >= 2);
 		assert_true(cli_json_get(o, "bytes_in")->num >= 2 * 64 * 128 * 2);
+		/* every OK quantize ran on an executor lane: its queue and run parts are counted as often */
+		double n = cli_json_path(o, "latency_us.count")->num;
+		assert_true(cli_json_path(o, "queue_us.count")->num == n);
+		assert_true(cli_json_path(o, "run_us.count")->num == n);
+		assert_true(cli_json_path(o, "run_us.max")->num <= cli_json_path(o, "latency_us.max")->num);
+		assert_true(cli_json_path(o, "queue_us.p99")->num <= cli_json_path(o, "latency_us.p99")->num);
+		assert_non_null(cli_json_path(o, "run_us.p50"));
 	}
 	assert_true(found);
+	/* health is answered without the executor: latency, but no queue or run */
+	found = 0;
+	for (size_t i = 0; i < ops->n; i++) {
+		const cli_jv *o = &ops->items[i];
+		if (strcmp(cli_json_get(o, "op")->str, "health"))
+			continue;
+		found = 1;
+		assert_true(cli_json_path(o, "latency_us.count")->num >= 1);
+		assert_true(cli_json_path(o, "queue_us.count")->num == 0);
+		assert_true(cli_json_path(o, "run_us.count")->num == 0);
+	}
+	assert_true(found);
+	/* the message pool's counters, consistent with each other */
+	assert_non_null(cli_json_path(&v, "msg_pool.active"));
+	double taken = cli_json_path(&v, "msg_pool.taken")->num;
+	assert_true(taken == cli_json_path(&v, "msg_pool.reused")->num + cli_json_path(&v, "msg_pool.mapped_new")->num);
+	assert_true(cli_json_path(&v, "msg_pool.bytes_pinned")->num <=
+		    cli_json_path(&v, "msg_pool.bytes_free")->num + cli_json_path(&v, "msg_pool.bytes_used")->num);
+	assert_non_null(cli_json_path(&v, "msg_pool.pin_failures"));
 	assert_non_null(cli_json_path(&v, "cache.budget"));
 	assert_non_null(cli_json_path(&v, "contexts.live"));
 	assert_true(cli_json_path(&v, "executor.workers")->num >= 1);

@@ -2,7 +2,8 @@
  * every result must equal the same computation called in-process (fos_linear_*, be->quantize,
  * be->dequantize) bit for bit: one-shot Linear, cached-weight Forward/Backward under every
  * override, Quantize/Dequantize, from several threads and several processes at once; expired
- * contexts recomputed from X; versions, eviction, pinning and listing of the weight cache. */
+ * contexts recomputed from X; versions, eviction, pinning and listing of the weight cache; Stats'
+ * queue and run split of executor ops and its message-pool counters. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -681,6 +682,112 @@ static void test_stats_and_release(void **state)
 	fos_close(c);
 }
 
+static const fos_op_stats *find_op_stats(const fos_stats_info *si, const char *op)
+{
+	for (int i = 0; i < si->n_ops; i++)
+		if (!strcmp(si->ops[i].op, op))
+			return &si->ops[i];
+	fail_msg("stats have no op '%s'", op);
+	return NULL;
+}
+
+/* Where the time goes: a fresh fosd, so the counts are exact. Every OK forward and put_weight ran
+ * on an executor lane: its queue and run counts equal its OK count, and per request queue <= run +
+ * queue <= receipt-to-reply, so their quantiles and means are bounded by the latency's. Health and
+ * Stats (answered without the executor) have none. Requests of 1 MiB and more come from the
+ * message pool. */
+static void test_stats_queue_run_pool(void **state)
+{
+	(void)state;
+	tsrv s;
+	assert_int_equal(tsrv_start(&s, NULL), 0);
+	fos_client *c = connect_or_fail(&s);
+	fos_status st;
+	fos_health_info h;
+	fos_stats_info *s0 = calloc(1, sizeof *s0), *s1 = calloc(1, sizeof *s1);
+	assert_non_null(s0);
+	assert_non_null(s1);
+	ASSERT_OK(fos_stats(c, s0, &st), st); /* after the Health of each connect */
+	assert_int_equal(find_op_stats(s0, "forward")->requests, 0);
+	ASSERT_OK(fos_health(c, &h, &st), st);
+	/* W (512, 1024) and X (512, 1024) bf16: 1 MiB each, plus the header */
+	const int64_t n = 512, k = 1024, m = 512;
+	uint16_t *w = malloc((size_t)(n * k) * 2), *x = malloc((size_t)(m * k) * 2);
+	assert_non_null(w);
+	assert_non_null(x);
+	tsrv_fill_bf16(w, (size_t)(n * k), 21, 0.05f);
+	tsrv_fill_bf16(x, (size_t)(m * k), 22, 1.0f);
+	put_weight(c, "qr.w", 1, w, n, k, NULL);
+	const int ok_forwards = 5;
+	for (int i = 0; i < ok_forwards; i++) {
+		fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, m, k, x), y = fos_tensor_out();
+		ASSERT_OK(fos_forward(c, "qr.w", &tx, NULL, NULL, &y, NULL, &st), st);
+		free(y.data);
+	}
+	/* a forward that fails: counted as a request, not in any latency */
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, 128, k, x), y = fos_tensor_out();
+	assert_int_equal(fos_forward(c, "qr.missing", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_NOT_FOUND);
+	ASSERT_OK(fos_health(c, &h, &st), st);
+	ASSERT_OK(fos_stats(c, s1, &st), st);
+
+	const fos_op_stats *f = find_op_stats(s1, "forward");
+	assert_int_equal(f->requests, ok_forwards + 1);
+	assert_int_equal(f->by_code[FOS_CODE_OK], ok_forwards);
+	assert_int_equal(f->by_code[FOS_CODE_NOT_FOUND], 1);
+	assert_int_equal(f->lat_count, ok_forwards);
+	assert_int_equal(f->queue_count, ok_forwards);
+	assert_int_equal(f->run_count, ok_forwards);
+	assert_true(f->run_p50_us > 0); /* a 512x1024x512 GEMM takes more than a microsecond */
+	assert_true(f->run_max_us > 0);
+	assert_true(f->run_p50_us <= f->run_p99_us && f->run_p99_us <= f->run_max_us);
+	assert_true(f->queue_p50_us <= f->queue_p99_us && f->queue_p99_us <= f->queue_max_us);
+	assert_true(f->run_p50_us <= f->lat_p50_us && f->run_p99_us <= f->lat_p99_us);
+	assert_true(f->queue_p50_us <= f->lat_p50_us && f->queue_p99_us <= f->lat_p99_us);
+	assert_true(f->run_max_us <= f->lat_max_us && f->queue_max_us <= f->lat_max_us);
+	/* per request floor(queue) + floor(run) <= floor(latency), so the sums (mean * count) too */
+	double qs = f->queue_mean_us * ok_forwards, rs = f->run_mean_us * ok_forwards, ls = f->lat_mean_us * ok_forwards;
+	assert_true(qs + rs <= ls + 1e-6 * ls + 1e-6);
+	assert_true(f->run_mean_us > 0.0);
+	/* one client, one request at a time: the queue is a thread hand-off (microseconds) while the
+	 * CPU backend's 512x1024x512 forward takes milliseconds, so the two are not swapped */
+	if (!strcmp(s1->backend, "cpu"))
+		assert_true(f->run_p50_us > f->queue_p50_us);
+
+	const fos_op_stats *pw = find_op_stats(s1, "put_weight");
+	assert_int_equal(pw->by_code[FOS_CODE_OK], 1);
+	assert_int_equal(pw->queue_count, 1);
+	assert_int_equal(pw->run_count, 1);
+	assert_true(pw->run_max_us <= pw->lat_max_us);
+
+	/* answered without the executor: latency, but no queue or run */
+	const fos_op_stats *hs = find_op_stats(s1, "health");
+	const fos_op_stats *hs0 = find_op_stats(s0, "health");
+	assert_true(hs0->by_code[FOS_CODE_OK] >= 1);
+	assert_int_equal(hs->by_code[FOS_CODE_OK], hs0->by_code[FOS_CODE_OK] + 2);
+	assert_int_equal(hs->lat_count, hs0->lat_count + 2);
+	assert_int_equal(hs->queue_count, 0);
+	assert_int_equal(hs->run_count, 0);
+	assert_int_equal(hs->run_p50_us, 0);
+	assert_int_equal(hs->queue_max_us, 0);
+	const fos_op_stats *ss = find_op_stats(s1, "stats");
+	assert_int_equal(ss->lat_count, 1); /* s0's; this one is recorded after its reply was built */
+	assert_int_equal(ss->queue_count, 0);
+	assert_int_equal(ss->run_count, 0);
+
+	/* the message pool: the put_weight and the forwards (1 MiB + header each) came from it, the
+	 * later ones reusing the first's buffer (each freed before its reply was sent) */
+	assert_true(s1->msg_pool_active);
+	assert_true(s1->msg_pool_taken >= s0->msg_pool_taken + 2);
+	assert_true(s1->msg_pool_reused >= s0->msg_pool_reused + 1);
+	assert_int_equal(s1->msg_pool_taken, s1->msg_pool_reused + s1->msg_pool_mapped_new);
+	assert_true(s1->msg_pool_bytes_free + s1->msg_pool_bytes_used >= ((uint64_t)1 << 20));
+	assert_true(s1->msg_pool_bytes_pinned <= s1->msg_pool_bytes_free + s1->msg_pool_bytes_used);
+	free(s0), free(s1), free(w), free(x);
+	fos_close(c);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+}
+
 /* fosd on ipc and tcp at once (an ephemeral loopback port, read from its log) */
 static void test_tcp_listener(void **state)
 {
@@ -726,6 +833,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_quantize_bitwise),
 		cmocka_unit_test(test_context_keeps_version),
 		cmocka_unit_test(test_stats_and_release),
+		cmocka_unit_test(test_stats_queue_run_pool),
 		cmocka_unit_test(test_expired_context_recompute),
 		cmocka_unit_test(test_cache_eviction),
 		cmocka_unit_test(test_tcp_listener),

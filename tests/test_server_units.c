@@ -502,27 +502,77 @@ static void test_metrics(void **state)
 	(void)state;
 	fosd_metrics m;
 	assert_int_equal(fosd_metrics_init(&m), 0);
-	/* 100 OK requests of 1..100 us, and 5 failures */
+	/* 100 OK requests of 1..100 us (answered without the executor: no lane times), and 5 failures */
 	for (int i = 1; i <= 100; i++)
-		fosd_metrics_record(&m, FOSD_OP_FORWARD, 0, (uint64_t)i, 10, 20);
+		fosd_metrics_record(&m, FOSD_OP_FORWARD, 0, (uint64_t)i, 1000, 0, 0, 10, 20);
 	for (int i = 0; i < 5; i++)
-		fosd_metrics_record(&m, FOSD_OP_FORWARD, 5, 1000000, 10, 0);
+		fosd_metrics_record(&m, FOSD_OP_FORWARD, 5, 1000000, 1000, 0, 0, 10, 0);
 	fosd_metrics snap;
 	fosd_metrics_snapshot(&m, &snap);
 	const fosd_op_metrics *om = &snap.ops[FOSD_OP_FORWARD];
 	assert_int_equal(om->requests, 105);
 	assert_int_equal(om->codes[0], 100);
 	assert_int_equal(om->codes[5], 5);
-	assert_int_equal(om->lat_count, 100);
-	assert_int_equal(om->lat_max_us, 100);
+	assert_int_equal(om->lat.count, 100);
+	assert_int_equal(om->lat.max_us, 100);
 	assert_int_equal(om->bytes_in, 1050);
 	assert_int_equal(om->bytes_out, 2000);
 	/* the 50th value is 50 us, in the bucket [48, 56): reported 56; p99 (99 us) in [96, 112) -> 100 (max) */
-	assert_int_equal(fosd_metrics_quantile(om, 0.5), 56);
-	assert_int_equal(fosd_metrics_quantile(om, 0.99), 100);
-	uint64_t p90 = fosd_metrics_quantile(om, 0.9);
+	assert_int_equal(fosd_hist_quantile(&om->lat, 0.5), 56);
+	assert_int_equal(fosd_hist_quantile(&om->lat, 0.99), 100);
+	uint64_t p90 = fosd_hist_quantile(&om->lat, 0.9);
 	assert_true(p90 >= 90 && p90 <= 100);
+	/* 1 + 2 + ... + 100 = 5050 us over 100 */
+	assert_true(fosd_hist_mean(&om->lat) == 50.5);
+	/* no lane times: no queue or run */
+	assert_int_equal(om->queue.count, 0);
+	assert_int_equal(om->run.count, 0);
+	assert_int_equal(fosd_hist_quantile(&om->run, 0.5), 0);
 	assert_string_equal(fosd_op_name(FOSD_OP_RELEASE_CONTEXT), "release_context");
+	fosd_metrics_destroy(&m);
+}
+
+/* Queue (receipt to lane) and run (lane to done) of executor ops: OK requests with both lane times
+ * only. Times in ns, recorded in whole microseconds (truncated). */
+static void test_metrics_queue_run(void **state)
+{
+	(void)state;
+	fosd_metrics m;
+	assert_int_equal(fosd_metrics_init(&m), 0);
+	const uint64_t t0 = 5000000000ull; /* receipt */
+	/* 10 linear requests: queued 3 us + 999 ns (-> 3), ran i * 1000 us + 500 ns (-> i * 1000) */
+	for (uint64_t i = 1; i <= 10; i++) {
+		uint64_t lane = t0 + 3999, done = lane + i * 1000000u + 500;
+		fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, (done - t0) / 1000 + 7, t0, lane, done, 100, 200);
+	}
+	/* an executed request that failed, one whose lane never finished (done 0), one the executor
+	 * never took (lane 0), and a health request: none of them has a queue or run time */
+	fosd_metrics_record(&m, FOSD_OP_LINEAR, 13, 50, t0, t0 + 1000, t0 + 2000, 1, 1);
+	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 60, t0, t0 + 1000, 0, 1, 1);
+	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 70, t0, 0, 0, 1, 1);
+	fosd_metrics_record(&m, FOSD_OP_HEALTH, 0, 3, t0, 0, 0, 1, 1);
+	fosd_metrics snap;
+	fosd_metrics_snapshot(&m, &snap);
+	const fosd_op_metrics *om = &snap.ops[FOSD_OP_LINEAR];
+	assert_int_equal(om->requests, 13);
+	assert_int_equal(om->lat.count, 12);
+	assert_int_equal(om->queue.count, 10);
+	assert_int_equal(om->run.count, 10);
+	assert_int_equal(om->queue.max_us, 3);
+	assert_int_equal(om->queue.sum_us, 30);
+	assert_int_equal(fosd_hist_quantile(&om->queue, 0.5), 3); /* all 3 us: capped at the max */
+	assert_int_equal(om->run.max_us, 10000);
+	assert_int_equal(om->run.sum_us, 55000);
+	assert_true(fosd_hist_mean(&om->run) == 5500.0);
+	/* run p50: rank 5 of 10 is the 6th value, 6000 us, in [2^12 * 1.25, 2^12 * 1.5) = [5120, 6144)
+	 * -> 6144 (5000 us is in the bucket below, [4096, 5120)); p99: rank 9, 10000 us, in
+	 * [2^13, 2^13 * 1.25) = [8192, 10240) -> 10240, capped at the max 10000 */
+	assert_int_equal(fosd_hist_quantile(&om->run, 0.5), 6144);
+	assert_int_equal(fosd_hist_quantile(&om->run, 0.99), 10000);
+	const fosd_op_metrics *oh = &snap.ops[FOSD_OP_HEALTH];
+	assert_int_equal(oh->lat.count, 1);
+	assert_int_equal(oh->queue.count, 0);
+	assert_int_equal(oh->run.count, 0);
 	fosd_metrics_destroy(&m);
 }
 
@@ -709,6 +759,7 @@ int main(void)
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_config_example),
 		cmocka_unit_test(test_metrics),
+		cmocka_unit_test(test_metrics_queue_run),
 		cmocka_unit_test(test_dedup),
 		cmocka_unit_test(test_wcache),
 	};
