@@ -233,6 +233,31 @@ static double bs_raw_health(nng_socket s)
 	return dt;
 }
 
+/* fosd's own sums for one op (Stats): OK requests, and the microseconds of receipt-to-reply, of
+ * waiting for a lane and of running on it. */
+typedef struct bs_opsum {
+	double n, lat, queue, run;
+} bs_opsum;
+
+static bs_opsum bs_op_sums(fos_client *c, const char *op)
+{
+	bs_opsum r = {0, 0, 0, 0};
+	fos_stats_info *si = malloc(sizeof *si);
+	fos_status st;
+	if (!si || fos_stats(c, si, &st))
+		DIE("stats: %s", si ? st.message : "out of memory");
+	for (int i = 0; i < si->n_ops; i++)
+		if (!strcmp(si->ops[i].op, op)) {
+			const fos_op_stats *o = &si->ops[i];
+			r.n = (double)o->lat_count;
+			r.lat = o->lat_mean_us * (double)o->lat_count;
+			r.queue = o->queue_mean_us * (double)o->queue_count;
+			r.run = o->run_mean_us * (double)o->run_count;
+		}
+	free(si);
+	return r;
+}
+
 /* ---- concurrent clients ----------------------------------------------------------------------- */
 
 typedef struct bs_worker {
@@ -523,13 +548,20 @@ int main(int argc, char **argv)
 		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
 			DIE("small forward: %s", st.message);
 	double *ts = malloc(sizeof(double) * (size_t)reps_small);
+	bs_opsum f0 = bs_op_sums(c, "forward");
 	for (int i = 0; i < reps_small; i++) {
 		double t0 = bench_now();
 		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
 			DIE("small forward: %s", st.message);
 		ts[i] = bench_now() - t0;
 	}
+	bs_opsum f1 = bs_op_sums(c, "forward");
+	double fn = f1.n - f0.n > 0 ? f1.n - f0.n : 1;
+	double f_lat = (f1.lat - f0.lat) / fn, f_queue = (f1.queue - f0.queue) / fn, f_run = (f1.run - f0.run) / fn;
 	double sm50 = bench_quantile(ts, reps_small, 0.5), sm99 = bench_quantile(ts, reps_small, 0.99);
+	double smmean = 0;
+	for (int i = 0; i < reps_small; i++)
+		smmean += ts[i] / reps_small;
 	int same_small = !memcmp(sp + sxb, ys_ref, syb);
 	fos_tensor isx = fos_tensor_2d(FOS_DTYPE_BF16, MS, K, xs), isy = fos_tensor_out();
 	isy.data = ytmp;
@@ -622,6 +654,9 @@ int main(int argc, char **argv)
 	       "the receiving thread) p50 %.1f us / p99 %.1f us over a raw REQ socket, %.1f / %.1f us through libfos;\n"
 	       "bare nng 64 B: p50 %.1f us.\n",
 	       hraw50 * 1e6, hraw99 * 1e6, hlib50 * 1e6, hlib99 * 1e6, have_base ? g_base[B_RTT50] : 0.0);
+	printf("The small shm forwards, means: %.1f us at the client; in fosd (its Stats) %.1f us from receipt to\n"
+	       "reply, of which %.1f us waiting for a lane and %.1f us on it (the op and its device sync).\n",
+	       smmean * 1e6, f_lat, f_queue, f_run);
 	printf("\nresults bit-identical to the in-process forward: big %s, small %s; regions left on fosd: %llu "
 	       "(%llu bytes mapped)\n",
 	       same_big ? "yes" : "NO", same_small ? "yes" : "NO", (unsigned long long)nreg, (unsigned long long)mapped);
@@ -637,6 +672,10 @@ int main(int argc, char **argv)
 	bs_kv("small_shm_p99_us", sm99 * 1e6);
 	bs_kv("small_inline_p50_us", smi50 * 1e6);
 	bs_kv("small_inproc_us", ip_small * 1e6);
+	bs_kv("small_shm_mean_us", smmean * 1e6);
+	bs_kv("small_fosd_lat_mean_us", f_lat);
+	bs_kv("small_fosd_queue_mean_us", f_queue);
+	bs_kv("small_fosd_run_mean_us", f_run);
 	bs_kv("health_raw_p50_us", hraw50 * 1e6);
 	bs_kv("health_libfos_p50_us", hlib50 * 1e6);
 	bs_kv("rate_1", r1);
