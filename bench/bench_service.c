@@ -127,8 +127,8 @@ static fos_client *bs_connect(int wait_ms)
 
 static double g_base[8];
 static const char *const g_base_keys[] = {"nng_rtt64_p50_us", "nng_rtt64_p99_us", "nng_up64m_ms", "nng_up64m_gbps",
-					   "nng_rt32m_ms"};
-enum { B_RTT50, B_RTT99, B_UP_MS, B_UP_GBPS, B_RT32_MS, B_N };
+					   "nng_rt32m_ms", "nng_rtt64_spin_p50_us"};
+enum { B_RTT50, B_RTT99, B_UP_MS, B_UP_GBPS, B_RT32_MS, B_RTT_SPIN50, B_N };
 
 static int bs_read_baseline(const char *path)
 {
@@ -563,6 +563,17 @@ int main(int argc, char **argv)
 	for (int i = 0; i < reps_small; i++)
 		smmean += ts[i] / reps_small;
 	int same_small = !memcmp(sp + sxb, ys_ref, syb);
+	/* the same with the client polling for its reply (fos_set_spin) instead of sleeping */
+	fos_set_spin(c, 2000);
+	for (int i = 0; i < reps_small; i++) {
+		double t0 = bench_now();
+		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
+			DIE("small forward: %s", st.message);
+		ts[i] = bench_now() - t0;
+	}
+	fos_set_spin(c, 0);
+	double sp50 = bench_quantile(ts, reps_small, 0.5), sp99 = bench_quantile(ts, reps_small, 0.99);
+	same_small = same_small && !memcmp(sp + sxb, ys_ref, syb);
 	fos_tensor isx = fos_tensor_2d(FOS_DTYPE_BF16, MS, K, xs), isy = fos_tensor_out();
 	isy.data = ytmp;
 	isy.size = syb;
@@ -639,6 +650,16 @@ int main(int argc, char **argv)
 	} else {
 		bs_row(what, v, "(no baseline)", 0, "<= 3", -1);
 	}
+	/* both sides poll: libfos (fos_set_spin) against bench_nng's polling round trip */
+	snprintf(what, sizeof what, "small forward via shm, client polling (spin), p50");
+	snprintf(v, sizeof v, "%.1f us", sp50 * 1e6);
+	if (have_base) {
+		snprintf(b, sizeof b, "%.1f us nng RTT, polling", g_base[B_RTT_SPIN50]);
+		bs_row(what, v, b, sp50 * 1e6 / g_base[B_RTT_SPIN50], "(<= 2)", sp50 * 1e6 / g_base[B_RTT_SPIN50] <= 2.0);
+		snprintf(what, sizeof what, "small forward via shm, client polling (spin), p99");
+		snprintf(v, sizeof v, "%.1f us", sp99 * 1e6);
+		bs_row(what, v, b, sp99 * 1e6 / g_base[B_RTT_SPIN50], "(<= 3)", sp99 * 1e6 / g_base[B_RTT_SPIN50] <= 3.0);
+	}
 	snprintf(what, sizeof what, "small forward in-process (median; not a target)");
 	snprintf(v, sizeof v, "%.1f us", ip_small * 1e6);
 	bs_row(what, v, "", 0, "", -1);
@@ -673,6 +694,8 @@ int main(int argc, char **argv)
 	bs_kv("small_inline_p50_us", smi50 * 1e6);
 	bs_kv("small_inproc_us", ip_small * 1e6);
 	bs_kv("small_shm_mean_us", smmean * 1e6);
+	bs_kv("small_shm_spin_p50_us", sp50 * 1e6);
+	bs_kv("small_shm_spin_p99_us", sp99 * 1e6);
 	bs_kv("small_fosd_lat_mean_us", f_lat);
 	bs_kv("small_fosd_queue_mean_us", f_queue);
 	bs_kv("small_fosd_run_mean_us", f_run);

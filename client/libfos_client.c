@@ -89,11 +89,16 @@ static int fosc_code_of_nng(int rv)
 	}
 }
 
-static uint64_t fosc_now_ms(void)
+static uint64_t fosc_now_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static uint64_t fosc_now_ms(void)
+{
+	return fosc_now_us() / 1000u;
 }
 
 int fos_connect(const char *url, const char *token, int timeout_ms, fos_client **out, fos_status *st)
@@ -119,6 +124,8 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	atomic_init(&c->timeout_ms, timeout_ms > 0 ? timeout_ms : 30000);
 	c->shm_mu_ok = pthread_mutex_init(&c->shm_mu, NULL) == 0;
 	c->io_mu_ok = pthread_mutex_init(&c->io_mu, NULL) == 0;
+	const char *spin = getenv("FOS_SPIN_US");
+	atomic_init(&c->spin_us, spin ? atoi(spin) : 0);
 	if (getrandom(&c->client_id, sizeof c->client_id, 0) != (ssize_t)sizeof c->client_id)
 		c->client_id = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
 	if (!c->client_id)
@@ -167,8 +174,30 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 typedef struct fosc_io {
 	nng_ctx ctx;
 	nng_aio *aio;
+	atomic_int done; /* set by the aio's callback: what a spinning caller polls */
 	struct fosc_io *next;
 } fosc_io;
+
+static void fosc_io_done(void *arg)
+{
+	atomic_store_explicit(&((fosc_io *)arg)->done, 1, memory_order_release);
+}
+
+/* Polls for the reply up to spin_us before nng_aio_wait sleeps: a thread that sleeps through a
+ * request is woken by the scheduler when the reply comes, which costs tens of microseconds on an
+ * idle CPU; polling trades a core for that latency. */
+static void fosc_io_spin(fosc_io *io, int spin_us)
+{
+	if (spin_us <= 0)
+		return;
+	uint64_t end = fosc_now_us() + (uint64_t)spin_us;
+	while (!atomic_load_explicit(&io->done, memory_order_acquire) && fosc_now_us() < end)
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#else
+		;
+#endif
+}
 
 /* A context for one request: a kept one, or a new one. Returns an nng error. */
 static int fosc_io_take(fos_client *c, fosc_io **out)
@@ -189,7 +218,7 @@ static int fosc_io_take(fos_client *c, fosc_io **out)
 			free(io);
 			return rv;
 		}
-		if ((rv = nng_aio_alloc(&io->aio, NULL, NULL))) {
+		if ((rv = nng_aio_alloc(&io->aio, fosc_io_done, io))) {
 			nng_ctx_close(io->ctx);
 			free(io);
 			return rv;
@@ -241,6 +270,11 @@ void fos_close(fos_client *c)
 	free(c->url);
 	free(c->token);
 	free(c);
+}
+
+void fos_set_spin(fos_client *c, int spin_us)
+{
+	atomic_store(&c->spin_us, spin_us > 0 ? spin_us : 0);
 }
 
 void fos_set_timeout(fos_client *c, int timeout_ms)
@@ -339,6 +373,7 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	int code = FOS_CODE_OK;
 	nng_aio_set_timeout(aio, timeout);
 	nng_aio_set_msg(aio, msg);
+	atomic_store(&io->done, 0);
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio))) {
@@ -348,7 +383,9 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	}
 	uint64_t spent = fosc_now_ms() - t0;
 	nng_aio_set_timeout(aio, spent >= (uint64_t)timeout ? 1 : (nng_duration)(timeout - (int)spent));
+	atomic_store(&io->done, 0);
 	nng_ctx_recv(ctx, aio);
+	fosc_io_spin(io, atomic_load(&c->spin_us));
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio))) {
 		code = fosc_status(st, fosc_code_of_nng(rv), "waiting for the reply from %s: %s", c->url,

@@ -29,6 +29,8 @@ struct fos_client {
 	pthread_mutex_t io_mu;
 	int io_mu_ok;
 	struct fosc_io *io_free;
+	/* microseconds a caller polls for its reply before it sleeps (fos_set_spin, $FOS_SPIN_US) */
+	atomic_int spin_us;
 };
 
 /* Sets st (if non-NULL) and returns code. */

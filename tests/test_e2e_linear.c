@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fos.h"
@@ -495,6 +496,27 @@ static void test_quantize_bitwise(void **state)
 	fos_close(c);
 }
 
+/* fos_set_spin: a caller polling for its reply gets the same bytes, and stops polling when the reply
+ * comes (a 20 s spin on calls answered in milliseconds must not make them take 20 s). */
+static void test_spin(void **state)
+{
+	(void)state;
+	fos_client *c = connect_or_fail(&g_srv);
+	fos_set_spin(c, 20 * 1000 * 1000);
+	fos_qcfg r = fos_qcfg_default();
+	fos_quant_config q = {0, 0, 0, 0, 0};
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	check_quantize(c, 128, 256, 0, &q, &r, 0, 11);
+	check_quantize(c, 64, 1024, 1, &q, &r, 0, 12);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+	assert_true(secs < 10.0);
+	fos_set_spin(c, 0);
+	check_quantize(c, 128, 256, 0, &q, &r, 0, 13);
+	fos_close(c);
+}
+
 /* ---- contexts: expiry and recompute --------------------------------------------------------- */
 
 static void test_expired_context_recompute(void **state)
@@ -831,6 +853,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_processes),
 		cmocka_unit_test(test_quantize_bitwise),
+		cmocka_unit_test(test_spin),
 		cmocka_unit_test(test_context_keeps_version),
 		cmocka_unit_test(test_stats_and_release),
 		cmocka_unit_test(test_stats_queue_run_pool),
