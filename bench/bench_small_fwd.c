@@ -394,7 +394,10 @@ int main(int argc, char **argv)
 	piece(&c, "gemm_dev_alpha", "GEMM, alpha from the amaxes (k_alpha + cuBLASLt)", p_gemm_dev, pr);
 	piece(&c, "gemm_host_alpha", "GEMM, host alpha (cuBLASLt only)", p_gemm_host, pr);
 	piece(&c, "gemm_baseline", "baseline cuBLASLt GEMM (heuristic, 32 MiB workspace)", p_gemm_base, pr);
-	piece(&c, "forward", "fos_linear_forward on device X, Y (no sync inside)", p_forward, pr);
+	piece(&c, "forward", "fos_linear_forward on device X, Y (no sync inside; a CUDA graph)", p_forward, pr);
+	CK(fos_cuda_set_graphs(be, 0, &g_e));
+	piece(&c, "forward_nograph", "the same without graphs (FOS_CUDA_GRAPHS=0)", p_forward, pr);
+	CK(fos_cuda_set_graphs(be, 1, &g_e));
 	piece(&c, "d2h_pinned", "d2h 1 MiB to pinned memory (waits)", p_d2h_pin, pr);
 	piece(&c, "d2h_pageable", "d2h 1 MiB to pageable memory (waits)", p_d2h_page, pr);
 	piece(&c, "allocfree", "alloc + free of 1 MiB (stream-ordered pool; host only)", p_allocfree, pr);
@@ -421,6 +424,14 @@ int main(int argc, char **argv)
 	whole(be, &qw, pin, pin + xb, ref, m, 0, reps, 0, "req_pinned_now", "pinned, now (fosd's lanes' path)", &same);
 	whole(be, &qw, pin, pin + xb, ref, m, 0, reps, 150, "req_pinned_gap150",
 	      "pinned, now, after 150 us asleep (a service between requests)", &same);
+	CK(fos_cuda_set_graphs(be, 0, &g_e));
+	whole(be, &qw, pin, pin + xb, ref, m, 0, reps, 0, "req_pinned_nograph", "pinned, now, without graphs", &same);
+	whole(be, &qw, pin, pin + xb, ref, m, 0, reps, 150, "req_pinned_gap150_nograph",
+	      "pinned, now, after 150 us asleep, without graphs", &same);
+	CK(fos_cuda_set_graphs(be, 1, &g_e));
+	unsigned long long gr, gl, gf;
+	CK(fos_cuda_graph_stats(be, &gr, &gl, &gf, &g_e));
+	printf("CUDA graphs: %llu recorded, %llu launched, %llu recordings failed\n", gr, gl, gf);
 	printf("\nall results bit-identical: %s\n", same ? "yes" : "NO");
 	sf_kv("bit_identical_requests", same);
 

@@ -152,6 +152,15 @@ struct fos_backend {
 		       int64_t n, int64_t k, const struct fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 	/* db (N) bf16 = bf16( sum over m of float(dy[m, n]) ), dy (M, N) bf16, fixed order. */
 	int (*colsum)(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
+
+	/* ---- recorded work ---- */
+	/* Optional (NULL when not offered): runs run(be, arg, err). run must only queue work on this
+	 * backend instance's stream (allocations and frees included, no waits, no host reads of
+	 * results) that depends on nothing but the bytes of key and the contents of backend memory;
+	 * the backend may record that work and, for a later call with the same key, replay the
+	 * recording instead of calling run (cuda: CUDA graphs). Same bits either way. */
+	int (*replay)(fos_backend *be, const void *key, size_t keylen,
+		      int (*run)(fos_backend *be, void *arg, fos_err *err), void *arg, fos_err *err);
 };
 
 /* Backend constructors. fos_backend_cuda returns NULL (with err) when built without CUDA or when

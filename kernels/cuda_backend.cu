@@ -104,6 +104,7 @@ static void fcu_destroy(fos_backend *be)
 		cudaSetDevice(im->dev);
 		if (im->st)
 			cudaStreamSynchronize(im->st);
+		fcu_graph_release(be);
 		fcu_gemm_release(be);
 		for (int i = 0; i < FCU_NEVENTS; i++)
 			if (im->ev[i])
@@ -159,6 +160,8 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	im->variant = v ? atoi(v) : 0;
 	const char *f = getenv("FOS_CUDA_GEMM_F32");
 	im->force_f32 = f ? atoi(f) != 0 : 0;
+	const char *gr = getenv("FOS_CUDA_GRAPHS");
+	im->use_graphs = gr ? atoi(gr) != 0 : 1;
 	be->name = "cuda";
 	snprintf(be->device, sizeof be->device, "%.80s (sm_%d%d, %d SMs, device %d)", prop.name, prop.major, prop.minor,
 		 prop.multiProcessorCount, device);
@@ -178,6 +181,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->gemm = fcu_gemm;
 	be->gemm_ex = fcu_gemm_ex;
 	be->colsum = fcu_colsum;
+	be->replay = fcu_replay;
 
 	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");
 	if (!rc)

@@ -42,6 +42,14 @@ int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
  * for the DMA, during which the following kernels are now queued. */
 int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err);
 
+/* 1 (default; $FOS_CUDA_GRAPHS=0 at creation turns it off): be->replay records a key's work into a
+ * CUDA graph the second time it sees the key and launches the graph afterwards; 0: replay just runs
+ * the work. Same bytes either way. Counters: graphs recorded, graph launches, failed recordings
+ * (those keys then run the ordinary way). */
+int fos_cuda_set_graphs(fos_backend *be, int on, fos_err *err);
+int fos_cuda_graph_stats(fos_backend *be, unsigned long long *recorded, unsigned long long *launched,
+			 unsigned long long *failed, fos_err *err);
+
 /* A plain cuBLASLt bf16 GEMM y = a b^T (bf16 out, alpha 1) with cuBLASLt's first heuristic choice
  * under a workspace of ws_bytes: the baseline the benchmarks compare against. */
 int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,

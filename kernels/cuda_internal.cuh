@@ -48,6 +48,9 @@ struct fcu_impl {
 	int h2d_nowait; /* h2d returns without waiting for the copy (fos_cuda_set_h2d_nowait) */
 	int variant;    /* quantize kernel variant (benchmarks) */
 	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
+	void *graphs;       /* recorded work by key (cuda_graph.cu), made on first use */
+	int use_graphs;     /* replay records and launches graphs (default 1; $FOS_CUDA_GRAPHS=0: off) */
+	unsigned long long graph_recorded, graph_launched, graph_failed;
 	cudaEvent_t ev[FCU_NEVENTS];
 };
 
@@ -113,5 +116,9 @@ int fcu_gemm_ex(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t 
 		int64_t n, int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
 void fcu_gemm_release(fos_backend *be);
+/* replay (cuda_graph.cu) */
+extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
+			  int (*run)(fos_backend *be, void *arg, fos_err *err), void *arg, fos_err *err);
+void fcu_graph_release(fos_backend *be);
 
 #endif

@@ -259,6 +259,44 @@ size_t fos_saved_bytes(const fos_saved *s)
 	return b;
 }
 
+/* The forward when nothing is kept for a backward: quantize X, then the GEMM; only stream-ordered
+ * work, no wait (y is read through this backend: a d2h, which waits, or a later op on its stream),
+ * so the d2h is queued behind the GEMM instead of after a host round trip. */
+typedef struct fwd_plain {
+	const uint16_t *x;
+	int64_t m;
+	const fos_qweight *qw;
+	const fos_linear_opts *o;
+	const uint16_t *bias;
+	uint16_t *y;
+} fwd_plain;
+
+static int forward_plain(fos_backend *be, void *arg, fos_err *err)
+{
+	const fwd_plain *a = arg;
+	const fos_linear_opts *o = a->o;
+	float dinv = 1.0f / fos_bound_d(o->bound);
+	fos_qtensor xq;
+	uint16_t *xdec = 0;
+	void *xblk = 0;
+	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
+	int rc = quantize_once(be, a->x, a->m, a->qw->k, &c, &xq, &xdec, &xblk, err);
+	if (rc)
+		return rc;
+	fos_gemm_epi epi = {xq.amax, dinv, a->qw->q.amax, dinv, 0, a->bias};
+	if (o->row_scaled) {
+		epi.a_amax = 0;
+		epi.row_scale = xq.amax;
+	}
+	rc = be->gemm(be, xdec, a->qw->decoded, a->m, a->qw->n, a->qw->k, &epi, a->y, err);
+	be->free(be, xblk); /* stream-ordered: after the GEMM */
+	return rc;
+}
+
+/* Small forwards go through be->replay: their work is the same every time for the same buffers,
+ * and its host-side cost exceeds its GPU time (cuda_graph.cu). */
+#define FOS_REPLAY_MAX_X_BYTES ((int64_t)8 << 20)
+
 int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw,
 		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved, fos_err *err)
 {
@@ -269,12 +307,35 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 	if (rc)
 		return rc;
 	int64_t n = qw->n, k = qw->k;
+	if (!saved) {
+		fwd_plain a = {x, m, qw, o, bias, y};
+		/* the row-scaled epilogue uses scratch that may grow: never recorded */
+		if (!be->replay || o->row_scaled || m * k * 2 > FOS_REPLAY_MAX_X_BYTES)
+			return forward_plain(be, &a, err);
+		struct {
+			const void *x, *y, *bias, *wdec, *wamax;
+			int64_t m, n, k;
+			int err_mode, bound;
+		} key;
+		memset(&key, 0, sizeof key); /* padding too: keys are compared as bytes */
+		key.x = x;
+		key.y = y;
+		key.bias = bias;
+		key.wdec = qw->decoded;
+		key.wamax = qw->q.amax;
+		key.m = m;
+		key.n = n;
+		key.k = k;
+		key.err_mode = o->err_mode;
+		key.bound = o->bound;
+		return be->replay(be, &key, sizeof key, forward_plain, &a, err);
+	}
 	float dinv = 1.0f / fos_bound_d(o->bound);
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
 	void *xblk = 0; /* xq and xdec in one allocation, unless saved keeps xq */
 	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
-	if (saved && ovr == FOS_OVR_DEQUANTIZED)
+	if (ovr == FOS_OVR_DEQUANTIZED)
 		rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
 	else
 		rc = quantize_once(be, x, m, k, &c, &xq, &xdec, &xblk, err);
@@ -288,7 +349,7 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 	rc = be->gemm(be, xdec, qw->decoded, m, n, k, &epi, y, err);
 	if (!xblk)
 		be->free(be, xdec);
-	if (!rc && saved) {
+	if (!rc) {
 		memset(saved, 0, sizeof *saved);
 		saved->override = ovr;
 		saved->m = m;
@@ -320,11 +381,8 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 		be->free(be, xblk); /* stream-ordered: after the GEMM and the saved copies that read it */
 	else
 		fos_qtensor_free(be, &xq);
-	/* Without saved, y is the only result: it is read through this backend (d2h, which waits, or
-	 * a later op on its stream), so the forward does not wait for the GEMM here; the d2h is queued
-	 * behind it instead of after a host round trip. With saved, the saved operands may be used by
-	 * another backend instance (fosd's lanes), so the forward ends with a sync as before. */
-	if (!rc && saved)
+	/* the saved operands may be used by another backend instance (fosd's lanes): wait for them */
+	if (!rc)
 		rc = be->sync(be, err);
 	return rc;
 }

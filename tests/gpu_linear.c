@@ -798,6 +798,80 @@ static void test_linear_quantize_t(void **state)
 	       (long long)cases);
 }
 
+/* be->replay (CUDA graphs, cuda_graph.cu): a small forward run again and again on the same buffers
+ * with changing contents gives the same bits with graphs as without, the graph really is recorded
+ * and launched (not silently skipped), and a new output buffer is a new key. */
+static void test_forward_replay(void **state)
+{
+	(void)state;
+	NEED_GPU();
+#ifdef FOS_HAVE_CUDA
+	fos_err e;
+	const int64_t n = 512, k = 1024;
+	const int64_t ms[] = {128, 256};
+	for (int mi = 0; mi < 2; mi++)
+		for (int with_bias = 0; with_bias < 2; with_bias++) {
+			int64_t m = ms[mi];
+			fos_linear_opts o = fos_linear_opts_default();
+			uint16_t *wh = rand_bf16(n * k, 0.05f), *x1 = rand_bf16(m * k, 1.0f), *x2 = rand_bf16(m * k, 3.0f);
+			uint16_t *bh = with_bias ? rand_bf16(n, 0.5f) : NULL;
+			uint16_t *wd = dev_copy(g_gpu, wh, (size_t)(n * k) * 2);
+			uint16_t *bd = bh ? dev_copy(g_gpu, bh, (size_t)n * 2) : NULL;
+			fos_qweight qw;
+			assert_int_equal(fos_qweight_make(g_gpu, wd, n, k, &o, 0, 0, &qw, &e), FOS_OK);
+			uint16_t *xd = g_gpu->alloc(g_gpu, (size_t)(m * k) * 2), *yd = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
+			uint16_t *yd2 = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
+			uint16_t *ref[2], *got = malloc((size_t)(m * n) * 2);
+			const uint16_t *xs[2] = {x1, x2};
+			/* references without graphs */
+			assert_int_equal(fos_cuda_set_graphs(g_gpu, 0, &e), FOS_OK);
+			for (int j = 0; j < 2; j++) {
+				ref[j] = malloc((size_t)(m * n) * 2);
+				assert_int_equal(g_gpu->h2d(g_gpu, xd, xs[j], (size_t)(m * k) * 2, &e), FOS_OK);
+				assert_int_equal(fos_linear_forward(g_gpu, xd, m, &qw, &o, bd, yd, NULL, &e), FOS_OK);
+				assert_int_equal(g_gpu->d2h(g_gpu, ref[j], yd, (size_t)(m * n) * 2, &e), FOS_OK);
+			}
+			assert_true(diff_bytes(ref[0], ref[1], (size_t)(m * n) * 2) != 0);
+			assert_int_equal(fos_cuda_set_graphs(g_gpu, 1, &e), FOS_OK);
+			unsigned long long r0, l0, f0, r1, l1, f1;
+			assert_int_equal(fos_cuda_graph_stats(g_gpu, &r0, &l0, &f0, &e), FOS_OK);
+			for (int i = 0; i < 8; i++) { /* run 1 plain, run 2 recorded, runs 3.. replayed */
+				int j = i % 2;
+				uint16_t *y = i == 7 ? yd2 : yd;
+				assert_int_equal(g_gpu->h2d(g_gpu, xd, xs[j], (size_t)(m * k) * 2, &e), FOS_OK);
+				assert_int_equal(fos_linear_forward(g_gpu, xd, m, &qw, &o, bd, y, NULL, &e), FOS_OK);
+				assert_int_equal(g_gpu->d2h(g_gpu, got, y, (size_t)(m * n) * 2, &e), FOS_OK);
+				int64_t d = diff_bytes(ref[j], got, (size_t)(m * n) * 2);
+				if (d)
+					fprintf(stderr, "replay m=%lld bias=%d call %d: %lld bytes differ\n", (long long)m,
+						with_bias, i, (long long)d);
+				assert_true(d == 0);
+			}
+			assert_int_equal(fos_cuda_graph_stats(g_gpu, &r1, &l1, &f1, &e), FOS_OK);
+			printf("forward replay m=%lld bias=%d: %llu recorded, %llu launched, %llu failed; bit-identical\n",
+			       (long long)m, with_bias, r1 - r0, l1 - l0, f1 - f0);
+			assert_int_equal(f1 - f0, 0);
+			assert_int_equal(r1 - r0, 1); /* yd2 (call 8) is a new key, seen once: not recorded */
+			assert_int_equal(l1 - l0, 6); /* calls 2..7 */
+			for (int j = 0; j < 2; j++)
+				free(ref[j]);
+			free(got);
+			g_gpu->free(g_gpu, xd);
+			g_gpu->free(g_gpu, yd);
+			g_gpu->free(g_gpu, yd2);
+			fos_qweight_free(g_gpu, &qw);
+			g_gpu->free(g_gpu, wd);
+			if (bd)
+				g_gpu->free(g_gpu, bd);
+			free(wh);
+			free(x1);
+			free(x2);
+			free(bh);
+		}
+	assert_int_equal(g_gpu->sync(g_gpu, &e), FOS_OK);
+#endif
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -829,6 +903,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_ex_exact),	    cmocka_unit_test(test_gemm_ex_layouts),
 		cmocka_unit_test(test_colsum),		    cmocka_unit_test(test_linear_all_overrides),
 		cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_linear_quantize_t),
+		cmocka_unit_test(test_forward_replay),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
