@@ -1,6 +1,7 @@
 /* config.c: fosd's configuration: defaults, the key = value config file and the command line
  * flags. Every key of the file is also a flag (--cache-bytes for cache_bytes); flags win. */
 #include "config.h"
+#include "http_metrics.h"
 #include "log.h"
 #include "trust_config.h"
 
@@ -47,6 +48,8 @@ void fosd_config_free(fosd_config *c)
 	config_clear_listen(c);
 	free(c->config_path);
 	c->config_path = NULL;
+	free(c->metrics_listen);
+	c->metrics_listen = NULL;
 	fosd_trust_config_free(c);
 }
 
@@ -197,6 +200,21 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 		c->ipc_mode = (int)m;
 		return 0;
 	}
+	if (!strcmp(key, "metrics_listen")) {
+		char *d = NULL;
+		/* "off" or empty: no endpoint (a flag can so turn off the file's setting) */
+		if (*v && strcmp(v, "off")) {
+			if (fosd_http_metrics_check_url(v, msg, msgsz))
+				return -1;
+			if (!(d = strdup(v))) {
+				snprintf(msg, msgsz, "out of memory");
+				return -1;
+			}
+		}
+		free(c->metrics_listen);
+		c->metrics_listen = d;
+		return 0;
+	}
 	if (!strcmp(key, "log_level")) {
 		int l = fosd_log_parse_level(v);
 		if (l < 0) {
@@ -219,7 +237,7 @@ static int config_known_key(const char *key)
 		"listen",	 "backend",	   "threads",	     "device",	       "workers",
 		"concurrency",	 "cache_bytes",	   "context_bytes",  "max_message_bytes", "context_ttl",
 		"drain_timeout", "sweep_interval", "dedup_window",   "ipc_mode",	  "log_level",
-		"tokens",	 "config",	   "streams",	     "message_pool_bytes",
+		"tokens",	 "config",	   "streams",	     "message_pool_bytes", "metrics_listen",
 	};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strcmp(key, keys[i]))
@@ -301,7 +319,9 @@ void fosd_config_usage(void *stream)
 		"  --sweep-interval DUR     context expiry sweep period (default 1s)\n"
 		"  --dedup-window DUR       remember executed request ids (default 10m)\n"
 		"  --ipc-mode OCTAL         ipc socket permissions (default 0600)\n"
-		"  --log-level LEVEL        error, warn, info (default) or debug\n");
+		"  --log-level LEVEL        error, warn, info (default) or debug\n"
+		"  --metrics-listen URL     serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"
+		"                           (port 0: any free one; default off; not loopback: a warning)\n");
 	fosd_trust_config_usage(stream);
 	fprintf((FILE *)stream, "  --help, --version\n");
 }

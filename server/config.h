@@ -31,6 +31,8 @@ typedef struct fosd_config {
 	int ipc_mode;                   /* permissions of ipc sockets (octal in files and flags) */
 	int log_level;                  /* enum fosd_log_level */
 	char *config_path;              /* the file that was read, or NULL */
+	char *metrics_listen;           /* http://HOST:PORT of /metrics and /healthz (http_metrics.c);
+					 * NULL: none */
 	/* trust (trust_config.c): tenants, TLS, per-tenant quota defaults */
 	char *tokens_path;              /* tokens file; NULL: one anonymous tenant, ipc only */
 	int allow_insecure_tcp;         /* tcp/tls+tcp listeners without a tokens file */

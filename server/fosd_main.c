@@ -3,6 +3,7 @@
  * finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
  * abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
+#include "http_metrics.h"
 #include "msg_pool.h"
 #include "auth.h"
 #include "log.h"
@@ -81,12 +82,15 @@ int main(int argc, char **argv)
 	fosd_info("message pool: bodies from %zu KiB reused, %llu bytes kept free, %s", FOSD_MSGPOOL_MIN >> 10,
 		  (unsigned long long)cfg.message_pool_bytes,
 		  srv.regions.pin ? "pinned for device DMA" : "not pinned (no device)");
-	if (fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg)) {
+	fosd_http_metrics *http = NULL; /* GET /metrics and /healthz (metrics_listen) */
+	if (fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg) ||
+	    (cfg.metrics_listen && fosd_http_metrics_start(&srv, cfg.metrics_listen, &http, msg, sizeof msg))) {
 		fosd_error("%s", msg);
 	} else {
 		fosd_info("ready");
 		code = fosd_control_run(&srv);
 	}
+	fosd_http_metrics_stop(http); /* no handler reads srv after this */
 	fosd_executor_stop(&srv);
 	fosd_transport_close(&srv);
 	fosd_server_destroy(&srv);
