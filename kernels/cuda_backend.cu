@@ -24,6 +24,8 @@ static void *fcu_alloc(fos_backend *be, size_t bytes)
 	}
 	void *p = 0;
 	size_t n = bytes ? (bytes + 255) / 256 * 256 : 256;
+	if (im->recording) /* being recorded into a graph: memory the graph keeps (cuda_graph.cu) */
+		return fcu_graph_alloc(be, n);
 	cudaError_t e = im->pools ? cudaMallocAsync(&p, n, im->st) : cudaMalloc(&p, n);
 	if (e != cudaSuccess) {
 		cudaGetLastError(); /* an out-of-memory is not sticky: clear it */
@@ -42,7 +44,7 @@ static void *fcu_alloc(fos_backend *be, size_t bytes)
 static void fcu_free(fos_backend *be, void *p)
 {
 	struct fcu_impl *im = fcu(be);
-	if (!p)
+	if (!p || (im->recording && fcu_graph_owns(be, p)))
 		return;
 	cudaSetDevice(im->dev);
 	if (im->pools)

@@ -49,6 +49,7 @@ struct fcu_impl {
 	int variant;    /* quantize kernel variant (benchmarks) */
 	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
 	void *graphs;       /* recorded work by key (cuda_graph.cu), made on first use */
+	void *recording;    /* the entry being recorded: be->alloc/free give and keep its memory */
 	int use_graphs;     /* replay records and launches graphs (default 1; $FOS_CUDA_GRAPHS=0: off) */
 	unsigned long long graph_recorded, graph_launched, graph_failed;
 	cudaEvent_t ev[FCU_NEVENTS];
@@ -120,5 +121,7 @@ void fcu_gemm_release(fos_backend *be);
 extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 			  int (*run)(fos_backend *be, void *arg, fos_err *err), void *arg, fos_err *err);
 void fcu_graph_release(fos_backend *be);
+void *fcu_graph_alloc(fos_backend *be, size_t n);
+int fcu_graph_owns(fos_backend *be, const void *p);
 
 #endif

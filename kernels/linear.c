@@ -295,7 +295,7 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 
 /* Small forwards go through be->replay: their work is the same every time for the same buffers,
  * and its host-side cost exceeds its GPU time (cuda_graph.cu). */
-#define FOS_REPLAY_MAX_X_BYTES ((int64_t)8 << 20)
+#define FOS_REPLAY_MAX_X_BYTES ((int64_t)2 << 20)
 
 int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw,
 		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved, fos_err *err)
