@@ -36,10 +36,32 @@
 #define FOSD_MAX_LANES 64
 
 static __thread fos_backend *fosd_lane_be;
+static __thread int fosd_lane_idx = -1;
 
 fos_backend *fosd_be(fosd_server *srv)
 {
 	return fosd_lane_be ? fosd_lane_be : srv->be;
+}
+
+struct fosd_lane_buf {
+	void *p[2];
+	size_t cap[2];
+};
+
+void *fosd_lane_buffer(fosd_server *srv, int which, size_t n)
+{
+	int l = fosd_lane_idx;
+	if (l < 0 || !srv->lane_bufs || which < 0 || which > 1 || n > FOSD_LANE_BUF_MAX)
+		return NULL;
+	struct fosd_lane_buf *b = &srv->lane_bufs[l];
+	if (b->cap[which] < n) {
+		fos_backend *be = fosd_be(srv);
+		if (b->p[which])
+			be->free(be, b->p[which]); /* stream-ordered: after this lane's earlier work */
+		b->p[which] = be->alloc(be, FOSD_LANE_BUF_MAX);
+		b->cap[which] = b->p[which] ? FOSD_LANE_BUF_MAX : 0;
+	}
+	return b->p[which];
 }
 
 /* Ops that may run beside others on their own lane (see the top). */
@@ -148,6 +170,11 @@ static int lanes_open(fosd_server *srv, char *msg, size_t msgsz)
 		snprintf(msg, msgsz, "cannot create a condition variable: %s", strerror(rv));
 		return -1;
 	}
+	srv->lane_bufs = calloc((size_t)n, sizeof *srv->lane_bufs);
+	if (!srv->lane_bufs) {
+		snprintf(msg, msgsz, "out of memory");
+		return -1;
+	}
 	srv->lanes[0] = srv->be;
 	srv->n_lanes = 1;
 	int cpu = strcmp(srv->be->name, "cuda") != 0;
@@ -189,6 +216,12 @@ static void lanes_close(fosd_server *srv)
 {
 	if (!srv->lanes)
 		return;
+	for (int i = 0; srv->lane_bufs && i < srv->n_lanes; i++)
+		for (int w = 0; w < 2; w++)
+			if (srv->lane_bufs[i].p[w])
+				srv->lanes[i]->free(srv->lanes[i], srv->lane_bufs[i].p[w]);
+	free(srv->lane_bufs);
+	srv->lane_bufs = NULL;
 	for (int i = 1; i < srv->n_lanes; i++) /* lane 0 is srv->be, destroyed with the server */
 		srv->lanes[i]->destroy(srv->lanes[i]);
 	free(srv->lanes);
@@ -249,6 +282,7 @@ static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel)
 	int code = 0;
 	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
 	fosd_lane_be = be;
+	fosd_lane_idx = srv->lanes ? lane : -1;
 	s->t_lane_ns = fosd_now_ns();
 	nng_msg *r = fosd_execute(srv, s, &code);
 	lane_settle(srv, be, s, &r, &code);
@@ -256,6 +290,7 @@ static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel)
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(srv, be);
 	fosd_lane_be = NULL;
+	fosd_lane_idx = -1;
 	lane_give(srv, lane, parallel);
 	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on lane %d, %s", (unsigned long long)s->req_id,
 		   fosd_op_name(s->op), (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),

@@ -19,6 +19,7 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 	fos_err e;
 	fosd_weight *w = NULL;
 	void *x = NULL, *bias = NULL, *y = NULL;
+	void *lx = NULL, *ly = NULL; /* the lane's own X and Y buffers (small forwards) */
 	fos_saved saved;
 	int have_saved = 0;
 	fosd_context *ctx = NULL;
@@ -58,8 +59,23 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 			      (long long)m, (long long)n, (unsigned long long)srv->cfg->max_message_bytes);
 		goto out;
 	}
-	if (!(x = fosd_dev_from(srv, &a->x, &e)) || (a->has_bias && !(bias = fosd_dev_from(srv, &a->bias, &e))) ||
-	    !(y = fosd_dev_alloc(srv, (size_t)(m * n * 2), &e))) {
+	/* a small forward without a saved context runs on its lane's own X and Y buffers: the same
+	 * addresses every time, so the backend replays its recorded work (backend.h replay) */
+	lx = a->save ? NULL : fosd_lane_buffer(srv, 0, a->x.len);
+	ly = lx ? fosd_lane_buffer(srv, 1, (size_t)(m * n * 2)) : NULL;
+	if (lx && ly) {
+		if (fosd_tensor_h2d(srv, lx, &a->x, &e)) {
+			r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+			goto out;
+		}
+	} else {
+		lx = ly = NULL;
+	}
+	if (!(x = lx ? lx : fosd_dev_from(srv, &a->x, &e)) ||
+	    (a->has_bias && !(bias = fosd_dev_from(srv, &a->bias, &e))) ||
+	    !(y = ly ? ly : fosd_dev_alloc(srv, (size_t)(m * n * 2), &e))) {
+		if (lx)
+			x = y = NULL; /* the lane's: not freed */
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 		goto out;
 	}
@@ -105,6 +121,8 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 out:
 	if (have_saved)
 		fos_saved_free(be, &saved);
+	if (lx) /* the lane's buffers stay with the lane */
+		x = y = NULL;
 	fosd_dev_free(srv, x);
 	fosd_dev_free(srv, bias);
 	fosd_dev_free(srv, y);

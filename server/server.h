@@ -90,6 +90,7 @@ struct fosd_server {
 	 * finished (see executor.c). */
 	fos_backend **lanes;
 	int n_lanes;
+	struct fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
 	pthread_mutex_t lane_mu;
 	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
 	uint64_t lane_busy;      /* bit i: lane i runs a request */
@@ -135,6 +136,13 @@ int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
 /* The backend instance the calling executor worker runs its request on (its lane's); srv->be
  * outside a request. Ops use it for every backend call of the request. */
 fos_backend *fosd_be(fosd_server *srv);
+/* A device buffer of at least n bytes that belongs to the lane running this request, for a small
+ * operand (n <= FOSD_LANE_BUF_MAX; which: 0 or 1, two buffers a lane): the same addresses request
+ * after request, so the backend's recorded work (backend.h replay) is found again. Valid until the
+ * request ends; never freed by the caller. NULL when not on a lane, n is too large or memory is
+ * short: the caller allocates as usual. */
+#define FOSD_LANE_BUF_MAX ((size_t)2 << 20)
+void *fosd_lane_buffer(fosd_server *srv, int which, size_t n);
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
 /* Runs s at once on the calling (receiving) thread if it is a small side-by-side op, nothing is
  * queued and a lane is free; returns 1 if it ran (and was answered), 0 to queue it. */
