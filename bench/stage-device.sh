@@ -1,0 +1,28 @@
+#!/bin/sh
+# stage-device.sh: builds what the GPU machine runs and copies it, stripped, into one folder to
+# carry there (the device has no nng/protobuf-c/libuv/cmocka and cannot run make; these binaries
+# link nng, protobuf-c and libuv statically and find cmocka in STAGE/lib):
+#   sh bench/stage-device.sh [BUILD] [STAGE]     (defaults: build-dev, build-stage; both git-ignored)
+# Then on the device, from the repository root, e.g.:
+#   export LD_LIBRARY_PATH=$PWD/STAGE/lib; sh tests/run-tests.sh STAGE STAGE/tests/gpu_quant STAGE/tests/gpu_linear
+#   FOS_TEST_BACKEND=cuda sh tests/run-tests.sh STAGE STAGE/tests/test_e2e_linear ...
+#   STAGE/bench/bench_cuda; STAGE/bench/bench_nng --out nng.txt; STAGE/bench/bench_service --fosd STAGE/fosd --baseline nng.txt
+set -e
+BUILD=${1:-build-dev}
+STAGE=${2:-build-stage}
+T="$BUILD/fosd $BUILD/fos $BUILD/lib/libcmocka.so.0"
+for b in bench_nng bench_service bench_small_fwd bench_cuda; do T="$T $BUILD/bench/$b"; done
+for t in gpu_quant gpu_linear test_e2e_linear test_e2e_shm test_e2e_lanes test_e2e_metrics test_cli_shm \
+	test_cli_remote test_cli_linear test_cli_quantize test_msg_pool; do
+	T="$T $BUILD/tests/$t"
+done
+make BUILD="$BUILD" -j2 $T
+rm -rf "$STAGE"
+mkdir -p "$STAGE/bench" "$STAGE/tests" "$STAGE/lib"
+for f in $T; do
+	case $f in
+	*libcmocka*) cp -L "$f" "$STAGE/lib/" ;;
+	*) d="$STAGE/${f#"$BUILD"/}"; cp "$f" "$d"; strip "$d" ;;
+	esac
+done
+du -sh "$STAGE"
