@@ -1,6 +1,6 @@
 /* fosd_main.c: the fosd program: read the configuration, open the backend (and say which one and
- * on what device), start the executor and the listeners, run the control loop until a drain
- * finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
+ * on what device), start the executor, the listeners and the HTTP metrics endpoint when asked,
+ * run the control loop until a drain finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
  * abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
 #include "http_metrics.h"

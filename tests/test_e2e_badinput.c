@@ -21,16 +21,10 @@
 #include "fos.h"
 #include "fos_wire.h"
 #include "support_server.h"
+#include "support_assert.h"
 
 static tsrv g_srv;
 static uint16_t g_w[256 * 128], g_x[128 * 128], g_y0[128 * 256];
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
 
 #define ASSERT_CODE(expr, code, st)                                                                             \
 	do {                                                                                                     \
@@ -663,7 +657,6 @@ static void test_deadline(void **state)
 	q.deadline_ms = 1;
 	size_t qlen = pack(&q, (size_t)qpl.cursor, g_buf, sizeof g_buf);
 	expect_raw(&r, g_buf, qlen, FOS_CODE_DEADLINE_EXCEEDED, "deadline");
-
 
 	nng_aio_wait(aio);
 	assert_int_equal(nng_aio_result(aio), 0);

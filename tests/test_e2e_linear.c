@@ -19,6 +19,7 @@
 
 #include "fos.h"
 #include "support_server.h"
+#include "support_assert.h"
 
 static tsrv g_srv;
 
@@ -65,13 +66,6 @@ static long first_diff(const uint16_t *a, const uint16_t *b, size_t n)
 		if (d_ >= 0)                                                                                     \
 			fail_msg("%s differs at element %ld: 0x%04x vs reference 0x%04x", what, d_,               \
 				 ((const uint16_t *)(a))[d_], ((const uint16_t *)(b))[d_]);                        \
-	} while (0)
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
 	} while (0)
 
 /* ---- health --------------------------------------------------------------------------------- */

@@ -30,6 +30,7 @@
 #include "fos.h"
 #include "http_metrics.h"
 #include "support_server.h"
+#include "support_assert.h"
 
 /* ---- reading the exposition text ------------------------------------------------------------ */
 
@@ -558,13 +559,6 @@ static fos_client *connect_or_fail(void)
 		fail_msg("connect: %s: %s", fos_code_name(rc), st.message);
 	return c;
 }
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
 
 static const fos_op_stats *find_op(const fos_stats_info *s, const char *op)
 {

@@ -29,6 +29,7 @@
 #include "fos_wire.h"
 #include "shm.h"
 #include "support_server.h"
+#include "support_assert.h"
 
 #define M 128
 #define K 128
@@ -36,13 +37,6 @@
 
 static tsrv g_srv;
 static uint16_t g_w[N * K], g_x[M * K], g_b[N], g_dy[M * N];
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
 
 #define ASSERT_CODE(expr, code, st)                                                                             \
 	do {                                                                                                     \

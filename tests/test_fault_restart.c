@@ -20,13 +20,7 @@
 #include "fos.h"
 #include "support_server.h"
 #include "support_trust.h"
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
+#include "support_assert.h"
 
 enum { T = 4 };
 

@@ -17,13 +17,7 @@
 #include "fos_wire.h"
 #include "support_server.h"
 #include "support_trust.h"
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
+#include "support_assert.h"
 
 enum { SLOW = 1024 };
 static uint16_t *g_big; /* SLOW x SLOW, shared by x, w and dy of the slow request */

@@ -21,16 +21,10 @@
 #include "fos_wire.h"
 #include "support_server.h"
 #include "support_trust.h"
+#include "support_assert.h"
 
 #define ALICE "alice-secret-0123456789abcdef"
 #define BOB "bob-secret-fedcba9876543210-xyz"
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
 
 #define ASSERT_CODE(expr, code, st)                                                                             \
 	do {                                                                                                     \

@@ -19,16 +19,10 @@
 #include "fos.h"
 #include "support_server.h"
 #include "support_trust.h"
+#include "support_assert.h"
 
 #define ALICE "alice-secret-0123456789abcdef"
 #define LISTEN "tls+tcp://127.0.0.1:0"
-
-#define ASSERT_OK(expr, st)                                                                                     \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != FOS_CODE_OK)                                                                          \
-			fail_msg("%s -> %s: %s", #expr, fos_code_name(rc_), (st).message);                       \
-	} while (0)
 
 typedef struct tls_env {
 	char dir[256], tokens[320], ca[320], other_ca[320], cert[320], key[320], url[128];
