@@ -127,6 +127,7 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 		STATS_LATENCY_FROM(o, lat, os->latency);
 		STATS_LATENCY_FROM(o, queue, os->queue);
 		STATS_LATENCY_FROM(o, run, os->run);
+		o->ran_at_once = os->ran_at_once;
 		o->bytes_in = os->bytes_in;
 		o->bytes_out = os->bytes_out;
 	}

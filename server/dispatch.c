@@ -70,6 +70,7 @@ void fosd_dispatch(fosd_slot *s)
 	s->client_id = s->req_id = 0;
 	s->dedup_owner = 0;
 	s->t_lane_ns = s->t_done_ns = 0;
+	s->ran_now = 0;
 	s->bytes_in = nng_msg_len(s->msg);
 	if (fosw_split(nng_msg_body(s->msg), nng_msg_len(s->msg), &hdr, &hlen, &s->data, &s->dlen, msg, sizeof msg)) {
 		reply_error(s, 0, FOS__CODE__INVALID_ARGUMENT, msg);

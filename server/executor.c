@@ -362,8 +362,10 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 		pthread_mutex_unlock(&srv->lane_mu);
 		pthread_mutex_unlock(&srv->be_mu);
 	}
-	if (lane >= 0)
+	if (lane >= 0) {
+		s->ran_now = 1;
 		run_on_lane(srv, s, lane, 1);
+	}
 	atomic_store(&srv->running_now, 0);
 	return lane >= 0;
 }

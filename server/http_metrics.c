@@ -253,6 +253,9 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 		       "OK requests an executor lane ran: from receipt until a lane took the request.", 1);
 	pb_hist_family(&b, s, "fosd_request_run_seconds",
 		       "OK requests an executor lane ran: the op and its device synchronization on the lane.", 2);
+	pb_op_family(&b, s, "fosd_requests_run_at_once_total", "counter",
+		     "OK requests run on the thread that received them (small, nothing queued, a lane free).",
+		     offsetof(fosd_op_metrics, ran_at_once));
 	pb_op_family(&b, s, "fosd_request_bytes_total", "counter", "Bytes of request messages received, by operation.",
 		     offsetof(fosd_op_metrics, bytes_in));
 	pb_op_family(&b, s, "fosd_response_bytes_total", "counter", "Bytes of reply messages sent, by operation.",

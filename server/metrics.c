@@ -59,7 +59,7 @@ static void hist_add(fosd_hist *h, uint64_t us)
 }
 
 void fosd_metrics_record(fosd_metrics *m, int op, int code, uint64_t latency_us, uint64_t t_recv_ns,
-			 uint64_t t_lane_ns, uint64_t t_done_ns, uint64_t bytes_in, uint64_t bytes_out)
+			 uint64_t t_lane_ns, uint64_t t_done_ns, int ran_now, uint64_t bytes_in, uint64_t bytes_out)
 {
 	if (op < 0 || op >= FOSD_NUM_OPS)
 		op = FOSD_OP_INVALID;
@@ -78,6 +78,8 @@ void fosd_metrics_record(fosd_metrics *m, int op, int code, uint64_t latency_us,
 	if (ran) {
 		hist_add(&om->queue, (t_lane_ns - t_recv_ns) / 1000u);
 		hist_add(&om->run, (t_done_ns - t_lane_ns) / 1000u);
+		if (ran_now)
+			om->ran_at_once++;
 	}
 	if (op == FOSD_OP_INVALID)
 		m->bad_messages++;

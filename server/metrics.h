@@ -44,6 +44,7 @@ typedef struct fosd_op_metrics {
 	fosd_hist lat;   /* receipt to reply */
 	fosd_hist queue; /* receipt until an executor lane took it (executor ops only) */
 	fosd_hist run;   /* on the lane: the op and its device sync (executor ops only) */
+	uint64_t ran_at_once; /* OK requests run on the receiving thread (fosd_executor_try_now) */
 	uint64_t bytes_in, bytes_out;
 } fosd_op_metrics;
 
@@ -60,7 +61,7 @@ void fosd_metrics_destroy(fosd_metrics *m);
  * device sync ended) split an OK request's time into queue and run; t_lane_ns or t_done_ns 0 (a
  * request no lane ran) records neither. */
 void fosd_metrics_record(fosd_metrics *m, int op, int code, uint64_t latency_us, uint64_t t_recv_ns,
-			 uint64_t t_lane_ns, uint64_t t_done_ns, uint64_t bytes_in, uint64_t bytes_out);
+			 uint64_t t_lane_ns, uint64_t t_done_ns, int ran_now, uint64_t bytes_in, uint64_t bytes_out);
 void fosd_metrics_count_duplicate(fosd_metrics *m);
 /* A consistent copy. */
 void fosd_metrics_snapshot(fosd_metrics *m, fosd_metrics *out);

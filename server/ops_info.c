@@ -79,6 +79,7 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 		ops[i].latency = &lat[i][0];
 		ops[i].queue = &lat[i][1];
 		ops[i].run = &lat[i][2];
+		ops[i].ran_at_once = om->ran_at_once;
 		opp[i] = &ops[i];
 	}
 	Fos__StatsResult st = FOS__STATS_RESULT__INIT;

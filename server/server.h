@@ -44,6 +44,7 @@ typedef struct fosd_slot {
 	size_t dlen;
 	uint64_t t_recv_ns;
 	uint64_t t_lane_ns, t_done_ns; /* executor ops: a lane took it; the op and its device sync ended (else 0) */
+	int ran_now;                   /* run by fosd_executor_try_now on the receiving thread */
 	uint64_t bytes_in;
 	int op;
 	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */

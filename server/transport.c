@@ -69,7 +69,8 @@ void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 	fosd_auth_done(s);
 	uint64_t out = reply ? nng_msg_len(reply) : 0;
 	uint64_t us = (fosd_now_ns() - s->t_recv_ns) / 1000u;
-	fosd_metrics_record(&srv->metrics, s->op, code, us, s->t_recv_ns, s->t_lane_ns, s->t_done_ns, s->bytes_in, out);
+	fosd_metrics_record(&srv->metrics, s->op, code, us, s->t_recv_ns, s->t_lane_ns, s->t_done_ns, s->ran_now,
+			    s->bytes_in, out);
 	if (code && fosd_log_get_level() >= FOSD_LOG_DEBUG)
 		fosd_debug("request %llu (%s) -> %s", (unsigned long long)s->req_id, fosd_op_name(s->op),
 			   fosw_code_name(code));

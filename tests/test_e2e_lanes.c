@@ -301,11 +301,74 @@ static void test_lane_wait_past_deadline(void **state)
 	tsrv_cleanup(&s);
 }
 
+/* A small forward without a saved context, and a small quantize, run at once on the thread that
+ * received them when nothing is queued and a lane is free (Stats: ran_at_once); a forward that saves
+ * a context runs alone and a Linear goes through the queue, so they never do. Bits unchanged. */
+static const fos_op_stats *lane_op(const fos_stats_info *si, const char *op)
+{
+	for (int i = 0; i < si->n_ops; i++)
+		if (!strcmp(si->ops[i].op, op))
+			return &si->ops[i];
+	fail_msg("no stats for %s", op);
+	return NULL;
+}
+
+static void test_run_at_once(void **state)
+{
+	(void)state;
+	refs_make();
+	tsrv s;
+	const char *args[] = {"--workers", "2", "--streams", "2", NULL};
+	assert_int_equal(tsrv_start(&s, args), 0);
+	fos_client *c = tt_connect(s.url, NULL);
+	fos_status st;
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, LN, LK, g_w);
+	ASSERT_OK(fos_put_weight(c, "once.w", 1, &tw, NULL, NULL, &st), st);
+	enum { N_FWD = 6 };
+	for (int i = 0; i < N_FWD; i++) { /* one at a time: every lane free, nothing queued */
+		fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, LM, LK, g_x[i % NX]), y = fos_tensor_out();
+		ASSERT_OK(fos_forward(c, "once.w", &tx, NULL, NULL, &y, NULL, &st), st);
+		assert_memory_equal(y.data, g_ry[i % NX], (size_t)LM * LN * 2);
+		free(y.data);
+	}
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, LM, LK, g_x[0]), y = fos_tensor_out();
+	fos_forward_opts fo = {0, 0, 0, 1};
+	fos_context ctx;
+	ASSERT_OK(fos_forward(c, "once.w", &tx, NULL, &fo, &y, &ctx, &st), st);
+	assert_memory_equal(y.data, g_ry[0], (size_t)LM * LN * 2);
+	free(y.data);
+	ASSERT_OK(fos_release(c, &ctx, &st), st);
+	fos_tensor codes = fos_tensor_out(), scales = fos_tensor_out(), amax = fos_tensor_out();
+	ASSERT_OK(fos_quantize(c, &tx, NULL, NULL, &codes, &scales, &amax, &st), st);
+	assert_memory_equal(codes.data, g_qc[0], (size_t)LM * LK / 2);
+	free(codes.data);
+	free(scales.data);
+	free(amax.data);
+	fos_tensor tw2 = fos_tensor_2d(FOS_DTYPE_BF16, LN, LK, g_w2), ly = fos_tensor_out();
+	ASSERT_OK(fos_linear(c, &tx, &tw2, NULL, NULL, NULL, &ly, NULL, NULL, NULL, &st), st);
+	assert_memory_equal(ly.data, g_ly[0], (size_t)LM * LN * 2);
+	free(ly.data);
+	fos_stats_info *si = malloc(sizeof *si);
+	ASSERT_OK(fos_stats(c, si, &st), st);
+	const fos_op_stats *f = lane_op(si, "forward"), *q = lane_op(si, "quantize"), *l = lane_op(si, "linear");
+	assert_int_equal(f->run_count, N_FWD + 1);
+	assert_int_equal(f->ran_at_once, N_FWD); /* not the one that saved a context */
+	assert_int_equal(q->ran_at_once, 1);
+	assert_int_equal(l->run_count, 1);
+	assert_int_equal(l->ran_at_once, 0);
+	assert_int_equal(lane_op(si, "put_weight")->ran_at_once, 0);
+	free(si);
+	fos_close(c);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lanes_bitwise),
 		cmocka_unit_test(test_lane_wait_past_deadline),
+		cmocka_unit_test(test_run_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,7 +237,7 @@ static void record(fosd_metrics *m, int op, int code, uint64_t latency_us, long 
 		lane = t0 + (uint64_t)queue_us * 1000u;
 		done = lane + (uint64_t)run_us * 1000u;
 	}
-	fosd_metrics_record(m, op, code, latency_us, t0, lane, done, 100, 200);
+	fosd_metrics_record(m, op, code, latency_us, t0, lane, done, 0, 100, 200);
 }
 
 static fosd_prom_snapshot *hand_snapshot(void)

@@ -504,9 +504,9 @@ static void test_metrics(void **state)
 	assert_int_equal(fosd_metrics_init(&m), 0);
 	/* 100 OK requests of 1..100 us (answered without the executor: no lane times), and 5 failures */
 	for (int i = 1; i <= 100; i++)
-		fosd_metrics_record(&m, FOSD_OP_FORWARD, 0, (uint64_t)i, 1000, 0, 0, 10, 20);
+		fosd_metrics_record(&m, FOSD_OP_FORWARD, 0, (uint64_t)i, 1000, 0, 0, 0, 10, 20);
 	for (int i = 0; i < 5; i++)
-		fosd_metrics_record(&m, FOSD_OP_FORWARD, 5, 1000000, 1000, 0, 0, 10, 0);
+		fosd_metrics_record(&m, FOSD_OP_FORWARD, 5, 1000000, 1000, 0, 0, 0, 10, 0);
 	fosd_metrics snap;
 	fosd_metrics_snapshot(&m, &snap);
 	const fosd_op_metrics *om = &snap.ops[FOSD_OP_FORWARD];
@@ -540,17 +540,19 @@ static void test_metrics_queue_run(void **state)
 	fosd_metrics m;
 	assert_int_equal(fosd_metrics_init(&m), 0);
 	const uint64_t t0 = 5000000000ull; /* receipt */
-	/* 10 linear requests: queued 3 us + 999 ns (-> 3), ran i * 1000 us + 500 ns (-> i * 1000) */
+	/* 10 linear requests: queued 3 us + 999 ns (-> 3), ran i * 1000 us + 500 ns (-> i * 1000);
+	 * the first 4 ran at once on the receiving thread */
 	for (uint64_t i = 1; i <= 10; i++) {
 		uint64_t lane = t0 + 3999, done = lane + i * 1000000u + 500;
-		fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, (done - t0) / 1000 + 7, t0, lane, done, 100, 200);
+		fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, (done - t0) / 1000 + 7, t0, lane, done, i <= 4, 100, 200);
 	}
-	/* an executed request that failed, one whose lane never finished (done 0), one the executor
-	 * never took (lane 0), and a health request: none of them has a queue or run time */
-	fosd_metrics_record(&m, FOSD_OP_LINEAR, 13, 50, t0, t0 + 1000, t0 + 2000, 1, 1);
-	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 60, t0, t0 + 1000, 0, 1, 1);
-	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 70, t0, 0, 0, 1, 1);
-	fosd_metrics_record(&m, FOSD_OP_HEALTH, 0, 3, t0, 0, 0, 1, 1);
+	/* an executed request that failed (though run at once), one whose lane never finished (done 0),
+	 * one the executor never took (lane 0), and a health request: none of them has a queue or run
+	 * time, nor counts as run at once */
+	fosd_metrics_record(&m, FOSD_OP_LINEAR, 13, 50, t0, t0 + 1000, t0 + 2000, 1, 1, 1);
+	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 60, t0, t0 + 1000, 0, 1, 1, 1);
+	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 70, t0, 0, 0, 0, 1, 1);
+	fosd_metrics_record(&m, FOSD_OP_HEALTH, 0, 3, t0, 0, 0, 0, 1, 1);
 	fosd_metrics snap;
 	fosd_metrics_snapshot(&m, &snap);
 	const fosd_op_metrics *om = &snap.ops[FOSD_OP_LINEAR];
@@ -558,6 +560,7 @@ static void test_metrics_queue_run(void **state)
 	assert_int_equal(om->lat.count, 12);
 	assert_int_equal(om->queue.count, 10);
 	assert_int_equal(om->run.count, 10);
+	assert_int_equal(om->ran_at_once, 4);
 	assert_int_equal(om->queue.max_us, 3);
 	assert_int_equal(om->queue.sum_us, 30);
 	assert_int_equal(fosd_hist_quantile(&om->queue, 0.5), 3); /* all 3 us: capped at the max */
