@@ -34,6 +34,8 @@ static float g_qa[NX];
 
 static void refs_make(void)
 {
+	if (g_w) /* made once, for every test of this file */
+		return;
 	size_t mk = (size_t)LM * LK, nk = (size_t)LN * LK, mn = (size_t)LM * LN;
 	g_w = malloc(nk * 2);
 	g_w2 = malloc(nk * 2);
