@@ -69,19 +69,9 @@ int tsrv_log_contains(const tsrv *s, const char *needle)
 	return found;
 }
 
-int tsrv_start(tsrv *s, const char *const *extra)
+void tsrv_fosd_argv(const tsrv *s, const char *const *extra, char *bin, size_t binsz, const char **argv)
 {
-	memset(s, 0, sizeof *s);
-	snprintf(s->dir, sizeof s->dir, "/tmp/fosd-test-XXXXXX");
-	if (!mkdtemp(s->dir)) {
-		perror("mkdtemp");
-		return -1;
-	}
-	snprintf(s->url, sizeof s->url, "ipc://%s/fosd.sock", s->dir);
-	snprintf(s->log, sizeof s->log, "%s/fosd.log", s->dir);
-	char bin[1200];
-	snprintf(bin, sizeof bin, "%s/fosd", tsrv_build_dir());
-	const char *argv[64];
+	snprintf(bin, binsz, "%s/fosd", tsrv_build_dir());
 	int argc = 0;
 	argv[argc++] = bin;
 	argv[argc++] = "--backend";
@@ -93,6 +83,21 @@ int tsrv_start(tsrv *s, const char *const *extra)
 	for (int i = 0; extra && extra[i] && argc < 62; i++)
 		argv[argc++] = extra[i];
 	argv[argc] = NULL;
+}
+
+int tsrv_start(tsrv *s, const char *const *extra)
+{
+	memset(s, 0, sizeof *s);
+	snprintf(s->dir, sizeof s->dir, "/tmp/fosd-test-XXXXXX");
+	if (!mkdtemp(s->dir)) {
+		perror("mkdtemp");
+		return -1;
+	}
+	snprintf(s->url, sizeof s->url, "ipc://%s/fosd.sock", s->dir);
+	snprintf(s->log, sizeof s->log, "%s/fosd.log", s->dir);
+	char bin[1200];
+	const char *argv[64];
+	tsrv_fosd_argv(s, extra, bin, sizeof bin, argv);
 	pid_t pid = fork();
 	if (pid < 0) {
 		perror("fork");

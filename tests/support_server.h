@@ -25,6 +25,9 @@ const char *tsrv_build_dir(void);
 /* Starts BUILD/fosd --backend B --threads 2 --listen URL [extra args...] (NULL-terminated list) and waits
  * until it answers Health (up to 15 s). Returns 0, or -1 (the log is printed to stderr). */
 int tsrv_start(tsrv *s, const char *const *extra_args);
+/* The command line tsrv_start runs: bin (binsz bytes) gets BUILD/fosd, argv (64 entries) the
+ * arguments, NULL-terminated. */
+void tsrv_fosd_argv(const tsrv *s, const char *const *extra, char *bin, size_t binsz, const char **argv);
 /* Sends sig and waits up to timeout_ms for the exit; returns the exit status (0..255), 128+signal
  * if it was killed by a signal, or -1 on timeout (it is then SIGKILLed). */
 int tsrv_stop(tsrv *s, int sig, int timeout_ms);

@@ -135,19 +135,8 @@ int tt_fosd_run(const char *const *args, const char *log, int timeout_ms)
 static int tt_spawn(tsrv *s, uint64_t as_bytes, const char *const *extra)
 {
 	char bin[1200];
-	snprintf(bin, sizeof bin, "%s/fosd", tsrv_build_dir());
 	const char *argv[64];
-	int argc = 0;
-	argv[argc++] = bin;
-	argv[argc++] = "--backend";
-	argv[argc++] = tsrv_backend_name();
-	argv[argc++] = "--threads";
-	argv[argc++] = "2";
-	argv[argc++] = "--listen";
-	argv[argc++] = s->url;
-	for (int i = 0; extra && extra[i] && argc < 62; i++)
-		argv[argc++] = extra[i];
-	argv[argc] = NULL;
+	tsrv_fosd_argv(s, extra, bin, sizeof bin, argv);
 	pid_t pid = fork();
 	if (pid < 0)
 		return -1;
