@@ -332,6 +332,27 @@ fos_tensor fos_tensor_shm(const fos_region *r, size_t offset, int dtype, int64_t
  * bytes, and bytes still mapped. Any pointer may be NULL. */
 int fos_region_stats(fos_client *c, uint64_t *regions, uint64_t *bytes, uint64_t *mapped, fos_status *st);
 
+/* ---- request channel (same host, lowest latency) ---------------------------------------------- *
+ *
+ * Over an ipc:// connection, fos_channel_open gives the handle a request channel: a sealed memfd
+ * region that fosd serves on a thread of its own (PROTOCOL.md "Request channels"). From then on a
+ * call whose request fits in the channel goes through it: libfos writes the request message into
+ * the region and rings a doorbell, fosd writes the reply back; the bytes, ids, checks and results
+ * are those of the socket path, only nng's threads and socket are skipped. One call at a time uses
+ * the channel; calls made meanwhile from other threads take the socket, as does a call whose
+ * request does not fit, and one whose reply did not fit (fosd ran it and answered
+ * RESOURCE_EXHAUSTED: libfos sends it again over the socket with a new id; size the channel for
+ * the replies you expect, or have results written to regions). Both sides poll for up to spin_us
+ * microseconds (fosd: at most its channel_spin_us) before they sleep on a futex.
+ *
+ * bytes: the region's size (0: 4 MiB; at least 8704), split into equal request and reply areas.
+ * The channel ends with fos_channel_close, fos_close, the connection, or the process. */
+int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st);
+/* Unregisters the channel; later calls use the socket. Waits for a call using it to finish. */
+int fos_channel_close(fos_client *c, fos_status *st);
+/* Bytes of the channel's request (= reply) area, 0 when the handle has none open. */
+size_t fos_channel_bytes(const fos_client *c);
+
 /* ---- connecting with options: tokens, TLS, re-putting weights -------------------------------- *
  *
  * fos_connect(url, token, timeout_ms, ...) is fos_connect_with(url, &{token, timeout_ms}, ...).

@@ -2,6 +2,7 @@
  * one nng context and aio per call, resend disabled, inputs copied once into the message, the
  * reply's tensors checked before they are copied out. */
 #include "libfos_internal.h"
+#include "fos_chan.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -254,6 +255,7 @@ void fos_close(fos_client *c)
 {
 	if (!c)
 		return;
+	fosc_chan_free_all(c); /* unregisters over the socket: first */
 	while (c->io_free) {
 		fosc_io *n = c->io_free->next;
 		fosc_io_close(c->io_free);
@@ -316,9 +318,14 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 	return FOS_CODE_OK;
 }
 
-/* One round trip; *used_shm is set when a tensor of the request named a region. */
+/* fosc_call_once: the request went through the channel and its reply did not fit there: the
+ * operation ran, and the caller sends the request again over the socket (with a new id). */
+#define FOSC_RETRY_SOCKET (-1)
+
+/* One round trip (through the handle's request channel unless nochan, else the socket); *used_shm
+ * is set when a tensor of the request named a region. */
 static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st,
-			  int *used_shm)
+			  int *used_shm, int nochan)
 {
 	memset(out, 0, sizeof *out);
 	out->c = c;
@@ -361,16 +368,22 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 		if (!ins[i].t->shm)
 			memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
 
-	fosc_io *io;
+	fosc_io *io = NULL;
+	int completed = 0, via_chan = 0, code = FOS_CODE_OK;
+	if (!nochan && fosc_chan_exchange(c, msg, timeout, &out->msg, &code, st)) {
+		nng_msg_free(msg);
+		if (code)
+			goto done;
+		via_chan = 1;
+		goto parse;
+	}
 	if ((rv = fosc_io_take(c, &io))) {
 		nng_msg_free(msg);
 		return fosc_status(st, fosc_code_of_nng(rv), "cannot open an nng context: %s", nng_strerror(rv));
 	}
 	nng_ctx ctx = io->ctx;
 	nng_aio *aio = io->aio;
-	int completed = 0;
 	uint64_t t0 = fosc_now_ms();
-	int code = FOS_CODE_OK;
 	nng_aio_set_timeout(aio, timeout);
 	nng_aio_set_msg(aio, msg);
 	atomic_store(&io->done, 0);
@@ -395,6 +408,7 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	out->msg = nng_aio_get_msg(aio);
 	nng_aio_set_msg(aio, NULL);
 	completed = 1;
+parse:;
 	const uint8_t *hdr;
 	size_t hlen;
 	char why[256];
@@ -415,12 +429,16 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	}
 	if (out->resp->status && out->resp->status->code != FOS__CODE__OK) {
 		code = out->resp->status->code;
-		fosc_status(st, code, "%s", out->resp->status->message ? out->resp->status->message : "");
+		const char *m = out->resp->status->message ? out->resp->status->message : "";
+		fosc_status(st, code, "%s", m);
+		if (via_chan && code == FOS_CODE_RESOURCE_EXHAUSTED && !strncmp(m, FOS_CHAN_OVERFLOW, strlen(FOS_CHAN_OVERFLOW)))
+			code = FOSC_RETRY_SOCKET;
 		goto done;
 	}
 	fosc_status(st, FOS_CODE_OK, "ok");
 done:
-	fosc_io_give(c, io, completed);
+	if (io)
+		fosc_io_give(c, io, completed);
 	if (code)
 		fosc_reply_free(out);
 	return code;
@@ -430,13 +448,15 @@ int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply
 {
 	int used_shm = 0;
 	fos_status local, *sp = st ? st : &local;
-	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm);
+	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0);
+	if (code == FOSC_RETRY_SOCKET) /* too large a reply for the channel: again over the socket */
+		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1);
 	/* a region the server does not know (a reconnect dropped it): register again, retry once */
 	if (code == FOS_CODE_NOT_FOUND && used_shm && strstr(sp->message, "shm region") &&
 	    strstr(sp->message, "not registered")) {
 		fos_status st2;
 		if (fosc_shm_reregister(c, &st2) == FOS_CODE_OK)
-			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm);
+			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0);
 	}
 	return code;
 }

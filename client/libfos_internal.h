@@ -31,6 +31,10 @@ struct fos_client {
 	struct fosc_io *io_free;
 	/* microseconds a caller polls for its reply before it sleeps (fos_set_spin, $FOS_SPIN_US) */
 	atomic_int spin_us;
+	/* the request channel in use (libfos_chan.c; NULL: none) and the closed ones, kept until
+	 * fos_close because a caller may still hold them */
+	struct fosc_chan *_Atomic chan;
+	struct fosc_chan *chan_old;
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -95,6 +99,18 @@ int fosc_shm_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, in
 int fosc_shm_reregister(fos_client *c, fos_status *st);
 /* Frees the bookkeeping of regions left at fos_close. */
 void fosc_shm_close(fos_client *c);
+/* RegisterRegion (channel: as a request channel, *channel_bytes its area size) / UnregisterRegion. */
+int fosc_region_register(fos_client *c, const char *name, const char *key, uint64_t size, int channel,
+			 uint32_t spin_us, uint64_t *channel_bytes, fos_status *st);
+int fosc_region_unregister(fos_client *c, const char *name, fos_status *st);
+
+/* libfos_chan.c: one exchange through the handle's request channel. Returns 0 when the channel
+ * was not used (none, busy, closed, or the request does not fit: use the socket), else 1 with
+ * *reply (a new message holding the reply's bytes) or *code (and st) set. */
+int fosc_chan_exchange(fos_client *c, const nng_msg *req, int timeout_ms, nng_msg **reply, int *code,
+		       fos_status *st);
+/* fos_close: closes and frees the channels. */
+void fosc_chan_free_all(fos_client *c);
 
 /* ---- trust and recovery (libfos_trust.c) ---- */
 

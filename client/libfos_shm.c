@@ -28,7 +28,8 @@ struct fos_region {
 
 static atomic_uint fosc_region_seq;
 
-static int fosc_register(fos_client *c, const char *name, const char *key, uint64_t size, fos_status *st)
+int fosc_region_register(fos_client *c, const char *name, const char *key, uint64_t size, int channel,
+			 uint32_t spin_us, uint64_t *channel_bytes, fos_status *st)
 {
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__RegisterRegionRequest rr = FOS__REGISTER_REGION_REQUEST__INIT;
@@ -37,14 +38,26 @@ static int fosc_register(fos_client *c, const char *name, const char *key, uint6
 	rr.name = (char *)name;
 	rr.key = (char *)key;
 	rr.size = size;
+	rr.channel = channel != 0;
+	rr.spin_us = spin_us;
 	fosc_reply r;
 	int code = fosc_call(c, &rq, NULL, 0, &r, st);
-	if (!code)
+	if (!code) {
+		if (channel_bytes)
+			*channel_bytes = r.resp->register_region && r.resp->register_region->info
+						 ? r.resp->register_region->info->channel_bytes
+						 : 0;
 		fosc_reply_free(&r);
+	}
 	return code;
 }
 
-static int fosc_unregister(fos_client *c, const char *name, fos_status *st)
+static int fosc_register(fos_client *c, const char *name, const char *key, uint64_t size, fos_status *st)
+{
+	return fosc_region_register(c, name, key, size, 0, 0, NULL, st);
+}
+
+int fosc_region_unregister(fos_client *c, const char *name, fos_status *st)
 {
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__UnregisterRegionRequest ur = FOS__UNREGISTER_REGION_REQUEST__INIT;
@@ -199,7 +212,7 @@ int fos_region_destroy(fos_region *r, fos_status *st)
 		*pp = r->next;
 	pthread_mutex_unlock(&c->shm_mu);
 	fos_status ust;
-	int code = fosc_unregister(c, r->name, &ust);
+	int code = fosc_region_unregister(c, r->name, &ust);
 	/* a server that is gone, or a connection that was replaced, has released it already */
 	if (code == FOS_CODE_NOT_FOUND || code == FOS_CODE_UNAVAILABLE || code == FOS_CODE_DEADLINE_EXCEEDED)
 		code = FOS_CODE_OK;

@@ -29,6 +29,7 @@ void fosd_config_defaults(fosd_config *c)
 	c->context_ttl_ms = 60 * 1000;
 	c->max_message_bytes = (uint64_t)1 << 30;
 	c->message_pool_bytes = (uint64_t)1 << 30;
+	c->channel_spin_us = 50;
 	c->drain_timeout_ms = 30 * 1000;
 	c->sweep_interval_ms = 1000;
 	c->dedup_window_ms = 10 * 60 * 1000;
@@ -157,6 +158,7 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 		{"workers", &c->workers, 1, 256},
 		{"streams", &c->streams, 0, 64},
 		{"concurrency", &c->concurrency, 1, 65536},
+		{"channel_spin_us", &c->channel_spin_us, 0, 1000000},
 	};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
 		if (!strcmp(key, ints[i].key)) {
@@ -238,6 +240,7 @@ static int config_known_key(const char *key)
 		"concurrency",	 "cache_bytes",	   "context_bytes",  "max_message_bytes", "context_ttl",
 		"drain_timeout", "sweep_interval", "dedup_window",   "ipc_mode",	  "log_level",
 		"tokens",	 "config",	   "streams",	     "message_pool_bytes", "metrics_listen",
+		"channel_spin_us",
 	};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strcmp(key, keys[i]))
@@ -315,6 +318,8 @@ void fosd_config_usage(void *stream)
 		"  --context-ttl DUR        saved-context lifetime (default 60s)\n"
 		"  --max-message-bytes SIZE largest request or reply (default 1G)\n"
 		"  --message-pool-bytes SIZE freed message memory kept for reuse (default 1G)\n"
+		"  --channel-spin-us N      a request channel polls this long for the next request before\n"
+		"                           it sleeps; the most a client may ask (default 50; 0: never)\n"
 		"  --drain-timeout DUR      SIGTERM/SIGINT: wait for in-flight requests (default 30s)\n"
 		"  --sweep-interval DUR     context expiry sweep period (default 1s)\n"
 		"  --dedup-window DUR       remember executed request ids (default 10m)\n"

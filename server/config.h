@@ -25,6 +25,7 @@ typedef struct fosd_config {
 	uint64_t context_ttl_ms;        /* a saved context lives this long after its forward */
 	uint64_t max_message_bytes;     /* NNG_OPT_RECVMAXSZ, and the largest reply */
 	uint64_t message_pool_bytes;    /* freed message bodies kept mapped (msg_pool.c) */
+	int channel_spin_us;            /* request channels poll this long before sleeping (chan.c) */
 	uint64_t drain_timeout_ms;      /* SIGTERM: wait this long for in-flight requests */
 	uint64_t sweep_interval_ms;     /* context expiry sweep */
 	uint64_t dedup_window_ms;       /* remember executed request ids this long */

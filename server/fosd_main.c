@@ -91,6 +91,7 @@ int main(int argc, char **argv)
 		code = fosd_control_run(&srv);
 	}
 	fosd_http_metrics_stop(http); /* no handler reads srv after this */
+	fosd_chans_stop_all(&srv);    /* channel threads hand requests to the executor: they stop first */
 	fosd_executor_stop(&srv);
 	fosd_transport_close(&srv);
 	fosd_server_destroy(&srv);

@@ -286,6 +286,8 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 		{"fosd_shm_regions", "gauge", "Shared-memory regions registered by clients.", SNAP(shm_regions)},
 		{"fosd_shm_region_bytes", "gauge", "Bytes of the registered shared-memory regions.", SNAP(shm_region_bytes)},
 		{"fosd_shm_mapped_bytes", "gauge", "Bytes of shared-memory regions still mapped.", SNAP(shm_mapped_bytes)},
+		{"fosd_channels", "gauge", "Request channels being served.", SNAP(channels)},
+		{"fosd_channel_requests_total", "counter", "Requests taken from request channels.", SNAP(channel_requests)},
 		{"fosd_msg_pool_taken_total", "counter", "Message bodies of 1 MiB and more handed out by the pool.",
 		 SNAP(pool.taken)},
 		{"fosd_msg_pool_reused_total", "counter", "Of those, reused from the pool.", SNAP(pool.reused)},
@@ -339,6 +341,8 @@ void fosd_prom_snapshot_take(fosd_server *srv, fosd_prom_snapshot *out)
 	out->queued = fosd_executor_queued(srv);
 	out->workers = (uint64_t)srv->n_workers;
 	fosd_regions_stats(&srv->regions, &out->shm_regions, &out->shm_region_bytes, &out->shm_mapped_bytes);
+	out->channels = fosd_chans_count(&srv->chans);
+	out->channel_requests = atomic_load(&srv->chans.requests);
 	fosd_msgpool_get_stats(&out->pool);
 }
 

@@ -31,6 +31,7 @@ typedef struct fosd_prom_snapshot {
 	fosd_contexts_stats contexts;
 	uint64_t inflight, queued, workers;
 	uint64_t shm_regions, shm_region_bytes, shm_mapped_bytes;
+	uint64_t channels, channel_requests;
 	fosd_msgpool_stats pool;
 } fosd_prom_snapshot;
 

@@ -105,6 +105,8 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	st.bad_messages = snap->bad_messages;
 	st.workers = (uint64_t)srv->n_workers;
 	fosd_regions_stats(&srv->regions, &st.shm_regions, &st.shm_region_bytes, &st.shm_mapped_bytes);
+	st.channels = fosd_chans_count(&srv->chans);
+	st.channel_requests = atomic_load(&srv->chans.requests);
 	fosd_msgpool_stats pst;
 	fosd_msgpool_get_stats(&pst);
 	st.msg_pool_taken = pst.taken;

@@ -2,7 +2,9 @@
  * safely (credentials, file type, owner, size), mapping and pinning it once, lookups by (pipe,
  * tenant, name) with reference counts, and release on unregister, connection loss and shutdown. */
 #include "shm.h"
+#include "chan.h"
 #include "log.h"
+#include "fos_chan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +28,7 @@ struct fosd_region {
 	int refs;           /* 1 while registered + 1 per request using it (under rg->mu) */
 	int listed;         /* still in the table */
 	atomic_uint_fast64_t uses;
+	fosd_chan *chan;    /* a request channel serves it (chan.c); under rg->mu */
 	fosd_region *next;
 };
 
@@ -76,6 +79,8 @@ static int unlist_locked(fosd_regions *rg, fosd_region *r)
 		*pp = r->next;
 	r->next = NULL;
 	r->listed = 0;
+	if (r->chan)
+		fosd_chan_signal(r->chan); /* its thread ends and drops its reference */
 	rg->count--;
 	rg->bytes -= r->size;
 	return --r->refs == 0;
@@ -365,6 +370,7 @@ int fosd_regions_list(fosd_regions *rg, uint32_t pipe, const char *tenant, fosd_
 			a[i].sealed = r->sealed;
 			a[i].pinned = r->pinned;
 			a[i].uses = atomic_load(&r->uses);
+			a[i].channel_bytes = r->chan ? fos_chan_cap(r->size) : 0;
 			i++;
 		}
 	pthread_mutex_unlock(&rg->mu);
@@ -478,4 +484,21 @@ int fosd_region_check_now(const fosd_region *r, uint64_t off, uint64_t len, char
 		return FOS__CODE__FAILED_PRECONDITION;
 	}
 	return 0;
+}
+
+int fosd_region_sealed(const fosd_region *r)
+{
+	return r->sealed;
+}
+
+int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, fosd_chan *c)
+{
+	pthread_mutex_lock(&rg->mu);
+	int rc = 0;
+	if (c && (!r->listed || r->chan))
+		rc = -1;
+	else
+		r->chan = c;
+	pthread_mutex_unlock(&rg->mu);
+	return rc;
 }

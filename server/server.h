@@ -16,6 +16,7 @@
 #include <nng/nng.h>
 
 #include "backend.h"
+#include "chan.h"
 #include "config.h"
 #include "contexts.h"
 #include "dedup.h"
@@ -55,6 +56,7 @@ typedef struct fosd_slot {
 	fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
 	int tenant_counted;         /* counted in tenant->inflight until answered */
 	fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
+	int chan;                   /* the slot of a request channel (chan.c): replies go there */
 } fosd_slot;
 
 struct fosd_server {
@@ -67,6 +69,7 @@ struct fosd_server {
 	fosd_metrics metrics;
 	fosd_dedup dd;
 	fosd_regions regions;  /* shared-memory regions of ipc clients (regions.c) */
+	fosd_chans chans;      /* request channels in regions (chan.c) */
 	fosd_tenants *tenants; /* NULL: no tokens file, one anonymous tenant (auth.c) */
 	struct fosd_deadlines *deadlines; /* the deadline reaper (deadline.c) */
 	uint64_t start_ns;

@@ -68,6 +68,7 @@ typedef struct fosd_region_info {
 	char name[FOSD_REGION_NAME_MAX + 1];
 	uint64_t size, uses;
 	int sealed, pinned;
+	uint64_t channel_bytes; /* a request channel's area size; 0: not a channel */
 } fosd_region_info;
 
 /* A request's use of regions: the references it holds, the snapshots of checked inputs and where
@@ -128,6 +129,11 @@ uint8_t *fosd_region_base(const fosd_region *r);
 uint64_t fosd_region_size(const fosd_region *r);
 const char *fosd_region_name(const fosd_region *r);
 int fosd_region_pinned(const fosd_region *r);
+int fosd_region_sealed(const fosd_region *r);
+/* Makes c the request channel of r (NULL: none now). Returns -1 when r is no longer registered or
+ * already has a channel. */
+struct fosd_chan;
+int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, struct fosd_chan *c);
 void fosd_region_count_use(fosd_region *r);
 /* Checks [off, off + len) lies in the object as it is now (fstat, unless sealed against
  * shrinking). Returns 0, or FAILED_PRECONDITION with msg. */

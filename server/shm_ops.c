@@ -3,6 +3,7 @@
  * and the replies. */
 #include "ops.h"
 #include "log.h"
+#include "fos_chan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,19 @@ int fosd_shm_validate_op(const Fos__Request *rq, char *msg, size_t msgsz)
 		if (r->size < 1 || r->size > FOSD_SHM_MAX_SIZE) {
 			snprintf(msg, msgsz, "region size %llu is not in 1 .. %llu", (unsigned long long)r->size,
 				 (unsigned long long)FOSD_SHM_MAX_SIZE);
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		if (r->channel && r->size < FOS_CHAN_MIN_SIZE) {
+			snprintf(msg, msgsz, "a channel region needs at least %u bytes, got %llu", FOS_CHAN_MIN_SIZE,
+				 (unsigned long long)r->size);
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		if (!r->channel && r->spin_us) {
+			snprintf(msg, msgsz, "spin_us is %u but the region is not a channel", r->spin_us);
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		if (r->spin_us > FOSD_CHAN_SPIN_MAX_US) {
+			snprintf(msg, msgsz, "spin_us %u is more than %u", r->spin_us, FOSD_CHAN_SPIN_MAX_US);
 			return FOS__CODE__INVALID_ARGUMENT;
 		}
 		return 0;
@@ -47,6 +61,7 @@ static void region_info_msg(const fosd_region_info *in, Fos__RegionInfo *out)
 	out->sealed = in->sealed;
 	out->device_registered = in->pinned;
 	out->uses = in->uses;
+	out->channel_bytes = in->channel_bytes;
 }
 
 nng_msg *fosd_op_register_region(fosd_server *srv, fosd_slot *s, int *code)
@@ -65,6 +80,17 @@ nng_msg *fosd_op_register_region(fosd_server *srv, fosd_slot *s, int *code)
 				       r->size, &info, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
+	if (r->channel) { /* serve it; on failure the region goes again: nothing half made stays */
+		fosd_region *reg = fosd_regions_acquire(&srv->regions, s->shm.pipe, s->shm.tenant, r->name, &rc, msg,
+							sizeof msg);
+		if (!rc)
+			rc = fosd_chan_start(srv, s, reg, r->spin_us, &info.channel_bytes, msg, sizeof msg);
+		if (rc) {
+			char m2[FOSD_MSG_MAX];
+			fosd_regions_unregister(&srv->regions, s->shm.pipe, s->shm.tenant, r->name, m2, sizeof m2);
+			return fosd_fail(s, code, rc, "%s", msg);
+		}
+	}
 	Fos__RegionInfo ri;
 	region_info_msg(&info, &ri);
 	Fos__RegisterRegionResult rr = FOS__REGISTER_REGION_RESULT__INIT;

@@ -83,6 +83,10 @@ void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 		nng_msg_free(s->msg);
 		s->msg = NULL;
 	}
+	if (s->chan) { /* a channel's request: the reply goes back into its region (chan.c) */
+		fosd_chan_reply(s, reply);
+		return;
+	}
 	if (!reply) {
 		/* nothing could be built: the client times out; the slot goes on serving */
 		atomic_fetch_sub(&srv->inflight, 1);
