@@ -335,6 +335,7 @@ typedef struct cli_load_cfg {
 	int json, progress;
 	const char *server;
 	int shm;              /* inputs and outputs in shared-memory regions (--shm) */
+	int channel;          /* each connection opens a request channel (--channel) */
 } cli_load_cfg;
 
 typedef struct cli_load_result {

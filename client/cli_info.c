@@ -154,6 +154,7 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 		{"workers", s->workers}, {"inflight", s->inflight}, {"queued", s->queued},
 		{"duplicates", s->duplicates}, {"bad_messages", s->bad_messages},
 	};
+	const info_counter channels[] = {{"open", s->channels}, {"requests", s->channel_requests}};
 	info_json_counters(&w, "cache", cache, sizeof cache / sizeof cache[0]);
 	info_json_counters(&w, "contexts", contexts, sizeof contexts / sizeof contexts[0]);
 	const info_counter pool[] = {
@@ -162,6 +163,7 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 		{"bytes_pinned", s->msg_pool_bytes_pinned}, {"pin_failures", s->msg_pool_pin_failures},
 	};
 	info_json_counters(&w, "executor", executor, sizeof executor / sizeof executor[0]);
+	info_json_counters(&w, "channels", channels, sizeof channels / sizeof channels[0]);
 	cli_jw_obj(&w, "msg_pool");
 	cli_jw_bool(&w, "active", s->msg_pool_active);
 	for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
@@ -227,6 +229,8 @@ static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
 	       (unsigned long long)s->msg_pool_mapped_new, cli_human_bytes(s->msg_pool_bytes_used, b1, sizeof b1),
 	       cli_human_bytes(s->msg_pool_bytes_free, b2, sizeof b2),
 	       cli_human_bytes(s->msg_pool_bytes_pinned, b3, sizeof b3), (unsigned long long)s->msg_pool_pin_failures);
+	printf("channels:      %llu open, %llu requests taken from them\n", (unsigned long long)s->channels,
+	       (unsigned long long)s->channel_requests);
 }
 
 enum { SF_JSON, SF_COUNT };

@@ -452,6 +452,7 @@ enum {
 	LDF_JSON,
 	LDF_NO_PROGRESS,
 	LDF_SHM,
+	LDF_CHANNEL,
 	LDF_COUNT
 };
 
@@ -528,6 +529,7 @@ static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
 		c->connections = c->concurrency;
 	c->json = flags[LDF_JSON].given;
 	c->shm = flags[LDF_SHM].given;
+	c->channel = flags[LDF_CHANNEL].given;
 	c->progress = !flags[LDF_NO_PROGRESS].given && isatty(2);
 	return FOS_OK;
 }
@@ -676,13 +678,17 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 					    "servers on this host): each connection registers one region\n"
 					    "holding the inputs and its workers' outputs, which fosd reads\n"
 					    "and writes in place", 0, 0},
+		[LDF_CHANNEL] = {"--channel", NULL, "each connection opens a request channel (ipc:// servers\n"
+						"on this host): requests go through shared memory and a\n"
+						"doorbell instead of the socket, one at a time per\n"
+						"connection (use --connections N with --concurrency N)", 0, 0},
 	};
 	cli_cmd cmd = {
 		.name = "load",
 		.synopsis = "[--op forward|backward|linear|quantize] [--m M] [--n N] [--k K]\n"
 			    "           [--concurrency N | --rate R [--concurrency N]] [--duration DUR | --requests N]\n"
 			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]\n"
-			    "           [--shm]",
+			    "           [--shm] [--channel]",
 		.summary = "Load-test fosd: closed loop or a fixed rate; throughput, latency percentiles, errors.",
 		.about = "For forward and backward it first caches a random (N, K) weight under a unique name\n"
 			 "(fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16. Latencies go\n"
@@ -702,7 +708,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	if (rc)
 		return cli_report(&err, CLI_EXIT_USAGE);
 	cli_load_cfg cfg = {CLI_LOAD_FORWARD, 128, 1024, 1024, FOS_OVERRIDE_DEFAULT, 1, 0, 10000000000ull, 0,
-			    1000000000ull, 1, 0, 0, g->server, 0};
+			    1000000000ull, 1, 0, 0, g->server, 0, 0};
 	if (load_parse(flags, &cfg, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
 
@@ -732,9 +738,15 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	r->dy = fos_tensor_2d(FOS_DTYPE_BF16, cfg.m, cfg.n, dyd);
 	r->fo = (fos_forward_opts){0, cfg.override, 0, 0};
 	r->lc = (fos_linear_config){cfg.override, FOS_BLOCKS_16X16, FOS_ERRMODE_MAE, 256, 0};
-	for (int i = 0; i < cfg.connections; i++)
+	for (int i = 0; i < cfg.connections; i++) {
 		if (cli_connect(g, &r->clients[i], &err))
 			goto fail;
+		fos_status cst;
+		if (cfg.channel && fos_channel_open(r->clients[i], 0, 0, &cst)) {
+			cli_status_err(&cst, "load: opening a request channel (--channel needs an ipc:// server)", &err);
+			goto fail;
+		}
+	}
 	if ((cfg.op == CLI_LOAD_FORWARD || cfg.op == CLI_LOAD_BACKWARD) && load_put_weight(r, &err))
 		goto fail;
 	if (cfg.shm && load_regions(r, &err))

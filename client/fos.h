@@ -175,6 +175,8 @@ typedef struct fos_stats_info {
 	uint64_t msg_pool_taken, msg_pool_reused, msg_pool_mapped_new;
 	uint64_t msg_pool_bytes_free, msg_pool_bytes_used, msg_pool_bytes_pinned, msg_pool_pin_failures;
 	int msg_pool_active;
+	/* request channels being served (all connections) and requests taken from them since start */
+	uint64_t channels, channel_requests;
 } fos_stats_info;
 
 int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st);

@@ -155,6 +155,8 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 	out->msg_pool_bytes_pinned = s->msg_pool_bytes_pinned;
 	out->msg_pool_pin_failures = s->msg_pool_pin_failures;
 	out->msg_pool_active = s->msg_pool_active;
+	out->channels = s->channels;
+	out->channel_requests = s->channel_requests;
 	fosc_reply_free(&r);
 	return FOS_CODE_OK;
 }
