@@ -704,6 +704,16 @@ int main(int argc, char **argv)
 	}
 	double ch50 = bench_quantile(ts, reps_small, 0.5), ch99 = bench_quantile(ts, reps_small, 0.99);
 	same_small = same_small && !memcmp(sp + sxb, ys_ref, syb);
+	fos_set_spin(c, 2000); /* and with the client polling for the whole request */
+	for (int i = 0; i < reps_small; i++) {
+		double t0 = bench_now();
+		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
+			DIE("small forward (channel): %s", st.message);
+		ts[i] = bench_now() - t0;
+	}
+	fos_set_spin(c, 0);
+	double chp50 = bench_quantile(ts, reps_small, 0.5), chp99 = bench_quantile(ts, reps_small, 0.99);
+	same_small = same_small && !memcmp(sp + sxb, ys_ref, syb);
 	for (int i = 0; i < rh; i++) {
 		double t0 = bench_now();
 		if (fos_health(c, &h, &st))
@@ -798,6 +808,10 @@ int main(int argc, char **argv)
 	bs_rtt_row(what, ch50, have_base ? g_base[B_RTT50] : 0, "nng 64 B RTT", "<= 2", 2.0);
 	bs_rtt_row("small forward via shm + channel, p99", ch99, have_base ? g_base[B_RTT50] : 0, "nng 64 B p50", "<= 3",
 		   3.0);
+	bs_rtt_row("  the same, client polling (spin), p50", chp50, have_base ? g_base[B_RTT50] : 0, "nng 64 B RTT",
+		   "(<= 2)", 2.0);
+	bs_rtt_row("  the same, client polling (spin), p99", chp99, have_base ? g_base[B_RTT50] : 0, "nng 64 B p50",
+		   "(<= 3)", 3.0);
 	snprintf(what, sizeof what, "%d concurrent clients of small forwards, a channel each", clients);
 	snprintf(v, sizeof v, "%.0f /s", rnc);
 	snprintf(b, sizeof b, "%.0f /s one client", r1c);
@@ -809,7 +823,7 @@ int main(int argc, char **argv)
 		   "nng 64 B RTT", "", 0);
 	printf("(fosd counted %llu channel requests for the %d calls made through it: warm-ups, timed forwards,\n"
 	       "Healths and the closing Stats; Health p99 through the channel %.1f us)\n",
-	       (unsigned long long)via_chan, 50 + reps_small + rh + 1, chh99 * 1e6);
+	       (unsigned long long)via_chan, 50 + 2 * reps_small + rh + 1, chh99 * 1e6);
 	printf("\nWhere a small forward's time goes (not targets): a Health round trip through fosd (answered on\n"
 	       "the receiving thread) p50 %.1f us / p99 %.1f us over a raw REQ socket, %.1f / %.1f us through libfos;\n"
 	       "bare nng 64 B: p50 %.1f us.\n",
@@ -834,6 +848,8 @@ int main(int argc, char **argv)
 	bs_kv("small_inline_p50_us", smi50 * 1e6);
 	bs_kv("small_chan_p50_us", ch50 * 1e6);
 	bs_kv("small_chan_p99_us", ch99 * 1e6);
+	bs_kv("small_chan_spin_p50_us", chp50 * 1e6);
+	bs_kv("small_chan_spin_p99_us", chp99 * 1e6);
 	bs_kv("health_chan_p50_us", chh50 * 1e6);
 	bs_kv("rate_chan_1", r1c);
 	bs_kv("rate_chan_n", rnc);

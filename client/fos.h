@@ -345,7 +345,8 @@ int fos_region_stats(fos_client *c, uint64_t *regions, uint64_t *bytes, uint64_t
  * request does not fit, and one whose reply did not fit (fosd ran it and answered
  * RESOURCE_EXHAUSTED: libfos sends it again over the socket with a new id; size the channel for
  * the replies you expect, or have results written to regions). Both sides poll for up to spin_us
- * microseconds (fosd: at most its channel_spin_us) before they sleep on a futex.
+ * microseconds (0: 50; fosd: at most its channel_spin_us) before they sleep on a futex; a call
+ * polls for the larger of this and fos_set_spin's value.
  *
  * bytes: the region's size (0: 4 MiB; at least 8704), split into equal request and reply areas.
  * The channel ends with fos_channel_close, fos_close, the connection, or the process. */

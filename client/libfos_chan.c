@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #define FOSC_CHAN_DEFAULT_BYTES ((size_t)4 << 20)
+#define FOSC_CHAN_DEFAULT_SPIN_US 50
 
 typedef struct fosc_chan {
 	pthread_mutex_t mu;   /* one exchange at a time; closed, base */
@@ -93,7 +94,7 @@ int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st)
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	ch->fd = -1;
 	ch->size = bytes;
-	ch->spin_us = spin_us;
+	ch->spin_us = spin_us ? spin_us : FOSC_CHAN_DEFAULT_SPIN_US;
 	snprintf(ch->name, sizeof ch->name, "libfos.chan.%d.%u", (int)getpid(), atomic_fetch_add(&seq, 1));
 	if (pthread_mutex_init(&ch->mu, NULL)) {
 		free(ch);
