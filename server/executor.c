@@ -342,7 +342,9 @@ static int small_op(const fosd_slot *s)
 
 int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 {
-	if (srv->n_lanes <= 1 || !small_op(s) || atomic_exchange(&srv->running_now, 1))
+	/* one nng thread at a time (they also move everyone's messages); a channel's thread is its own */
+	const int gate = !s->chan;
+	if (srv->n_lanes <= 1 || !small_op(s) || (gate && atomic_exchange(&srv->running_now, 1)))
 		return 0;
 	pthread_mutex_lock(&srv->q_mu);
 	int idle = !srv->q_head && !srv->sweep_pending; /* nobody who came first is waiting */
@@ -366,7 +368,8 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 		s->ran_now = 1;
 		run_on_lane(srv, s, lane, 1);
 	}
-	atomic_store(&srv->running_now, 0);
+	if (gate)
+		atomic_store(&srv->running_now, 0);
 	return lane >= 0;
 }
 
