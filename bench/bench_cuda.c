@@ -18,6 +18,10 @@
  *     stored 8192x4096 dY), the forward's columnwise X (4/6 1x16) and the weight's columnwise copy
  *     (4/6 16x16); the quantized backward and the forward with its saved context (quantized
  *     override) also with quantize_t switched off (linear.c then transposes first);
+ *   - grad_pair (both decoded operands of the quantized backward's gradient from one read of dY) at
+ *     8192x4096: against a device-to-device copy of dY, and against the rowwise + quantize_t
+ *     gradient quantizes it replaces (with and without the amax pass), alternated in the same run;
+ *     the quantized backward with grad_pair off (variant bit 9) next to its default row;
  *   - the kernel variants of fos_cuda_set_variant that matter for speed, same run: cp.async rings
  *     2 deep (bit 4: quantize_t's previous pipeline) or 3 deep (bit 5) instead of 4, 4/6 through
  *     the rowwise ring kernel (bit 6), the rowwise gradient quantizer through the ring kernel (bit
@@ -433,6 +437,87 @@ static void bench_quant_t(int64_t rows, int64_t cols, int quick)
 	CK(be->sync(be, &err));
 }
 
+/* grad_pair (both decoded operands of the quantized backward's gradient from one read of dY) and
+ * the two quantizes it replaces (rowwise + quantize_t, decoded outputs, same amax). */
+typedef struct {
+	const uint16_t *dy;
+	int64_t m, n;
+	float *amax;
+	int with_amax; /* run the amax pass over dY first, as the backward does */
+	uint16_t *rows, *cols;
+	fos_qtensor q1, q2;
+} gp_ctx;
+static void op_gp(void *c)
+{
+	gp_ctx *x = c;
+	if (x->with_amax)
+		CK(be->amax(be, x->dy, FOS_BF16, x->m, x->n, 0, x->amax, &err));
+	CK(be->grad_pair(be, x->dy, x->m, x->n, x->amax, x->rows, x->cols, &err));
+}
+static void op_gp_two(void *c)
+{
+	gp_ctx *x = c;
+	fos_qcfg g = {FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0};
+	if (x->with_amax)
+		CK(be->amax(be, x->dy, FOS_BF16, x->m, x->n, 0, x->amax, &err));
+	CK(be->quantize(be, x->dy, FOS_BF16, x->m, x->n, &g, x->amax, &x->q1, x->rows, &err));
+	CK(be->quantize_t(be, x->dy, FOS_BF16, x->n, x->m, &g, x->amax, &x->q2, x->cols, &err));
+}
+
+static void bench_grad_pair(int64_t m, int64_t n, int quick)
+{
+	if (!be->grad_pair || !be->quantize_t) {
+		printf("| grad_pair | | not offered by this backend | | |\n");
+		return;
+	}
+	char shape[64];
+	snprintf(shape, sizeof shape, "dY %lldx%lld bf16", (long long)m, (long long)n);
+	const int64_t e = m * n;
+	uint16_t *dy = dev_rand(e, 0.01f);
+	copy_ctx cc = {dy, be->alloc(be, (size_t)e * 2), (size_t)e * 2};
+	double copy = time_us(op_copy, &cc);
+	printf("| D2D copy of dY | %s | %.1f us | (%.0f GB/s read+write) | |\n", shape, copy, 2.0 * e * 2 / copy / 1e3);
+	gp_ctx g = {dy, m, n, be->alloc(be, sizeof(float)), 0, be->alloc(be, (size_t)e * 2), be->alloc(be, (size_t)e * 2),
+		    {0}, {0}};
+	if (!cc.dst || !g.amax || !g.rows || !g.cols) {
+		fprintf(stderr, "bench_cuda: out of device memory\n");
+		exit(1);
+	}
+	CK(fos_qtensor_alloc(be, &g.q1, m, n, 0, &err));
+	CK(fos_qtensor_alloc(be, &g.q2, n, m, 0, &err));
+	CK(be->amax(be, dy, FOS_BF16, m, n, 0, g.amax, &err));
+	double t_gp = time_us(op_gp, &g);
+	row("grad_pair: both decoded gradient operands (dY rows + dY^T), amax given", shape, t_gp, "copy", copy);
+	printf("|   its traffic | %s | %.0f GB/s (1 read + 2 writes of dY's bytes) | | |\n", shape, 3.0 * e * 2 / t_gp / 1e3);
+	double t_two;
+	time_pair_us(op_gp, &g, op_gp_two, &g, &t_gp, &t_two);
+	row("  grad_pair vs the two quantizes it replaces (amax given)", shape, t_gp, "quantize + quantize_t (+ decoded)",
+	    t_two);
+	g.with_amax = 1;
+	time_pair_us(op_gp, &g, op_gp_two, &g, &t_gp, &t_two);
+	row("  amax + grad_pair (the backward's gradient work)", shape, t_gp, "amax + quantize + quantize_t", t_two);
+	g.with_amax = 0;
+	if (!quick) { /* ring depth, walk and one more e4m3 path, same bytes */
+		const int vs[] = {16, 32, 4, 2};
+		const char *vn[] = {"ring 2 deep (variant 16)", "ring 3 deep (variant 32)", "no reverse walk (variant 4)",
+				    "software e4m3 (variant 2)"};
+		for (int j = 0; j < 4; j++) {
+			char name[96];
+			var_ctx vc = {op_gp, &g, vs[j]};
+			snprintf(name, sizeof name, "  grad_pair, %s", vn[j]);
+			row(name, shape, time_us(op_var, &vc), "copy", copy);
+		}
+	}
+	fos_qtensor_free(be, &g.q1);
+	fos_qtensor_free(be, &g.q2);
+	be->free(be, g.amax);
+	be->free(be, g.rows);
+	be->free(be, g.cols);
+	be->free(be, cc.dst);
+	be->free(be, dy);
+	CK(be->sync(be, &err));
+}
+
 static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 {
 	char shape[64];
@@ -523,6 +608,11 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 				CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
 				snprintf(name, sizeof name, "backward %s (dX + dW)", on[i]);
 				row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
+				if (i == 0 && be->grad_pair) { /* the two gradient quantizes instead of grad_pair */
+					var_ctx vg = {op_bwd, &l, 512};
+					row_pair("  backward quantized, grad_pair off (variant 512: quantize + quantize_t)", shape, op_var,
+						 &vg, "its 2 plain GEMMs", op_two_gemms, &both);
+				}
 				if (i == 0 && !quick) { /* other kernels, and no reverse walk after the amax */
 					var_ctx vb = {op_bwd, &l, 16};
 					row_pair("  backward quantized, quantize_t ring 2 deep (variant 16)", shape, op_var, &vb,
@@ -587,6 +677,7 @@ int main(int argc, char **argv)
 	bench_quant(8192, 5120, quick);
 	bench_quant(8192, 8192, quick);
 	bench_quant_t(4096, 8192, quick);
+	bench_grad_pair(8192, 4096, quick);
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
 	be->destroy(be);

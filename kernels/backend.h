@@ -161,6 +161,20 @@ struct fos_backend {
 	 * recording instead of calling run (cuda: CUDA graphs). Same bits either way. */
 	int (*replay)(fos_backend *be, const void *key, size_t keylen,
 		      int (*run)(fos_backend *be, void *arg, fos_err *err), void *arg, fos_err *err);
+
+	/* ---- fused gradient operands ---- */
+	/* Optional (NULL when not offered; cpu: NULL): both decoded GEMM operands of the quantized
+	 * backward's gradient from one read of dy (m, n) bf16, with no codes or scales written. amax: a
+	 * backend pointer to dy's per-tensor amax (already computed). With g = {NVFP4, 1x16, MAE, 448,
+	 * per-tensor} (section 5):
+	 *   dec_rows   (m, n) = exactly the `decoded` output of quantize(dy, FOS_BF16, m, n, &g, amax);
+	 *   dec_cols_t (n, m) = exactly the `decoded` output of quantize_t(dy, FOS_BF16, n, m, &g, amax),
+	 *                       i.e. of dY^T quantized along m;
+	 * bf16 e2m1 value * e4m3 scale (section 6, no amax), bit for bit. m and n must be positive
+	 * multiples of 16 (else FOS_EINVAL naming them); FOS_EUNSUPPORTED when switched off (cuda: kernel
+	 * variant bit 9). Callers fall back to quantize + quantize_t on FOS_EINVAL / FOS_EUNSUPPORTED. */
+	int (*grad_pair)(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax,
+			 uint16_t *dec_rows, uint16_t *dec_cols_t, fos_err *err);
 };
 
 /* Backend constructors. fos_backend_cuda returns NULL (with err) when built without CUDA or when

@@ -184,6 +184,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->gemm_ex = fcu_gemm_ex;
 	be->colsum = fcu_colsum;
 	be->replay = fcu_replay;
+	be->grad_pair = fcu_grad_pair;
 
 	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");
 	if (!rc)

@@ -31,8 +31,10 @@ int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
  * deep instead of 4 (quantize_t: the previous pipeline, 2 tile buffers); bit 5: rings 3 deep; bit
  * 6: 4/6 per-tensor 1x16 through the rowwise ring kernel k_quant_rows; bit 7: every quantize launch
  * on one CTA (tests: each ring buffer reused many times at small shapes); bit 8: the rowwise
- * gradient quantize through k_quant_rows instead of k_grad_1x16. Bits 1, 2, 4, 5 and 7 apply to
- * quantize_t too. */
+ * gradient quantize through k_quant_rows instead of k_grad_1x16; bit 9: no grad_pair (the op
+ * answers FOS_EUNSUPPORTED, so the quantized backward quantizes dY twice, rowwise and through
+ * quantize_t, as before the fused kernel). Bits 1, 2, 4, 5 and 7 apply to quantize_t and grad_pair
+ * too. */
 int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
 
 /* 1: be->h2d queues the copy and returns without waiting for it (the caller then keeps src unchanged

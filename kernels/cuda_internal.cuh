@@ -110,6 +110,9 @@ int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int6
 		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
 int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
+/* ops (cuda_grad_pair.cu) */
+int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
+		  uint16_t *dec_cols_t, fos_err *err);
 /* ops (cuda_gemm.cu) */
 int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err);

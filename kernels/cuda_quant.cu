@@ -8,7 +8,9 @@
  * Bit-identical to the CPU reference
  * (kernels/cpu_quant.c): the per-block arithmetic is cuda_q46.cuh and the block functions
  * fcu_blk46 / fcu_blk46_tile / fcu_blk_grad, shared by the rowwise and the transposed kernels;
- * every float operation an __f*_rn intrinsic.
+ * every float operation an __f*_rn intrinsic. fcu_blk_grad, the raw loads, the per-tensor tables,
+ * the decoding from them and the cp.async helpers live in cuda_qblock.cuh, shared with
+ * cuda_grad_pair.cu.
  *
  * Layout: a 1x16 block of a row-major (rows, cols) tensor is 16 contiguous elements, so block b
  * reads x + 16 b, writes 8 code bytes at codes + 8 b, its scale byte at scales + b and 16 bf16 at
@@ -17,59 +19,11 @@
  * out [entry][thread], so per-element lookups never conflict. */
 #include "cuda_internal.cuh"
 #include "cuda_q46.cuh"
+#include "cuda_qblock.cuh"
 
 #include <stdint.h>
 
 #define QT 256 /* threads per quantize block */
-
-/* ---- loads ----------------------------------------------------------------------------------- */
-
-template <typename T> struct fcu_raw;
-template <> struct fcu_raw<uint16_t> {
-	uint4 v[2];
-};
-template <> struct fcu_raw<float> {
-	uint4 v[4];
-};
-
-__device__ __forceinline__ void fcu_load(const uint16_t *p, fcu_raw<uint16_t> &r)
-{
-	const uint4 *q = reinterpret_cast<const uint4 *>(p);
-	r.v[0] = q[0];
-	r.v[1] = q[1];
-}
-__device__ __forceinline__ void fcu_load(const float *p, fcu_raw<float> &r)
-{
-	const uint4 *q = reinterpret_cast<const uint4 *>(p);
-	r.v[0] = q[0];
-	r.v[1] = q[1];
-	r.v[2] = q[2];
-	r.v[3] = q[3];
-}
-__device__ __forceinline__ void fcu_zero(fcu_raw<uint16_t> &r)
-{
-	r.v[0] = r.v[1] = make_uint4(0, 0, 0, 0);
-}
-__device__ __forceinline__ void fcu_zero(fcu_raw<float> &r)
-{
-	r.v[0] = r.v[1] = r.v[2] = r.v[3] = make_uint4(0, 0, 0, 0);
-}
-__device__ __forceinline__ void fcu_unpack(const fcu_raw<uint16_t> &r, float *xf)
-{
-	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
-#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		xf[2 * i] = __uint_as_float(w[i] << 16);
-		xf[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-	}
-}
-__device__ __forceinline__ void fcu_unpack(const fcu_raw<float> &r, float *xf)
-{
-	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
-#pragma unroll
-	for (int i = 0; i < 16; i++)
-		xf[i] = __uint_as_float(w[i]);
-}
 
 /* ---- shared tables --------------------------------------------------------------------------- */
 
@@ -123,9 +77,6 @@ __device__ __forceinline__ void fcu_store(int64_t b, uint64_t cw, uint32_t sf, u
 		d[1] = make_uint4(o[4], o[5], o[6], o[7]);
 	}
 }
-
-template <typename T>
-__device__ __forceinline__ uint64_t fcu_pick_signs(const fcu_raw<T> &r, const float *xf, float inv, bool nan_err);
 
 /* ---- 4/6, 1x16 blocks ------------------------------------------------------------------------ */
 
@@ -218,36 +169,6 @@ __global__ void __launch_bounds__(QT) k_q46_1x16(const T *__restrict__ x, int nb
 	}
 }
 
-/* ---- per-tensor tables ----------------------------------------------------------------------- */
-
-/* With one amax for the whole tensor, everything that depends on the scale byte alone is tabled
- * once per CTA over all 128 bytes (0x7F included): sinv[sf] = fos_inv_scale(sf, s_dec), the
- * candidate values svt[sf][c] = fcu_vval(c, sf) (negated when sinv[sf] < 0), and the decoded bf16
- * sdec[sf][code] = bf16(e2m1 value(code) * float(sf)) of store_block. */
-struct fcu_pt_smem {
-	float svt[128 * 8];
-	float sinv[128];
-	uint16_t sdec[128 * 16];
-};
-
-__device__ __forceinline__ void fcu_pt_setup(fcu_pt_smem &sm, float a, float d, float s_dec, bool want_v, bool want_dec)
-{
-	const int t = threadIdx.x;
-	const float rd = FOS_DIV(1.0f, d);
-	for (int i = t; i < 128; i += blockDim.x)
-		sm.sinv[i] = fos_inv_scale((uint32_t)i, s_dec);
-	if (want_dec)
-		for (int i = t; i < 128 * 16; i += blockDim.x)
-			sm.sdec[i] = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)i & 15u), fos_e4m3_to_f32((uint32_t)i >> 4)));
-	__syncthreads();
-	if (want_v)
-		for (int i = t; i < 128 * 8; i += blockDim.x) {
-			const uint32_t sf = (uint32_t)i >> 3;
-			sm.svt[i] = fcu_vval((uint32_t)i & 7u, fos_e4m3_to_f32(sf), a, d, rd, fos_f2u(sm.sinv[sf]) >> 31);
-		}
-	__syncthreads();
-}
-
 __device__ __forceinline__ float fcu_lds_f32(uint32_t addr)
 {
 	float v;
@@ -288,58 +209,6 @@ __device__ __forceinline__ float fcu_cand_pt(const float *xf, float inva, uint32
 	return err;
 }
 
-/* Magnitude codes only (gradient quantizer). */
-__device__ __forceinline__ uint64_t fcu_mags_fast(const float *xf, float inva)
-{
-	uint32_t w[2] = {0, 0};
-#pragma unroll
-	for (int i = 0; i < 16; i++) {
-		const float a = FOS_MUL(fabsf(xf[i]), inva);
-		const bool p0 = !(a < 1.75f);
-		const float t2 = p0 ? 3.5f : 0.75f;
-		const bool p1 = !(a < t2);
-		const float t3 = p0 ? (p1 ? 5.0f : 2.5f) : (p1 ? 1.25f : 0.25f);
-		const bool p2 = !(a <= t3);
-		w[i / 8] |= ((p0 ? 4u : 0u) + (p1 ? 2u : 0u) + (p2 ? 1u : 0u)) << (4 * (i % 8));
-	}
-	return (uint64_t)w[0] | ((uint64_t)w[1] << 32);
-}
-
-/* Sign bits (bit 4i+3) of the 16 inputs straight from their bits. Equal to fcu_signs(xf, inv) for
- * a positive finite inv when no input is NaN; the callers check that (a NaN input makes both
- * candidate errors NaN) and take fcu_signs otherwise. */
-__device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<uint16_t> &r)
-{
-	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
-	uint32_t h[2] = {0, 0};
-#pragma unroll
-	for (int j = 0; j < 8; j++) {
-		const uint32_t s = w[j] & 0x80008000u;
-		h[j / 4] |= (((s >> 12) | (s >> 24)) & 0x88u) << (8 * (j % 4));
-	}
-	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
-}
-__device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<float> &r)
-{
-	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
-	uint32_t h[2] = {0, 0};
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-		h[j / 8] |= (w[j] >> 31) << (4 * (j % 8) + 3);
-	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
-}
-
-/* The codes' sign bits for the chosen inv: fast unless a NaN or a non-finite inv is involved. */
-template <typename T>
-__device__ __forceinline__ uint64_t fcu_pick_signs(const fcu_raw<T> &r, const float *xf, float inv, bool nan_err)
-{
-	if (!nan_err && fabsf(inv) <= FOS_FLT_MAX) {
-		const uint64_t s = fcu_fast_signs(r);
-		return inv < 0.0f ? s ^ 0x8888888888888888ull : s;
-	}
-	return fcu_signs(xf, inv);
-}
-
 /* Codes, scale byte and (DEC) decoded bf16 from the shared sdec table. */
 template <bool DEC>
 __device__ __forceinline__ void fcu_store_pt(int64_t b, uint64_t cw, uint32_t sf, uint8_t *codes, uint8_t *scales,
@@ -347,18 +216,8 @@ __device__ __forceinline__ void fcu_store_pt(int64_t b, uint64_t cw, uint32_t sf
 {
 	reinterpret_cast<uint64_t *>(codes)[b] = cw;
 	scales[b] = (uint8_t)sf;
-	if (DEC) {
-		const uint16_t *row = sdec + sf * 16;
-		uint32_t o[8];
-#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const uint32_t byte = (uint32_t)(cw >> (8 * i)) & 0xFFu;
-			o[i] = row[byte & 15u] | ((uint32_t)row[byte >> 4] << 16);
-		}
-		uint4 *dp = reinterpret_cast<uint4 *>(dec + 16 * b);
-		dp[0] = make_uint4(o[0], o[1], o[2], o[3]);
-		dp[1] = make_uint4(o[4], o[5], o[6], o[7]);
-	}
+	if (DEC)
+		fcu_dec_pt(cw, sf, sdec, dec + 16 * b);
 }
 
 /* ---- 4/6, 1x16, per tensor ------------------------------------------------------------------- */
@@ -498,29 +357,6 @@ __global__ void __launch_bounds__(QT) k_q46_16x16(const T *__restrict__ x, int n
 
 /* ---- standard NVFP4 gradient quantize (section 5) -------------------------------------------- */
 
-/* One 1x16 block of the gradient quantizer; g = rn(s_enc * fp32(1/6)). Returns the codes, *sf_out
- * the scale byte. Shared by the rowwise and the transposed-input kernels. */
-template <typename T>
-__device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g, int hw, const fcu_pt_smem &sm,
-						 uint32_t *sf_out)
-{
-	float xf[16], bamax = 0.0f;
-	fcu_unpack(cur, xf);
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
-	const float v = FOS_MUL(bamax, g);
-	const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
-	const float inv = sm.sinv[sf];
-	const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
-	bool has_nan = false;
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-		has_nan |= xf[j] != xf[j];
-	*sf_out = sf;
-	return m | fcu_pick_signs(cur, xf, inv, has_nan);
-}
-
 template <typename T, bool DEC>
 __global__ void __launch_bounds__(QT) k_grad_1x16(const T *__restrict__ x, int nblk, const float *__restrict__ amax,
 						  float *__restrict__ amax_out, int hw, int rev, uint8_t *__restrict__ codes,
@@ -550,46 +386,6 @@ __global__ void __launch_bounds__(QT) k_grad_1x16(const T *__restrict__ x, int n
 		fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
 	}
 }
-
-/* ---- cp.async rings ---------------------------------------------------------------------------- */
-
-/* The pipelined kernels (k_quant_t, k_quant_rows) stream their input through a ring of `stages`
- * shared-memory buffers (2..NS) filled by 16-byte cp.async (L2 only; zero-filled where off). A
- * persistent CTA takes work items i, i + G, i + 2G, ... (G = gridDim.x); its k-th item lands in
- * buffer k % stages, and stages - 1 items are in flight while one is worked on. One commit group
- * per item, committed even when empty (past the end), so the group count stays in step; one
- * barrier per item:
- *   prologue: issue the CTA's items 0 .. stages - 2;
- *   item k:   wait until at most stages - 2 groups are pending (item k landed, this thread's part);
- *             barrier (item k landed for every thread, and every thread is done with item k - 1's
- *             buffer); issue item k + stages - 1 into item k - 1's buffer; work on item k.
- * NS = 4 buffers for 2-byte inputs, 2 for f32 (the same bytes), so a CTA stays under 48 KiB of
- * static shared memory and 3 or 4 CTAs fit on an SM. */
-
-__device__ __forceinline__ void fcu_cp_async16(uint32_t dst, const void *src, bool on)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(on ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void fcu_cp_commit()
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Waits until at most stages - 2 commit groups of this thread are pending (stages 2..4). */
-__device__ __forceinline__ void fcu_cp_wait_ring(int stages)
-{
-	if (stages >= 4)
-		asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-	else if (stages == 3)
-		asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-	else
-		asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* Ring depth in buffers for input type T, and the depth a launch asked for clamped to 2..NS. */
-template <typename T> struct fcu_ring {
-	static constexpr int NS = sizeof(T) == 2 ? 4 : 2;
-	static __device__ __forceinline__ int depth(int stages) { return stages < 2 ? 2 : (stages > NS ? NS : stages); }
-};
 
 enum { FCU_QT_46 = 0, FCU_QT_46_TILE = 1, FCU_QT_GRAD = 2 };
 

@@ -408,12 +408,39 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	if ((rc = be->amax(be, dy, FOS_BF16, m, n, 0, dy_amax, err)))
 		return rc;
 	float g_dinv = 1.0f / 2688.0f, dinv = 1.0f / fos_bound_d(qw->opts.bound);
+	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, dinv, 0, 0};
+	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, dinv, 0, 0};
+	if (be->grad_pair) {
+		/* Both decoded gradient operands (the GEMMs use nothing else of the two quantizes) from one
+		 * pass over dY: the same bytes as the two quantizes below, so the same GEMM calls give the
+		 * same dX and dW. Peak memory: both (M, N) bf16 operands are live together during the dX
+		 * GEMM, 4 M N bytes, where the path below holds one operand with its codes and scales at a
+		 * time (2.5625 M N bytes). Out of memory, switched off or refused: that path. */
+		uint16_t *drow = be->alloc(be, (size_t)(m * n) * 2);
+		uint16_t *dcol = drow ? be->alloc(be, (size_t)(m * n) * 2) : 0;
+		rc = dcol ? be->grad_pair(be, dy, m, n, dy_amax, drow, dcol, err) : FOS_ENOMEM;
+		if (!rc) {
+			/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
+			rc = be->gemm(be, drow, qw->col_decoded, m, k, n, &e1, dx, err);
+			be->free(be, drow);
+			/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
+			if (!rc)
+				rc = be->gemm(be, dcol, sv->xcol_decoded, n, k, m, &e2, dw, err);
+			be->free(be, dcol);
+			return rc;
+		}
+		if (drow)
+			be->free(be, drow);
+		if (dcol)
+			be->free(be, dcol);
+		if (rc != FOS_ENOMEM && rc != FOS_EINVAL && rc != FOS_EUNSUPPORTED)
+			return rc;
+	}
 	fos_qtensor dq;
 	uint16_t *ddec = 0;
 	/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
 	if ((rc = quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
-	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, dinv, 0, 0};
 	rc = be->gemm(be, ddec, qw->col_decoded, m, k, n, &e1, dx, err);
 	fos_qtensor_free(be, &dq);
 	be->free(be, ddec);
@@ -422,7 +449,6 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
 	if ((rc = quantize_new(be, dy, 1, n, m, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
-	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, dinv, 0, 0};
 	rc = be->gemm(be, ddec, sv->xcol_decoded, n, k, m, &e2, dw, err);
 	fos_qtensor_free(be, &dq);
 	be->free(be, ddec);
