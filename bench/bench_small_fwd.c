@@ -247,8 +247,23 @@ typedef struct sf_worker {
 	atomic_int *go;
 	uint64_t done;
 	int bad, failed;
+	int mode; /* 0: whole requests; 1: only their two copies (X in, Y out); 2: only the forward */
 	char err[300];
 } sf_worker;
+
+/* What a worker of mode 1 or 2 does per request: the copies alone (the same bytes as a request),
+ * or the forward alone on device buffers, with the stream's sync a request ends with. */
+static int sf_part_e(sf_worker *w, void *xd, void *yd, const uint8_t *h, uint8_t *hy, fos_err *e)
+{
+	size_t xb = (size_t)(w->m * w->qw->k) * 2, yb = (size_t)(w->m * w->qw->n) * 2;
+	if (w->mode == 1) {
+		int rc = w->be->h2d(w->be, xd, h, xb, e);
+		return rc ? rc : w->be->d2h(w->be, hy, yd, yb, e);
+	}
+	fos_linear_opts o = fos_linear_opts_default();
+	int rc = fos_linear_forward(w->be, xd, w->m, w->qw, &o, NULL, yd, NULL, e);
+	return rc ? rc : w->be->sync(w->be, e);
+}
 
 static void *sf_worker_main(void *arg)
 {
@@ -267,7 +282,27 @@ static void *sf_worker_main(void *arg)
 	while (atomic_load(w->go) > 0)
 		;
 	double end = bench_now() + w->secs;
-	while (!w->failed && bench_now() < end) {
+	void *xd = NULL, *yd = NULL;
+	if (w->mode) {
+		xd = w->be->alloc(w->be, xb);
+		yd = w->be->alloc(w->be, yb);
+		if (!xd || !yd || w->be->h2d(w->be, xd, h, xb, &e)) {
+			w->failed = 1;
+			snprintf(w->err, sizeof w->err, "device buffers: %s", e.msg);
+		}
+	}
+	while (w->mode && !w->failed && bench_now() < end) {
+		if (sf_part_e(w, xd, yd, h, h + xb, &e)) {
+			w->failed = 1;
+			snprintf(w->err, sizeof w->err, "%s", e.msg);
+		}
+		w->done++;
+	}
+	if (xd)
+		w->be->free(w->be, xd);
+	if (yd)
+		w->be->free(w->be, yd);
+	while (!w->mode && !w->failed && bench_now() < end) {
 		memset(h + xb, 0, 64); /* a result must be written each time */
 		if (sf_request_e(w->be, w->qw, h, w->m, h + xb, 0, &e)) {
 			w->failed = 1;
@@ -284,14 +319,14 @@ static void *sf_worker_main(void *arg)
 	return NULL;
 }
 
-static double sf_rate(fos_backend **bes, int t, const fos_qweight *qw, const uint16_t *ref, int64_t m, double secs,
-		      int *bad)
+static double sf_rate(fos_backend **bes, int t, int mode, const fos_qweight *qw, const uint16_t *ref, int64_t m,
+		      double secs, int *bad)
 {
 	sf_worker *w = calloc((size_t)t, sizeof *w);
 	atomic_int go;
 	atomic_init(&go, 0);
 	for (int i = 0; i < t; i++) {
-		w[i] = (sf_worker){.be = bes[i], .qw = qw, .ref = ref, .m = m, .secs = secs, .go = &go};
+		w[i] = (sf_worker){.be = bes[i], .qw = qw, .ref = ref, .m = m, .secs = secs, .go = &go, .mode = mode};
 		if (pthread_create(&w[i].th, NULL, sf_worker_main, &w[i])) {
 			fprintf(stderr, "bench_small_fwd: pthread_create\n");
 			exit(1);
@@ -443,20 +478,25 @@ int main(int argc, char **argv)
 		bes[i] = fos_backend_cuda(0, &g_e);
 		CK(bes[i] ? FOS_OK : FOS_EINTERNAL);
 	}
-	printf("\n| %-40s | %12s | %8s |\n", "pinned requests, one instance per thread", "requests/s", "vs 1");
-	printf("|%s|%s|%s|\n", "------------------------------------------", "--------------", "----------");
-	double r1 = 0;
+	printf("\n| %-50s | %12s | %8s |\n", "pinned requests, one instance per thread", "requests/s", "vs 1");
+	printf("|%s|%s|%s|\n", "----------------------------------------------------", "--------------", "----------");
 	int bad = 0;
 	const int ts[] = {1, 2, 4, 8};
-	for (int i = 0; i < 4; i++) {
-		double r = sf_rate(bes, ts[i], &qw, ref, m, secs, &bad);
-		if (i == 0)
-			r1 = r;
-		char what[64], key[32];
-		snprintf(what, sizeof what, "%d thread%s", ts[i], ts[i] == 1 ? "" : "s");
-		printf("| %-40s | %12.0f | %8.2f |\n", what, r, r / r1);
-		snprintf(key, sizeof key, "rate_%d", ts[i]);
-		sf_kv(key, r);
+	/* whole requests; then where their ceiling comes from: the copies alone, the forward alone */
+	const char *const mname[] = {"", ", copies only (1 MiB in, 1 MiB out)", ", forward only (+ sync)"};
+	const char *const mkey[] = {"rate", "rate_copies", "rate_fwd"};
+	for (int md = 0; md < 3; md++) {
+		double r1 = 0;
+		for (int i = 0; i < 4; i++) {
+			double r = sf_rate(bes, ts[i], md, &qw, ref, m, md ? secs / 2 : secs, &bad);
+			if (i == 0)
+				r1 = r;
+			char what[96], key[48];
+			snprintf(what, sizeof what, "%d thread%s%s", ts[i], ts[i] == 1 ? "" : "s", mname[md]);
+			printf("| %-50s | %12.0f | %8.2f |\n", what, r, r / r1);
+			snprintf(key, sizeof key, "%s_%d", mkey[md], ts[i]);
+			sf_kv(key, r);
+		}
 	}
 	printf("\nresults of every instance bit-identical to the reference: %s (%d mismatches)\n", bad ? "NO" : "yes", bad);
 	sf_kv("bit_identical_instances", bad == 0);
