@@ -9,7 +9,8 @@
  *   [512, 512 + cap)    the request area
  *   [512 + cap, 512 + 2 cap)  the reply area;  cap = ((size - 512) / 2) rounded down to 64
  *
- * One exchange: the client writes the request into the request area and its length into
+ * One exchange (only when rep_seq == req_seq: the previous one was answered, so fosd is not
+ * reading the area): the client writes the request into the request area and its length into
  * req_len, then stores req_seq + 1 (release) and, if srv_sleeping is set, wakes req_seq's futex.
  * fosd copies the request out of the region before reading it (the client can change the region
  * at any time), runs it as a request of the connection that registered the region, writes the

@@ -237,6 +237,12 @@ int fosc_chan_exchange(fos_client *c, const nng_msg *req, int timeout_ms, nng_ms
 		return 0;
 	}
 	fos_chan_ctl *ctl = ctl_of(ch);
+	if (ld32(&ctl->rep_seq) != ld32(&ctl->req_seq)) {
+		/* an earlier call timed out and fosd has not answered it yet: it may still be copying that
+		 * request out of the area, so nothing is written there until it has; the socket meanwhile */
+		pthread_mutex_unlock(&ch->mu);
+		return 0;
+	}
 	uint8_t *rq = ch->base + FOS_CHAN_HDR, *rp = rq + ch->cap;
 	memcpy(rq, nng_msg_body((nng_msg *)req), len);
 	__atomic_store_n(&ctl->req_len, (uint64_t)len, __ATOMIC_SEQ_CST);
