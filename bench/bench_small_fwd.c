@@ -247,8 +247,7 @@ typedef struct sf_worker {
 	atomic_int *go;
 	uint64_t done;
 	int bad, failed;
-	int mode; /* 0: whole requests; 1: only their two copies (X in, Y out); 2: only the forward;
-		   * 3, 4: as 1, 0 with the copies done by a kernel (fos_cuda_set_copy_kernels) */
+	int mode; /* 0: whole requests; 1: only their two copies (X in, Y out); 2: only the forward */
 	char err[300];
 } sf_worker;
 
@@ -274,10 +273,7 @@ static void *sf_worker_main(void *arg)
 	memcpy(h, g_x_host, xb);
 	fos_err e;
 	memset(&e, 0, sizeof e);
-	const int copyk = w->mode >= 3;
-	w->mode = w->mode == 3 ? 1 : w->mode == 4 ? 0 : w->mode;
-	if (fos_cuda_set_copy_kernels(w->be, copyk, &e) || fos_cuda_set_h2d_nowait(w->be, 1, &e) ||
-	    sf_request_e(w->be, w->qw, h, w->m, h + xb, 0, &e)) {
+	if (fos_cuda_set_h2d_nowait(w->be, 1, &e) || sf_request_e(w->be, w->qw, h, w->m, h + xb, 0, &e)) {
 		w->failed = 1;
 		snprintf(w->err, sizeof w->err, "%s", e.msg);
 	}
@@ -318,7 +314,6 @@ static void *sf_worker_main(void *arg)
 		w->done++;
 	}
 	w->bad += memcmp(h + xb, w->ref, yb) != 0;
-	fos_cuda_set_copy_kernels(w->be, 0, &e);
 	fosd_shm_cuda_pin_hook()->unpin(h);
 	munmap(h, xb + yb);
 	return NULL;
@@ -488,10 +483,9 @@ int main(int argc, char **argv)
 	int bad = 0;
 	const int ts[] = {1, 2, 4, 8};
 	/* whole requests; then where their ceiling comes from: the copies alone, the forward alone */
-	const char *const mname[] = {"", ", copies only (1 MiB in, 1 MiB out)", ", forward only (+ sync)",
-				     ", copies only, by a kernel", ", copies by a kernel"};
-	const char *const mkey[] = {"rate", "rate_copies", "rate_fwd", "rate_copies_k", "rate_k"};
-	for (int md = 0; md < 5; md++) {
+	const char *const mname[] = {"", ", copies only (1 MiB in, 1 MiB out)", ", forward only (+ sync)"};
+	const char *const mkey[] = {"rate", "rate_copies", "rate_fwd"};
+	for (int md = 0; md < 3; md++) {
 		double r1 = 0;
 		for (int i = 0; i < 4; i++) {
 			double r = sf_rate(bes, ts[i], md, &qw, ref, m, md ? secs / 2 : secs, &bad);

@@ -57,10 +57,8 @@ static int fcu_h2d(fos_backend *be, void *dst, const void *src, size_t n, fos_er
 {
 	if (!n)
 		return FOS_OK;
-	int rc = fcu_enter(be, err), by_sm = 0;
+	int rc = fcu_enter(be, err);
 	if (!rc)
-		rc = fcu_copy_sm(be, dst, src, n, 1, err, &by_sm);
-	if (!rc && !by_sm)
 		rc = fcu_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, fcu(be)->st), err, "cudaMemcpyAsync (h2d)");
 	/* The caller may reuse src as soon as we return, unless it asked for no wait (it then keeps src
 	 * until its next d2h or sync: fos_cuda_set_h2d_nowait). */
@@ -73,10 +71,8 @@ static int fcu_d2h(fos_backend *be, void *dst, const void *src, size_t n, fos_er
 {
 	if (!n)
 		return FOS_OK;
-	int rc = fcu_enter(be, err), by_sm = 0;
+	int rc = fcu_enter(be, err);
 	if (!rc)
-		rc = fcu_copy_sm(be, dst, src, n, 0, err, &by_sm);
-	if (!rc && !by_sm)
 		rc = fcu_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, fcu(be)->st), err, "cudaMemcpyAsync (d2h)");
 	if (!rc)
 		rc = fcu_check(cudaStreamSynchronize(fcu(be)->st), err, "cudaStreamSynchronize (d2h)");
@@ -168,8 +164,6 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	im->force_f32 = f ? atoi(f) != 0 : 0;
 	const char *gr = getenv("FOS_CUDA_GRAPHS");
 	im->use_graphs = gr ? atoi(gr) != 0 : 1;
-	const char *ck = getenv("FOS_CUDA_COPY_KERNELS");
-	im->copy_kernels = ck ? atoi(ck) != 0 : 0;
 	be->name = "cuda";
 	snprintf(be->device, sizeof be->device, "%.80s (sm_%d%d, %d SMs, device %d)", prop.name, prop.major, prop.minor,
 		 prop.multiProcessorCount, device);
@@ -272,14 +266,6 @@ extern "C" int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err)
 	if (!be || strcmp(be->name, "cuda"))
 		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
 	fcu(be)->h2d_nowait = on != 0;
-	return FOS_OK;
-}
-
-extern "C" int fos_cuda_set_copy_kernels(fos_backend *be, int on, fos_err *err)
-{
-	if (!be || strcmp(be->name, "cuda"))
-		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
-	fcu(be)->copy_kernels = on != 0;
 	return FOS_OK;
 }
 

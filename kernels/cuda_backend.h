@@ -44,11 +44,6 @@ int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
  * for the DMA, during which the following kernels are now queued. */
 int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err);
 
-/* 1 ($FOS_CUDA_COPY_KERNELS=1 at creation; default 0, an experiment): h2d and d2h of 64 KiB to 64 MiB
- * between device memory and pinned, mapped host memory (cudaHostRegister) are done by a copy kernel
- * on the SMs instead of a copy engine (cuda_copy.cu); other copies as before. Same bytes. */
-int fos_cuda_set_copy_kernels(fos_backend *be, int on, fos_err *err);
-
 /* 1 (default; $FOS_CUDA_GRAPHS=0 at creation turns it off): be->replay records a key's work into a
  * CUDA graph the second time it sees the key and launches the graph afterwards; 0: replay just runs
  * the work. Same bytes either way. Counters: graphs recorded, graph launches, failed recordings

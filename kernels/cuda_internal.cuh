@@ -51,7 +51,6 @@ struct fcu_impl {
 	void *graphs;       /* recorded work by key (cuda_graph.cu), made on first use */
 	void *recording;    /* the entry being recorded: be->alloc/free give and keep its memory */
 	int use_graphs;     /* replay records and launches graphs (default 1; $FOS_CUDA_GRAPHS=0: off) */
-	int copy_kernels;   /* h2d/d2h of pinned host memory by a kernel (cuda_copy.cu; default 0) */
 	unsigned long long graph_recorded, graph_launched, graph_failed;
 	cudaEvent_t ev[FCU_NEVENTS];
 };
@@ -114,8 +113,6 @@ int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *er
 /* ops (cuda_grad_pair.cu) */
 int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
 		  uint16_t *dec_cols_t, fos_err *err);
-/* cuda_copy.cu: *done = 1 when the copy was queued as a kernel (else the caller copies) */
-int fcu_copy_sm(fos_backend *be, void *dst, const void *src, size_t n, int to_device, fos_err *err, int *done);
 /* ops (cuda_gemm.cu) */
 int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err);

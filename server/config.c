@@ -311,7 +311,7 @@ void fosd_config_usage(void *stream)
 		"  --device N               cuda device (default 0)\n"
 		"  --workers N              executor threads (default 2)\n"
 		"  --streams N              backend instances running requests at once, one stream each\n"
-		"                           on cuda (default 0 = auto: 4 on cuda, 1 on cpu; a worker each)\n"
+		"                           on cuda (default 0 = auto: 8 on cuda, 1 on cpu; a worker each)\n"
 		"  --concurrency N          requests in progress at once (nng contexts, default 64)\n"
 		"  --cache-bytes SIZE       weight cache budget (default 8G)\n"
 		"  --context-bytes SIZE     saved-context budget (default 4G)\n"

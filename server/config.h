@@ -17,7 +17,7 @@ typedef struct fosd_config {
 	int device;                     /* cuda device index */
 	int workers;                    /* executor threads */
 	int streams;                    /* executor lanes: backend instances (cuda: streams) that run
-					 * requests at once; 0 = auto (4 on cuda, 1 on cpu); fosd runs at least
+					 * requests at once; 0 = auto (8 on cuda, 1 on cpu); fosd runs at least
 					 * one worker per lane */
 	int concurrency;                /* nng contexts = requests in progress at once */
 	uint64_t cache_bytes;           /* weight cache budget */

@@ -146,7 +146,7 @@ static void lane_give(fosd_server *srv, int lane, int parallel)
  * shared out between the lanes (the results do not depend on the thread count). */
 static int lanes_open(fosd_server *srv, char *msg, size_t msgsz)
 {
-	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(srv->be->name, "cuda") ? 4 : 1);
+	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(srv->be->name, "cuda") ? 8 : 1);
 	if (n > FOSD_MAX_LANES)
 		n = FOSD_MAX_LANES;
 	srv->lanes = calloc((size_t)n, sizeof *srv->lanes);

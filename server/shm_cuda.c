@@ -14,11 +14,10 @@ extern int cudaHostUnregister(void *ptr);
 extern int cudaGetLastError(void);
 extern const char *cudaGetErrorString(int error);
 #define FOSD_CUDA_HOST_REGISTER_PORTABLE 1u /* cudaHostRegisterPortable: every context */
-#define FOSD_CUDA_HOST_REGISTER_MAPPED 2u   /* cudaHostRegisterMapped: kernels may read and write it */
 
 static int fosd_cuda_pin(void *p, size_t n, char *msg, size_t msgsz)
 {
-	int e = cudaHostRegister(p, n, FOSD_CUDA_HOST_REGISTER_PORTABLE | FOSD_CUDA_HOST_REGISTER_MAPPED);
+	int e = cudaHostRegister(p, n, FOSD_CUDA_HOST_REGISTER_PORTABLE);
 	if (e) {
 		cudaGetLastError(); /* not sticky; clear it */
 		snprintf(msg, msgsz, "cudaHostRegister: %s", cudaGetErrorString(e));

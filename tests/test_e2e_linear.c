@@ -753,7 +753,7 @@ static void test_stats_queue_run_pool(void **state)
 	assert_int_equal(f->lat_count, ok_forwards);
 	assert_int_equal(f->queue_count, ok_forwards);
 	assert_int_equal(f->run_count, ok_forwards);
-	/* run at once on the receiving thread only where lanes run side by side (cuda's default 4; one
+	/* run at once on the receiving thread only where lanes run side by side (cuda's default 8; one
 	 * lane on the cpu: everything goes through the queue) */
 	if (!strcmp(s1->backend, "cpu"))
 		assert_int_equal(f->ran_at_once, 0);
