@@ -26,14 +26,6 @@
 static tsrv g_srv;
 static uint16_t g_w[256 * 128], g_x[128 * 128], g_y0[128 * 256];
 
-#define ASSERT_CODE(expr, code, st)                                                                             \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != (code))                                                                               \
-			fail_msg("%s -> %s (%s), expected %s", #expr, fos_code_name(rc_), (st).message,         \
-				 fos_code_name(code));                                                            \
-	} while (0)
-
 static fos_client *connect_or_fail(const char *url)
 {
 	fos_client *c = NULL;

@@ -41,14 +41,6 @@
 static tsrv g_srv;
 static uint16_t g_w[N * K], g_x[M * K], g_b[N], g_dy[M * N];
 
-#define ASSERT_CODE(expr, code, st)                                                                             \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != (code))                                                                               \
-			fail_msg("%s -> %s (%s), expected %s", #expr, fos_code_name(rc_), (st).message,         \
-				 fos_code_name(code));                                                            \
-	} while (0)
-
 static fos_client *chan_connect(const char *url)
 {
 	fos_client *c = NULL;

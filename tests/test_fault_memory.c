@@ -20,14 +20,6 @@
 #include "support_trust.h"
 #include "support_assert.h"
 
-#define ASSERT_CODE(expr, code, st)                                                                             \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != (code))                                                                               \
-			fail_msg("%s -> %s (%s), expected %s", #expr, fos_code_name(rc_), (st).message,         \
-				 fos_code_name(code));                                                            \
-	} while (0)
-
 enum { WN = 256, WK = 128, XM = 128 };
 
 static void test_cache_budget(void **state)

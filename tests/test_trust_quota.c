@@ -25,14 +25,6 @@
 #define ALICE "alice-secret-0123456789abcdef"
 #define BOB "bob-secret-fedcba9876543210-xyz"
 
-#define ASSERT_CODE(expr, code, st)                                                                             \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != (code))                                                                               \
-			fail_msg("%s -> %s (%s), expected %s", #expr, fos_code_name(rc_), (st).message,         \
-				 fos_code_name(code));                                                            \
-	} while (0)
-
 enum { WN = 256, WK = 128, XM = 128 };
 
 /* The bytes a (WN, WK) weight with its master occupies in the cache. */

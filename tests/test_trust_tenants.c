@@ -26,14 +26,6 @@
 #define ALICE "alice-secret-0123456789abcdef"
 #define BOB "bob-secret-fedcba9876543210-xyz"
 
-#define ASSERT_CODE(expr, code, st)                                                                             \
-	do {                                                                                                     \
-		int rc_ = (expr);                                                                                \
-		if (rc_ != (code))                                                                               \
-			fail_msg("%s -> %s (%s), expected %s", #expr, fos_code_name(rc_), (st).message,         \
-				 fos_code_name(code));                                                            \
-	} while (0)
-
 typedef struct env {
 	char dir[256], tokens[320];
 	tsrv s;
