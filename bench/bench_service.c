@@ -429,6 +429,18 @@ static void bs_row(const char *what, const char *value, const char *base, double
 	       pass < 0 ? "" : pass ? "yes" : "NO");
 }
 
+/* Times reps forwards of x by the cached weight "w" into y, one after the other, into t[]. */
+static void bs_time_forwards(fos_client *c, const fos_tensor *x, fos_tensor *y, double *t, int reps, const char *what)
+{
+	fos_status st;
+	for (int i = 0; i < reps; i++) {
+		double t0 = bench_now();
+		if (fos_forward(c, "w", x, NULL, NULL, y, NULL, &st))
+			DIE("%s: %s", what, st.message);
+		t[i] = bench_now() - t0;
+	}
+}
+
 /* A latency row against a round-trip baseline (base_us 0: none): secs measured, ratio to base_us,
  * met when at most limit. */
 static void bs_rtt_row(const char *what, double secs, double base_us, const char *base_what, const char *target,
@@ -647,12 +659,7 @@ int main(int argc, char **argv)
 			DIE("small forward: %s", st.message);
 	double *ts = malloc(sizeof(double) * (size_t)reps_small);
 	bs_opsum f0 = bs_op_sums(c, "forward");
-	for (int i = 0; i < reps_small; i++) {
-		double t0 = bench_now();
-		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
-			DIE("small forward: %s", st.message);
-		ts[i] = bench_now() - t0;
-	}
+	bs_time_forwards(c, &ssx, &ssy, ts, reps_small, "small forward");
 	bs_opsum f1 = bs_op_sums(c, "forward");
 	double fn = f1.n - f0.n > 0 ? f1.n - f0.n : 1;
 	double f_lat = (f1.lat - f0.lat) / fn, f_queue = (f1.queue - f0.queue) / fn, f_run = (f1.run - f0.run) / fn;
@@ -663,12 +670,7 @@ int main(int argc, char **argv)
 	int same_small = !memcmp(sp + sxb, ys_ref, syb);
 	/* the same with the client polling for its reply (fos_set_spin) instead of sleeping */
 	fos_set_spin(c, 2000);
-	for (int i = 0; i < reps_small; i++) {
-		double t0 = bench_now();
-		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
-			DIE("small forward: %s", st.message);
-		ts[i] = bench_now() - t0;
-	}
+	bs_time_forwards(c, &ssx, &ssy, ts, reps_small, "small forward");
 	fos_set_spin(c, 0);
 	double sp50 = bench_quantile(ts, reps_small, 0.5), sp99 = bench_quantile(ts, reps_small, 0.99);
 	same_small = same_small && !memcmp(sp + sxb, ys_ref, syb);
@@ -696,21 +698,11 @@ int main(int argc, char **argv)
 		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
 			DIE("small forward (channel): %s", st.message);
 	memset(sp + sxb, 0, syb);
-	for (int i = 0; i < reps_small; i++) {
-		double t0 = bench_now();
-		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
-			DIE("small forward (channel): %s", st.message);
-		ts[i] = bench_now() - t0;
-	}
+	bs_time_forwards(c, &ssx, &ssy, ts, reps_small, "small forward (channel)");
 	double ch50 = bench_quantile(ts, reps_small, 0.5), ch99 = bench_quantile(ts, reps_small, 0.99);
 	same_small = same_small && !memcmp(sp + sxb, ys_ref, syb);
 	fos_set_spin(c, 2000); /* and with the client polling for the whole request */
-	for (int i = 0; i < reps_small; i++) {
-		double t0 = bench_now();
-		if (fos_forward(c, "w", &ssx, NULL, NULL, &ssy, NULL, &st))
-			DIE("small forward (channel): %s", st.message);
-		ts[i] = bench_now() - t0;
-	}
+	bs_time_forwards(c, &ssx, &ssy, ts, reps_small, "small forward (channel)");
 	fos_set_spin(c, 0);
 	double chp50 = bench_quantile(ts, reps_small, 0.5), chp99 = bench_quantile(ts, reps_small, 0.99);
 	same_small = same_small && !memcmp(sp + sxb, ys_ref, syb);
