@@ -4,7 +4,9 @@
  * shortcuts, each proven over every input by fos_cuda_selftest, are:
  *   - x / D for the constants D in {6, 1536, 2688} by a reciprocal multiply and two FMA corrections,
  *     taken only for 2^-100 <= |x| <= FLT_MAX (exact there; __fdiv_rn elsewhere);
- *   - the e2m1 code of a = |p| by a 3-comparison binary search (NaN gives 7, like the reference);
+ *   - the e2m1 code of a = |p| by a 3-comparison binary search (NaN gives 7, like the reference),
+ *     or (gradient quantizer) by one rounding FMA, rn(min(a, 6) + 2^(22 + e')), and integer ops;
+ *   - the decoded bf16 of a block by byte permutes of its sdec row, and bf16 sign bits likewise;
  *   - the candidate error's v = rn(rn(rn(value * sf) * A) / D) evaluated once per code magnitude
  *     (8 per candidate) and looked up per element: v of a negative code is -v of the positive one
  *     (every step is sign-symmetric under round-to-nearest-even), so the error of an element is
@@ -43,6 +45,105 @@ FOS_HD uint32_t fcu_e2m1_mag_code(float a)
 	float t3 = hi ? (mid ? 5.0f : 2.5f) : (mid ? 1.25f : 0.25f);
 	uint32_t lo = !(a <= t3);
 	return (hi << 2) | (mid << 1) | lo;
+}
+
+/* The same code by one rounding FMA (kernel variant-free replacement of the search above, proven
+ * equal over every float by fos_cuda_selftest 3 and on the CPU): with c = min(a, 6) (NaN -> 6) and
+ * u = 2^e', e' = clamp(floor(log2 c), 0, 2), r = rn(c + 2^(22 + e')) rounds c to a multiple of the
+ * e2m1 step 2^(e' - 1) with ties to even (the hardware rounding), k = bits(r) - bits(2^(22 + e'))
+ * steps, code = k + 2 e'. Returned biased: code + FCU_E2M1_FMA_BIAS (mod 2^32), so a packed word of 8
+ * biased codes (element i at bits 4i, summed) is corrected by one subtraction of
+ * FCU_E2M1_FMA_BIAS * 0x11111111. For a >= 0 and every NaN it equals fcu_e2m1_mag_code(a); for
+ * a = -0 too; other negative a are never passed (a = |x| * |inv|) and give no code in 0..7. */
+#define FCU_E2M1_FMA_BIAS 0x0B0000FEu
+FOS_HD uint32_t fcu_e2m1_mag_code_fma_biased(float a)
+{
+#if defined(__CUDA_ARCH__)
+	const float c = fminf(a, 6.0f); /* FMNMX: any NaN (signalling too) gives 6 */
+#else
+	const float c = a < 6.0f ? a : 6.0f; /* the same on the host, where fminf keeps a signalling NaN */
+#endif
+	const uint32_t u = fos_f2u(fmaxf(c, 1.0f)) & 0x7F800000u; /* 2^e' */
+	const float r = FCU_FMA(fos_u2f(u), 0x1p22f, c);		   /* rn(c + 2^(22 + e')): exact product */
+	return fos_f2u(r) - u + (u >> 22);				   /* k + 0x0B000000 + 2 e' + 254 */
+}
+FOS_HD uint32_t fcu_e2m1_mag_code_fma(float a)
+{
+	return fcu_e2m1_mag_code_fma_biased(a) - FCU_E2M1_FMA_BIAS;
+}
+
+/* PTX prmt.b32 (generic mode) on the host and the device: byte n of the result is byte (c >> 4n) & 7
+ * of {b, a} (a = bytes 0..3), or, when bit 4n + 3 of c is set, that byte's top bit replicated. */
+FOS_HD uint32_t fcu_prmt(uint32_t a, uint32_t b, uint32_t c)
+{
+#if defined(__CUDA_ARCH__)
+	uint32_t d;
+	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	return d;
+#else
+	const uint64_t v = (uint64_t)a | ((uint64_t)b << 32);
+	uint32_t d = 0;
+	for (int n = 0; n < 4; n++) {
+		const uint32_t s = (c >> (4 * n)) & 15u;
+		uint32_t y = (uint32_t)(v >> (8 * (s & 7u))) & 0xFFu;
+		if (s & 8u)
+			y = (y & 0x80u) ? 0xFFu : 0u;
+		d |= y << (8 * n);
+	}
+	return d;
+#endif
+}
+
+/* The 16 decoded bf16 of a block (two per word, element 2j in the low half of o[j]) from its codes
+ * cw (element i at bits 4i) and the first 8 entries of its sdec row (fcu_pt_setup: bf16(e2m1 value
+ * (code) * float(sf)) for the magnitude codes 0..7) as 4 words r0..r3 (entries 2j, 2j + 1 in r_j):
+ * the low and the high bytes of the 8 magnitudes are gathered into two 8-byte tables, looked up 4
+ * elements at a time by byte permutes with the codes' magnitudes as selectors, the codes' sign bits
+ * ORed into the high bytes (except for the NaN scale byte 0x7F, whose row holds one NaN for every
+ * code whatever its sign), and the two bytes of each element interleaved. Equal to the 16 table
+ * look-ups row[code] for every sf in 0..0x7F and every cw (fos_cuda_selftest 4, and the CPU). */
+FOS_HD void fcu_dec_words(uint64_t cw, uint32_t sf, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3, uint32_t *o)
+{
+	const uint32_t lo0 = fcu_prmt(r0, r1, 0x6420u), hi0 = fcu_prmt(r0, r1, 0x7531u);
+	const uint32_t lo1 = fcu_prmt(r2, r3, 0x6420u), hi1 = fcu_prmt(r2, r3, 0x7531u);
+	const uint32_t smask = sf == 0x7Fu ? 0u : 0x80808080u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+	for (int h = 0; h < 2; h++) {
+		const uint32_t w = (uint32_t)(cw >> (32 * h)), m = w & 0x77777777u, sh = w << 4;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+		for (int q = 0; q < 2; q++) {
+			const uint32_t sel = q ? m >> 16 : m;
+			const uint32_t lo = fcu_prmt(lo0, lo1, sel);
+			/* sign of element 4q + i: top bit of byte 2q + i/2 of (i even ? w << 4 : w) */
+			const uint32_t sg = fcu_prmt(sh, w, q ? 0xFBEAu : 0xD9C8u);
+			const uint32_t hi = fcu_prmt(hi0, hi1, sel) | (sg & smask);
+			o[4 * h + 2 * q] = fcu_prmt(lo, hi, 0x5140u);
+			o[4 * h + 2 * q + 1] = fcu_prmt(lo, hi, 0x7362u);
+		}
+	}
+}
+
+/* Sign bits (bit 4i+3) of 16 bf16 inputs (element 2j in the low half of word w[j]) by byte
+ * permutes: each input's sign is the top bit of byte 1 or 3 of its word. The same as masking and
+ * shifting each sign into place (fcu_fast_signs of cuda_qblock.cuh). */
+FOS_HD uint64_t fcu_bf16_signs(const uint32_t *w)
+{
+	uint32_t h[2];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+	for (int k = 0; k < 2; k++) {
+		/* x: bytes = signs of elements 8k + {0, 2, 1, 3} replicated, y: of 8k + {4, 6, 5, 7} */
+		const uint32_t x = fcu_prmt(w[4 * k], w[4 * k + 1], 0xFBD9u);
+		const uint32_t y = fcu_prmt(w[4 * k + 2], w[4 * k + 3], 0xFBD9u);
+		const uint32_t ev = fcu_prmt(x, y, 0x5410u), od = fcu_prmt(x, y, 0x7632u);
+		h[k] = (ev & 0x08080808u) | (od & 0x80808080u);
+	}
+	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
 }
 
 /* Scale byte of min(x, 448) (x >= 0 or NaN; negative x is taken by magnitude like the reference). */

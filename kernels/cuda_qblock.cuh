@@ -3,7 +3,8 @@
  * the quantize kernels): raw 16-element loads and their unpacking, the per-CTA per-tensor tables
  * (fcu_pt_smem: inverse scales, 4/6 candidate values, decoded bf16), the gradient quantizer's block
  * function fcu_blk_grad (NUMERICS.md section 5) with its magnitude and sign helpers, the decoding
- * of a block's codes into bf16 from the sdec table (fcu_dec_pt), and the cp.async helpers of the
+ * of a block's codes into bf16 from the sdec table (fcu_dec_pt: one 16-byte row load and byte
+ * permutes), and the cp.async helpers of the
  * ring kernels. Device code only; every float operation an __f*_rn intrinsic (cuda_q46.cuh). */
 #ifndef FOS_CUDA_QBLOCK_CUH
 #define FOS_CUDA_QBLOCK_CUH
@@ -67,7 +68,7 @@ __device__ __forceinline__ void fcu_unpack(const fcu_raw<float> &r, float *xf)
  * once per CTA over all 128 bytes (0x7F included): sinv[sf] = fos_inv_scale(sf, s_dec), the
  * candidate values svt[sf][c] = fcu_vval(c, sf) (negated when sinv[sf] < 0), and the decoded bf16
  * sdec[sf][code] = bf16(e2m1 value(code) * float(sf)) of store_block. */
-struct fcu_pt_smem {
+struct __align__(16) fcu_pt_smem { /* 16-byte aligned: fcu_dec_pt reads sdec rows as 16 bytes */
 	float svt[128 * 8];
 	float sinv[128];
 	uint16_t sdec[128 * 16];
@@ -91,8 +92,13 @@ __device__ __forceinline__ void fcu_pt_setup(fcu_pt_smem &sm, float a, float d, 
 	__syncthreads();
 }
 
-/* Magnitude codes only (gradient quantizer). */
-__device__ __forceinline__ uint64_t fcu_mags_fast(const float *xf, float inva)
+/* The gradient quantizer's helpers exist in two forms with the same results: by default the cheaper
+ * ones (e2m1 code by one FMA, decode by byte permutes, signs by byte permutes, one NaN-propagating
+ * max for the NaN check); built with -DFCU_GRAD_OLD_HELPERS, the previous ones (3-comparison search,
+ * sdec look-up per element, shifts and masks, a NaN test per element), for A/B timing. */
+
+/* Magnitude codes only (gradient quantizer): the 3-comparison search. */
+__device__ __forceinline__ uint64_t fcu_mags_search(const float *xf, float inva)
 {
 	uint32_t w[2] = {0, 0};
 #pragma unroll
@@ -108,12 +114,36 @@ __device__ __forceinline__ uint64_t fcu_mags_fast(const float *xf, float inva)
 	return (uint64_t)w[0] | ((uint64_t)w[1] << 32);
 }
 
+/* The same codes by fcu_e2m1_mag_code_fma (cuda_q46.cuh): 8 biased codes summed per word, the bias
+ * removed once per word. */
+__device__ __forceinline__ uint64_t fcu_mags_fma(const float *xf, float inva)
+{
+	uint32_t w[2] = {0, 0};
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		w[i / 8] += fcu_e2m1_mag_code_fma_biased(FOS_MUL(fabsf(xf[i]), inva)) << (4 * (i % 8));
+	const uint32_t k = FCU_E2M1_FMA_BIAS * 0x11111111u;
+	return (uint64_t)(w[0] - k) | ((uint64_t)(w[1] - k) << 32);
+}
+
+__device__ __forceinline__ uint64_t fcu_mags_fast(const float *xf, float inva)
+{
+#ifdef FCU_GRAD_OLD_HELPERS
+	return fcu_mags_search(xf, inva);
+#else
+	return fcu_mags_fma(xf, inva);
+#endif
+}
+
 /* Sign bits (bit 4i+3) of the 16 inputs straight from their bits. Equal to fcu_signs(xf, inv) for
  * a positive finite inv when no input is NaN; the callers check that (a NaN input makes both
  * candidate errors NaN) and take fcu_signs otherwise. */
 __device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<uint16_t> &r)
 {
 	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
+#ifndef FCU_GRAD_OLD_HELPERS
+	return fcu_bf16_signs(w); /* byte permutes (cuda_q46.cuh) */
+#else
 	uint32_t h[2] = {0, 0};
 #pragma unroll
 	for (int j = 0; j < 8; j++) {
@@ -121,6 +151,7 @@ __device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<uint16_t> &r)
 		h[j / 4] |= (((s >> 12) | (s >> 24)) & 0x88u) << (8 * (j % 4));
 	}
 	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
+#endif
 }
 __device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<float> &r)
 {
@@ -149,11 +180,17 @@ __device__ __forceinline__ void fcu_dec_pt(uint64_t cw, uint32_t sf, const uint1
 {
 	const uint16_t *row = sdec + sf * 16;
 	uint32_t o[8];
+#ifndef FCU_GRAD_OLD_HELPERS
+	/* one 16-byte load of the row's magnitude entries 0..7, then byte permutes (fcu_dec_words) */
+	const uint4 rv = *reinterpret_cast<const uint4 *>(row);
+	fcu_dec_words(cw, sf, rv.x, rv.y, rv.z, rv.w, o);
+#else
 #pragma unroll
 	for (int i = 0; i < 8; i++) {
 		const uint32_t byte = (uint32_t)(cw >> (8 * i)) & 0xFFu;
 		o[i] = row[byte & 15u] | ((uint32_t)row[byte >> 4] << 16);
 	}
+#endif
 	uint4 *dp = reinterpret_cast<uint4 *>(dst);
 	dp[0] = make_uint4(o[0], o[1], o[2], o[3]);
 	dp[1] = make_uint4(o[4], o[5], o[6], o[7]);
@@ -167,17 +204,31 @@ __device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g,
 {
 	float xf[16], bamax = 0.0f;
 	fcu_unpack(cur, xf);
+#ifndef FCU_GRAD_OLD_HELPERS
+	/* NaN-propagating max: equal to the NaN-dropping one unless an input is NaN, which it detects */
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		asm("max.NaN.f32 %0, %0, %1;" : "+f"(bamax) : "f"(fabsf(xf[j])));
+	const bool has_nan = bamax != bamax;
+	if (has_nan) {
+		bamax = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+	}
+#else
 #pragma unroll
 	for (int j = 0; j < 16; j++)
 		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
-	const float v = FOS_MUL(bamax, g);
-	const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
-	const float inv = sm.sinv[sf];
-	const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
 	bool has_nan = false;
 #pragma unroll
 	for (int j = 0; j < 16; j++)
 		has_nan |= xf[j] != xf[j];
+#endif
+	const float v = FOS_MUL(bamax, g);
+	const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
+	const float inv = sm.sinv[sf];
+	const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
 	*sf_out = sf;
 	return m | fcu_pick_signs(cur, xf, inv, has_nan);
 }

@@ -1,9 +1,13 @@
 /* cuda_selftest.cu: exhaustive GPU proofs that each fast replacement of an exact operation used by
  * the quantize kernels (cuda_q46.cuh) equals the exact operation on every 32-bit input
  * (fos_cuda_selftest in cuda_backend.h). Each kernel walks all 2^32 bit patterns and counts the
- * inputs where the two differ (two NaNs count as equal: NaN payloads carry no meaning here). */
+ * inputs where the two differ (two NaNs count as equal: NaN payloads carry no meaning here). The
+ * gradient quantizer's cheaper helpers (cuda_q46.cuh / cuda_qblock.cuh) are proven the same way:
+ * the e2m1 code by one FMA on every float, the decode by byte permutes on every scale byte and
+ * every 4-code chunk, the sign bits by byte permutes on every sign pattern. */
 #include "cuda_internal.cuh"
 #include "cuda_q46.cuh"
+#include "cuda_qblock.cuh"
 
 __device__ __forceinline__ bool fcu_same(float a, float b)
 {
@@ -56,10 +60,76 @@ __global__ void k_st_e4m3(unsigned long long *bad)
 		atomicAdd(bad, n);
 }
 
+/* The e2m1 magnitude code by one FMA (fcu_e2m1_mag_code_fma) against the 3-comparison search, on
+ * every float a >= 0 (+inf included), every NaN of either sign and -0 (2^31 + 2^23 inputs; other
+ * negative floats are never passed to it). */
+__global__ void k_st_e2m1_fma(unsigned long long *bad)
+{
+	unsigned long long n = 0;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
+	     i += (uint64_t)gridDim.x * blockDim.x) {
+		const float a = __uint_as_float((uint32_t)i);
+		if (!((uint32_t)i >> 31) || a != a || (uint32_t)i == 0x80000000u)
+			n += fcu_e2m1_mag_code_fma(a) != fcu_e2m1_mag_code(a);
+	}
+	if (n)
+		atomicAdd(bad, n);
+}
+
+/* The decode by byte permutes (fcu_dec_pt) against the per-element look-up of the sdec table built by
+ * fcu_pt_setup: block b = scale byte b (0..127), every 16-bit value v of a 4-code chunk in every
+ * chunk position (all four chunks v) and mixed with other chunks, 16 elements each. */
+__global__ void k_st_dec(unsigned long long *bad)
+{
+	__shared__ fcu_pt_smem sm;
+	fcu_pt_setup(sm, 1.0f, 2688.0f, 1.0f, false, true);
+	const uint32_t sf = blockIdx.x;
+	const uint16_t *row = sm.sdec + sf * 16;
+	unsigned long long n = 0;
+	for (uint32_t v = threadIdx.x; v < 65536u; v += blockDim.x)
+		for (int mix = 0; mix < 2; mix++) {
+			const uint64_t cw = mix ? ((uint64_t)v | ((uint64_t)(~v & 0xFFFFu) << 16) |
+						   ((uint64_t)((v * 7u) & 0xFFFFu) << 32) | ((uint64_t)(v ^ 0x5A5Au) << 48))
+						: (uint64_t)v * 0x0001000100010001ull;
+			__align__(16) uint16_t out[16];
+			fcu_dec_pt(cw, sf, sm.sdec, out);
+			for (int i = 0; i < 16; i++)
+				n += out[i] != row[(cw >> (4 * i)) & 15u];
+		}
+	if (n)
+		atomicAdd(bad, n);
+}
+
+/* The sign bits of 16 bf16 inputs by byte permutes (fcu_fast_signs) against bit 15 of each input:
+ * every 2^16 sign pattern (the thread's index) under 64 fills of the other bits. */
+__global__ void k_st_signs(unsigned long long *bad)
+{
+	unsigned long long n = 0;
+	const uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;
+	if (p < 65536u)
+		for (uint32_t rep = 0; rep < 64; rep++) {
+			fcu_raw<uint16_t> r;
+			uint32_t *w = reinterpret_cast<uint32_t *>(r.v);
+			uint64_t want = 0;
+			for (int j = 0; j < 8; j++) {
+				uint32_t x = (p * 0x9E3779B9u) ^ (rep * 0x85EBCA6Bu) ^ ((uint32_t)j * 0xC2B2AE35u);
+				x ^= x >> 13;
+				x *= 0x27D4EB2Fu;
+				w[j] = (x & 0x7FFF7FFFu) | (((p >> (2 * j)) & 1u) << 15) | (((p >> (2 * j + 1)) & 1u) << 31);
+			}
+			for (int i = 0; i < 16; i++)
+				if ((w[i / 2] >> (16 * (i & 1) + 15)) & 1u)
+					want |= 8ull << (4 * i);
+			n += fcu_fast_signs(r) != want;
+		}
+	if (n)
+		atomicAdd(bad, n);
+}
+
 extern "C" int fos_cuda_selftest(fos_backend *be, int which, unsigned long long *bad, fos_err *err)
 {
-	if (which < 0 || which > 2)
-		return fos_seterr(err, FOS_EINVAL, "self-test %d not in 0..2", which);
+	if (which < 0 || which > 5)
+		return fos_seterr(err, FOS_EINVAL, "self-test %d not in 0..5", which);
 	int rc = fcu_enter(be, err);
 	if (rc)
 		return rc;
@@ -76,8 +146,14 @@ extern "C" int fos_cuda_selftest(fos_backend *be, int which, unsigned long long 
 			k_st_div<<<grid, 256, 0, im->st>>>(2688.0f, d);
 		} else if (which == 1) {
 			k_st_e2m1<<<grid, 256, 0, im->st>>>(d);
-		} else {
+		} else if (which == 2) {
 			k_st_e4m3<<<grid, 256, 0, im->st>>>(d);
+		} else if (which == 3) {
+			k_st_e2m1_fma<<<grid, 256, 0, im->st>>>(d);
+		} else if (which == 4) {
+			k_st_dec<<<128, 256, 0, im->st>>>(d);
+		} else {
+			k_st_signs<<<256, 256, 0, im->st>>>(d);
 		}
 		rc = fcu_launched(err, "self-test kernel launch");
 	}

@@ -305,17 +305,20 @@ static void test_selftests(void **state)
 	(void)state;
 	NEED_GPU();
 #ifdef FOS_HAVE_CUDA
-	static const char *what[3] = {"x / D (D = 6, 1536, 2688) by reciprocal + 2 FMA", "e2m1 code by 3 comparisons",
-				      "hardware e4m3x2 conversion"};
-	for (int w = 0; w < 3; w++) {
+	static const char *what[6] = {"x / D (D = 6, 1536, 2688) by reciprocal + 2 FMA", "e2m1 code by 3 comparisons",
+				      "hardware e4m3x2 conversion",
+				      "e2m1 code by one FMA (floats >= 0, NaNs, -0)",
+				      "decode by byte permutes (128 scale bytes x 2^16 chunks x 2 layouts x 16 elements)",
+				      "bf16 sign bits by byte permutes (2^16 patterns x 64 blocks)"};
+	static const char *count[6] = {"3 x 2^32", "2^32", "2 x 2^32", "2^31 + 2^23", "2^28", "2^22"};
+	for (int w = 0; w < 6; w++) {
 		unsigned long long bad = 1;
 		fos_err e;
 		int rc = fos_cuda_selftest(g_gpu, w, &bad, &e);
 		if (rc)
 			fprintf(stderr, "selftest %d: %s\n", w, e.msg);
 		assert_int_equal(rc, FOS_OK);
-		printf("exhaustive self-test %d (%s): %llu of %s inputs differ\n", w, what[w], bad,
-		       w == 0 ? "3 x 2^32" : (w == 2 ? "2 x 2^32" : "2^32"));
+		printf("exhaustive self-test %d (%s): %llu of %s inputs differ\n", w, what[w], bad, count[w]);
 		assert_true(bad == 0);
 	}
 #endif
