@@ -277,7 +277,9 @@ static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg
 }
 
 /* Runs s on lane (already taken) and answers it. */
-static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel)
+/* gate: a flag to clear before the reply goes out (fosd_executor_try_now's running_now), so that
+ * the client's next request finds it clear; NULL: none. */
+static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel, atomic_int *gate)
 {
 	int code = 0;
 	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
@@ -295,6 +297,8 @@ static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel)
 	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on lane %d, %s", (unsigned long long)s->req_id,
 		   fosd_op_name(s->op), (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
 		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), lane, fosw_code_name(code));
+	if (gate)
+		atomic_store(gate, 0);
 	fosd_finish(s, r, code);
 }
 
@@ -320,7 +324,7 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 		fosd_deadline_answer(s);
 		return;
 	}
-	run_on_lane(srv, s, lane, parallel);
+	run_on_lane(srv, s, lane, parallel, NULL);
 }
 
 /* A small side-by-side op: its input is at most FOSD_RUN_NOW_BYTES (wherever it lies), so it holds
@@ -366,10 +370,10 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 	}
 	if (lane >= 0) {
 		s->ran_now = 1;
-		run_on_lane(srv, s, lane, 1);
-	}
-	if (gate)
+		run_on_lane(srv, s, lane, 1, gate ? &srv->running_now : NULL); /* clears it before the reply */
+	} else if (gate) {
 		atomic_store(&srv->running_now, 0);
+	}
 	return lane >= 0;
 }
 
