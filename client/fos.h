@@ -349,7 +349,10 @@ int fos_region_stats(fos_client *c, uint64_t *regions, uint64_t *bytes, uint64_t
  * polls for the larger of this and fos_set_spin's value.
  *
  * bytes: the region's size (0: 4 MiB; at least 8704), split into equal request and reply areas.
- * The channel ends with fos_channel_close, fos_close, the connection, or the process. */
+ * The channel ends with fos_channel_close, fos_close or the process. When fosd stops serving it
+ * (the connection was lost and redialled, fosd restarted, its region unregistered), calls take the
+ * socket, and the first one that succeeds opens a new channel like it (at most one try a second),
+ * until fos_channel_close. */
 int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st);
 /* Unregisters the channel; later calls use the socket. Waits for a call using it to finish. */
 int fos_channel_close(fos_client *c, fos_status *st);

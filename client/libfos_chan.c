@@ -21,7 +21,7 @@
 
 typedef struct fosc_chan {
 	pthread_mutex_t mu;   /* one exchange at a time; closed, base */
-	int closed;
+	atomic_int closed;
 	int fd;
 	uint8_t *base;
 	size_t size;
@@ -137,25 +137,73 @@ int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st)
 		fosc_chan_free(ch);
 		return fosc_status(st, FOS_CODE_ALREADY_EXISTS, "the handle has a channel open already");
 	}
+	atomic_store(&c->chan_want_bytes, bytes);
+	atomic_store(&c->chan_want_spin, spin_us);
 	return fosc_status(st, FOS_CODE_OK, "channel open (%llu-byte request and reply areas)", (unsigned long long)cap);
+}
+
+/* Moves the handle's channel, if any, to chan_old (a caller may still hold it; freed by fos_close)
+ * and returns whether there was one. */
+static int fosc_chan_retire(fos_client *c, fosc_chan *ch)
+{
+	if (!ch)
+		return 0;
+	if (c->io_mu_ok)
+		pthread_mutex_lock(&c->io_mu);
+	ch->next = c->chan_old;
+	c->chan_old = ch;
+	if (c->io_mu_ok)
+		pthread_mutex_unlock(&c->io_mu);
+	return 1;
+}
+
+static uint64_t fosc_chan_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void fosc_chan_revive(fos_client *c)
+{
+	size_t bytes = atomic_load(&c->chan_want_bytes);
+	if (!bytes)
+		return;
+	fosc_chan *ch = atomic_load(&c->chan);
+	if (ch && !ch->closed)
+		return;
+	uint64_t now = fosc_chan_now_ms(), last = atomic_load(&c->chan_tried_ms);
+	if (now - last < 1000 || atomic_exchange(&c->chan_reopening, 1))
+		return;
+	atomic_store(&c->chan_tried_ms, now);
+	ch = atomic_load(&c->chan);
+	if (!ch || ch->closed) { /* fosd let it go (a reconnect, a restart): a new one */
+		if (ch && atomic_compare_exchange_strong(&c->chan, &ch, NULL)) {
+			pthread_mutex_lock(&ch->mu);
+			fosc_chan_end(c, ch, NULL); /* unregisters if fosd still has it; unmaps */
+			pthread_mutex_unlock(&ch->mu);
+			fosc_chan_retire(c, ch);
+		}
+		fos_status st;
+		int spin = atomic_load(&c->chan_want_spin);
+		if (fos_channel_open(c, bytes, spin, &st) && st.code != FOS_CODE_ALREADY_EXISTS)
+			atomic_store(&c->chan_want_bytes, bytes); /* still wanted: tried again a second later */
+	}
+	atomic_store(&c->chan_reopening, 0);
 }
 
 int fos_channel_close(fos_client *c, fos_status *st)
 {
 	if (!c)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no client handle");
+	atomic_store(&c->chan_want_bytes, 0); /* not wanted any more: not opened again */
 	fosc_chan *ch = atomic_exchange(&c->chan, NULL);
 	if (!ch)
 		return fosc_status(st, FOS_CODE_OK, "no channel open");
 	pthread_mutex_lock(&ch->mu); /* a call using it finishes first */
 	int code = ch->closed ? fosc_status(st, FOS_CODE_OK, "channel closed") : fosc_chan_end(c, ch, st);
 	pthread_mutex_unlock(&ch->mu);
-	if (c->io_mu_ok)
-		pthread_mutex_lock(&c->io_mu);
-	ch->next = c->chan_old; /* a caller may still hold it: freed by fos_close */
-	c->chan_old = ch;
-	if (c->io_mu_ok)
-		pthread_mutex_unlock(&c->io_mu);
+	fosc_chan_retire(c, ch); /* a caller may still hold it: freed by fos_close */
 	return code;
 }
 
@@ -167,6 +215,7 @@ size_t fos_channel_bytes(const fos_client *c)
 
 void fosc_chan_free_all(fos_client *c)
 {
+	atomic_store(&c->chan_want_bytes, 0);
 	fosc_chan *ch = atomic_exchange(&c->chan, NULL);
 	if (ch) {
 		if (!ch->closed)

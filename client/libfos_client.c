@@ -458,6 +458,8 @@ int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply
 		if (fosc_shm_reregister(c, &st2) == FOS_CODE_OK)
 			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0);
 	}
+	if (code == FOS_CODE_OK)
+		fosc_chan_revive(c); /* the channel the caller opened, if fosd stopped serving it */
 	return code;
 }
 

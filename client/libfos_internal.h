@@ -35,6 +35,12 @@ struct fos_client {
 	 * fos_close because a caller may still hold them */
 	struct fosc_chan *_Atomic chan;
 	struct fosc_chan *chan_old;
+	/* the channel the caller asked for (fos_channel_open; 0 bytes: none): opened again after fosd
+	 * stopped serving it (a reconnect, a restart), at most once a second */
+	atomic_size_t chan_want_bytes;
+	atomic_int chan_want_spin;
+	atomic_int chan_reopening;
+	atomic_uint_fast64_t chan_tried_ms;
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -111,6 +117,8 @@ int fosc_chan_exchange(fos_client *c, const nng_msg *req, int timeout_ms, nng_ms
 		       fos_status *st);
 /* fos_close: closes and frees the channels. */
 void fosc_chan_free_all(fos_client *c);
+/* After a call that succeeded: opens the wanted channel again if fosd no longer serves it. */
+void fosc_chan_revive(fos_client *c);
 
 /* ---- trust and recovery (libfos_trust.c) ---- */
 

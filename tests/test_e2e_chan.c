@@ -29,6 +29,7 @@
 #include "fos_wire.h"
 #include "libfos_internal.h"
 #include "support_server.h"
+#include "support_trust.h"
 #include "support_assert.h"
 
 /* fosd's limit of channels per connection (server/chan.h FOSD_CHAN_MAX_PER_PIPE) */
@@ -1034,7 +1035,12 @@ static void test_unregister_stops(void **state)
 	free(y);
 	chan_snap s2 = chan_stats(c0);
 	assert_int_equal(s2.chan_requests, s1.chan_requests);
-	assert_int_equal(fos_channel_bytes(c1), 0);
+	/* the caller still wants its channel: after that call libfos opened a new one */
+	assert_int_equal(fos_channel_bytes(c1), fos_chan_cap((size_t)4 << 20));
+	chan_forward(c1, g_x, M, &y);
+	assert_memory_equal(y, ys, M * N * 2);
+	free(y);
+	assert_int_equal(chan_stats(c0).chan_requests - s2.chan_requests, 1);
 	ASSERT_OK(fos_channel_close(c1, &st), st);
 	expect_clean(c0, 2000);
 	free(ys);
@@ -1160,6 +1166,55 @@ static void test_shutdown(void **state)
 	if (took > 3000)
 		fail_msg("fos_close after fosd stopped took %llu ms", (unsigned long long)took);
 	hchan_free(&h);
+	tsrv_cleanup(&s);
+}
+
+/* ---- 9b. fosd restarted: libfos opens the channel again --------------------------------------- */
+
+static void test_restart_reopens(void **state)
+{
+	(void)state;
+	tsrv s;
+	if (tsrv_start(&s, NULL))
+		fail_msg("cannot start a second fosd");
+	assert_int_equal(chan_put_weight(s.url), 0);
+	fos_client *c = chan_connect(s.url);
+	fos_status st;
+	ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
+	uint16_t *y0, *y;
+	chan_forward(c, g_x, M, &y0);
+	fos_client *watch = chan_connect(s.url);
+	assert_int_equal(chan_stats(watch).channels, 1);
+	fos_close(watch);
+	if (tt_restart(&s, SIGTERM, NULL))
+		fail_msg("cannot restart fosd");
+	assert_int_equal(chan_put_weight(s.url), 0); /* a new daemon: the weight again */
+	/* the handle reconnects; its first call that succeeds (over the socket) opens the channel again */
+	uint64_t t0 = tsrv_now_ms();
+	fos_health_info h;
+	int rc;
+	while ((rc = fos_health(c, &h, &st)) != FOS_CODE_OK && tsrv_now_ms() - t0 < 10000)
+		usleep(20 * 1000);
+	assert_int_equal(rc, FOS_CODE_OK);
+	t0 = tsrv_now_ms();
+	while (fos_channel_bytes(c) == 0 && tsrv_now_ms() - t0 < 5000) { /* at most one attempt a second */
+		ASSERT_OK(fos_health(c, &h, &st), st);
+		usleep(50 * 1000);
+	}
+	assert_int_equal(fos_channel_bytes(c), fos_chan_cap((size_t)4 << 20));
+	watch = chan_connect(s.url);
+	chan_snap s0 = chan_stats(watch);
+	assert_int_equal(s0.channels, 1);
+	chan_forward(c, g_x, M, &y);
+	assert_memory_equal(y, y0, M * N * 2);
+	assert_int_equal(chan_stats(watch).chan_requests - s0.chan_requests, 1); /* through the new channel */
+	free(y);
+	free(y0);
+	ASSERT_OK(fos_channel_close(c, &st), st);
+	fos_close(c);
+	wait_channels(watch, 0, 2000);
+	fos_close(watch);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
 	tsrv_cleanup(&s);
 }
 
@@ -1329,6 +1384,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_unregister_stops),
 		cmocka_unit_test(test_client_death),
 		cmocka_unit_test(test_shutdown),
+		cmocka_unit_test(test_restart_reopens),
 		cmocka_unit_test(test_spin_zero),
 		cmocka_unit_test(test_timeout_reuse),
 	};
