@@ -1126,14 +1126,20 @@ static void test_client_death(void **state)
 
 /* ---- 9. fosd's shutdown with a channel open ------------------------------------------------- */
 
+/* A fosd of the test's own (besides the shared one), with the weight "w", and a handle on it. */
+static fos_client *second_fosd(tsrv *s)
+{
+	if (tsrv_start(s, NULL))
+		fail_msg("cannot start a second fosd");
+	assert_int_equal(chan_put_weight(s->url), 0);
+	return chan_connect(s->url);
+}
+
 static void test_shutdown(void **state)
 {
 	(void)state;
 	tsrv s;
-	if (tsrv_start(&s, NULL))
-		fail_msg("cannot start a second fosd");
-	assert_int_equal(chan_put_weight(s.url), 0);
-	fos_client *c = chan_connect(s.url);
+	fos_client *c = second_fosd(&s);
 	fos_status st;
 	hchan h; /* one by hand too, to watch its state word */
 	hchan_make(&h, "shut-chan", FOS_CHAN_MIN_SIZE, 1, 1);
@@ -1175,10 +1181,7 @@ static void test_restart_reopens(void **state)
 {
 	(void)state;
 	tsrv s;
-	if (tsrv_start(&s, NULL))
-		fail_msg("cannot start a second fosd");
-	assert_int_equal(chan_put_weight(s.url), 0);
-	fos_client *c = chan_connect(s.url);
+	fos_client *c = second_fosd(&s);
 	fos_status st;
 	ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
 	uint16_t *y0, *y;
