@@ -276,9 +276,9 @@ static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg
 	(void)srv;
 }
 
-/* Runs s on lane (already taken) and answers it. */
-/* gate: a flag to clear before the reply goes out (fosd_executor_try_now's running_now), so that
- * the client's next request finds it clear; NULL: none. */
+/* Runs s on lane (already taken) and answers it. gate: a flag to clear before the reply goes out
+ * (fosd_executor_try_now's running_now), so that the client's next request finds it clear; NULL:
+ * none. */
 static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel, atomic_int *gate)
 {
 	int code = 0;
