@@ -33,6 +33,11 @@ void fosd_config_defaults(fosd_config *c)
 	c->drain_timeout_ms = 30 * 1000;
 	c->sweep_interval_ms = 1000;
 	c->dedup_window_ms = 10 * 60 * 1000;
+	c->send_timeout_ms = 10 * 1000;
+	c->connection_requests = 0;
+	c->max_connections = 0;
+	c->metrics_max_connections = 64;
+	c->metrics_idle_timeout_ms = 10 * 1000;
 	c->ipc_mode = 0600;
 	c->log_level = FOSD_LOG_INFO;
 }
@@ -159,6 +164,9 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 		{"streams", &c->streams, 0, 64},
 		{"concurrency", &c->concurrency, 1, 65536},
 		{"channel_spin_us", &c->channel_spin_us, 0, 1000000},
+		{"connection_requests", &c->connection_requests, 0, 65536},
+		{"max_connections", &c->max_connections, 0, 1 << 20},
+		{"metrics_max_connections", &c->metrics_max_connections, 1, 1 << 20},
 	};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
 		if (!strcmp(key, ints[i].key)) {
@@ -179,6 +187,8 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 		{"message_pool_bytes", &c->message_pool_bytes, 1},
 		{"drain_timeout", &c->drain_timeout_ms, 0},   {"sweep_interval", &c->sweep_interval_ms, 0},
 		{"dedup_window", &c->dedup_window_ms, 0},
+		{"send_timeout", &c->send_timeout_ms, 0},
+		{"metrics_idle_timeout", &c->metrics_idle_timeout_ms, 0},
 	};
 	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
 		if (!strcmp(key, nums[i].key)) {
@@ -240,7 +250,8 @@ static int config_known_key(const char *key)
 		"concurrency",	 "cache_bytes",	   "context_bytes",  "max_message_bytes", "context_ttl",
 		"drain_timeout", "sweep_interval", "dedup_window",   "ipc_mode",	  "log_level",
 		"tokens",	 "config",	   "streams",	     "message_pool_bytes", "metrics_listen",
-		"channel_spin_us",
+		"channel_spin_us", "send_timeout", "connection_requests", "max_connections",
+		"metrics_max_connections", "metrics_idle_timeout",
 	};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strcmp(key, keys[i]))
@@ -323,6 +334,13 @@ void fosd_config_usage(void *stream)
 		"  --drain-timeout DUR      SIGTERM/SIGINT: wait for in-flight requests (default 30s)\n"
 		"  --sweep-interval DUR     context expiry sweep period (default 1s)\n"
 		"  --dedup-window DUR       remember executed request ids (default 10m)\n"
+		"  --send-timeout DUR       a reply the client does not read for this long drops its\n"
+		"                           connection (default 10s)\n"
+		"  --connection-requests N  most requests in progress from one connection; more get\n"
+		"                           RESOURCE_EXHAUSTED (default 0 = a quarter of --concurrency)\n"
+		"  --max-connections N      most client connections (default 0 = from the descriptor limit)\n"
+		"  --metrics-max-connections N  most open HTTP endpoint connections (default 64)\n"
+		"  --metrics-idle-timeout DUR   close an idle HTTP endpoint connection (default 10s)\n"
 		"  --ipc-mode OCTAL         ipc socket permissions (default 0600)\n"
 		"  --log-level LEVEL        error, warn, info (default) or debug\n"
 		"  --metrics-listen URL     serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"

@@ -29,6 +29,13 @@ typedef struct fosd_config {
 	uint64_t drain_timeout_ms;      /* SIGTERM: wait this long for in-flight requests */
 	uint64_t sweep_interval_ms;     /* context expiry sweep */
 	uint64_t dedup_window_ms;       /* remember executed request ids this long */
+	uint64_t send_timeout_ms;       /* a reply the client does not take this long drops its connection */
+	int connection_requests;        /* most requests in progress from one connection; 0 = auto
+					 * (a quarter of concurrency, at least 1) */
+	int max_connections;            /* most client connections at once; 0 = auto (from the
+					 * descriptor limit, fdlimit.c) */
+	int metrics_max_connections;    /* most open connections to the HTTP endpoint */
+	uint64_t metrics_idle_timeout_ms; /* an HTTP endpoint connection idle this long is closed */
 	int ipc_mode;                   /* permissions of ipc sockets (octal in files and flags) */
 	int log_level;                  /* enum fosd_log_level */
 	char *config_path;              /* the file that was read, or NULL */
