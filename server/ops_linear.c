@@ -1,15 +1,109 @@
-/* ops_linear.c: Forward (cached weight, optional saved context), Backward (from a saved context),
- * ReleaseContext, and the one-shot Linear (forward + backward without the cache). Each checks the
- * shapes it could not check before it knew the weight or context, then calls the linear layer of
- * kernels/linear.c exactly as a local caller would. */
+/* ops_linear.c: Forward (cached weight, optional saved context, or a check of the caller's Y),
+ * Backward (from a saved context), ReleaseContext, and the one-shot Linear (forward + backward
+ * without the cache). Each checks the shapes it could not check before it knew the weight or
+ * context, then calls the linear layer of kernels/linear.c exactly as a local caller would. A
+ * Forward with expect computes the same Y, compares expect with it through kernels/compare.c (the
+ * code of `fos check`, so the numbers are the CLI's) and replies with the comparison, never Y. */
 #include "ops.h"
 #include "deadline.h"
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define BF16 FOS__DTYPE__DTYPE_BF16
+
+/* ---- a Forward's check (expect instead of Y) -------------------------------------------------- */
+
+/* Y is compared in pieces of this many elements: on a device backend each piece of Y is copied to
+ * the host and compared there by the CPU (kernels/compare.c, the code of `fos check`); a piece of
+ * expect that lies in a shared-memory region goes through the guarded copy first. */
+#define CHECK_CHUNK ((size_t)1 << 18)
+
+/* Compares expect (count bf16 elements, inline or in a region) with Y (backend memory) into r.
+ * Returns 0, or a gRPC code with msg. */
+static int check_compare(fosd_server *srv, const fosw_tensor *ex, const void *y, size_t count, fos_cmp *r, char *msg,
+			 size_t msgsz)
+{
+	fos_backend *be = fosd_be(srv);
+	const int host = srv->regions.host_backend; /* Y is in host memory already */
+	size_t chunk = count < CHECK_CHUNK ? count : CHECK_CHUNK;
+	uint16_t *yb = host ? NULL : malloc(chunk * 2 + 2), *eb = ex->shm ? malloc(chunk * 2 + 2) : NULL;
+	int code = 0;
+	fos_cmp_init(r, FOS_CMP_BF16);
+	if ((!host && !yb) || (ex->shm && !eb)) {
+		snprintf(msg, msgsz, "out of memory for the check's %zu-byte buffers", chunk * 4);
+		code = FOS__CODE__RESOURCE_EXHAUSTED;
+		goto out;
+	}
+	if (ex->shm) {
+		fosd_region *rg = ex->shm;
+		uint64_t off = (uint64_t)(ex->ptr - fosd_region_base(rg));
+		if ((code = fosd_region_check_now(rg, off, ex->len, msg, msgsz)))
+			goto out;
+	}
+	for (size_t o = 0; o < count; o += chunk) {
+		size_t c = count - o < chunk ? count - o : chunk;
+		const uint16_t *yp = (const uint16_t *)y + o, *ep = (const uint16_t *)(const void *)ex->ptr + o;
+		if (!host) {
+			fos_err e;
+			if (be->d2h(be, yb, yp, c * 2, &e)) {
+				snprintf(msg, msgsz, "copying Y out for the check: %s", e.msg);
+				code = fosd_code_of_rc(e.rc);
+				goto out;
+			}
+			yp = yb;
+		}
+		if (ex->shm) {
+			if (fosd_shm_copy(eb, ex->ptr + o * 2, c * 2)) {
+				snprintf(msg, msgsz, "shm region '%s' shrank while expect was read",
+					 fosd_region_name(ex->shm));
+				code = FOS__CODE__FAILED_PRECONDITION;
+				goto out;
+			}
+			ep = eb;
+		}
+		fos_cmp_add(r, ep, yp, c); /* expect is "ours", fosd's Y the reference */
+	}
+out:
+	free(yb);
+	free(eb);
+	return code;
+}
+
+/* A CheckPoint for flat index at of a (m, n) Y, or NULL when at is FOS_CMP_NONE. */
+static Fos__CheckPoint *check_point(Fos__CheckPoint *p, size_t at, int64_t n, const uint32_t bits[2])
+{
+	if (at == FOS_CMP_NONE)
+		return NULL;
+	fos__check_point__init(p);
+	p->row = (int64_t)(at / (size_t)n);
+	p->col = (int64_t)(at % (size_t)n);
+	p->expect = bits[0];
+	p->y = bits[1];
+	return p;
+}
+
+/* The wire's CheckResult of r under crit (points and reason: storage of the caller). */
+static void check_result(const fos_cmp *r, const fos_cmp_criterion *crit, int64_t m, int64_t n, Fos__CheckResult *cr,
+			 Fos__CheckPoint pts[3], char *reason, size_t reasonsz)
+{
+	static const fos_cmp_labels labels = {"bitwise", "max_ulps", "min_sqnr_db"};
+	int64_t shape[2] = {m, n};
+	double sqnr = fos_cmp_sqnr_db(r);
+	fos__check_result__init(cr);
+	cr->elements = r->n;
+	cr->differ = r->differ;
+	cr->nonfinite_mismatches = r->nonfinite;
+	cr->max_ulps = r->max_ulps;
+	cr->max_ulps_at = check_point(&pts[0], r->max_at, n, r->max_bits);
+	cr->first_differ = check_point(&pts[1], r->first_differ, n, r->first_bits);
+	cr->first_nonfinite = check_point(&pts[2], r->nonfinite_at, n, r->nonfinite_bits);
+	cr->sqnr_db = sqnr;
+	cr->consistent = fos_cmp_verdict(r, sqnr, crit, &labels, 2, shape, reason, reasonsz);
+	cr->reason = reason;
+}
 
 nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 {
@@ -54,7 +148,20 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 			      w->name);
 		goto out;
 	}
-	if (!a->skip_output && (uint64_t)m * (uint64_t)n * 2 + 4096 > srv->cfg->max_message_bytes) {
+	if (a->has_expect && (a->expect.ndim != 2 || a->expect.shape[0] != m || a->expect.shape[1] != n)) {
+		char es[64];
+		if (a->expect.ndim == 2)
+			snprintf(es, sizeof es, "(%lld, %lld)", (long long)a->expect.shape[0], (long long)a->expect.shape[1]);
+		else
+			snprintf(es, sizeof es, "(%lld,)", (long long)a->expect.shape[0]);
+		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+			      "expect is %s but Y is (%lld, %lld) (x has M = %lld, weight '%s' has N = %lld)", es,
+			      (long long)m, (long long)n, (long long)m, w->name, (long long)n);
+		goto out;
+	}
+	/* the message limit bounds an inline Y only; a Y written into a region is bounded by the region */
+	if (!a->skip_output && !a->has_expect && !fosd_shm_output_named(s->rq, "y") &&
+	    (uint64_t)m * (uint64_t)n * 2 + 4096 > srv->cfg->max_message_bytes) {
 		r = fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "Y (%lld, %lld) would exceed the %llu-byte message limit",
 			      (long long)m, (long long)n, (unsigned long long)srv->cfg->max_message_bytes);
 		goto out;
@@ -108,9 +215,22 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 	}
 	fr.resolved_override = resolved;
 	fr.weight_version = w->version;
+	Fos__CheckResult cr;
+	Fos__CheckPoint pts[3];
+	char reason[256];
+	if (a->has_expect) { /* the comparison instead of Y */
+		fos_cmp cmp;
+		rc = check_compare(srv, &a->expect, y, (size_t)(m * n), &cmp, msg, sizeof msg);
+		if (rc) {
+			r = fosd_fail(s, code, rc, "%s", msg);
+			goto out;
+		}
+		check_result(&cmp, &a->crit, m, n, &cr, pts, reason, sizeof reason);
+		fr.check = &cr;
+	}
 	fosd_outs outs;
 	fosd_outs_init(&outs);
-	if (!a->skip_output)
+	if (!a->skip_output && !a->has_expect)
 		fr.y = fosd_out_add(&outs, BF16, m, n, y);
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_FORWARD;
@@ -144,7 +264,10 @@ nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
 	if (a->dy.shape[0] != m || a->dy.shape[1] != n)
 		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
 				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
-	uint64_t out = ((uint64_t)m * (uint64_t)k + (uint64_t)n * (uint64_t)k + (uint64_t)n) * 2;
+	/* the inline results only: those written into regions are bounded by their regions */
+	uint64_t out = (fosd_shm_output_named(s->rq, "dx") ? 0 : (uint64_t)m * (uint64_t)k * 2) +
+		       (fosd_shm_output_named(s->rq, "dw") ? 0 : (uint64_t)n * (uint64_t)k * 2) +
+		       (sv->has_bias && !fosd_shm_output_named(s->rq, "db") ? (uint64_t)n * 2 : 0);
 	if (out + 4096 > srv->cfg->max_message_bytes)
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "dX, dW, db (%llu bytes) would exceed the message limit",
 				 (unsigned long long)out);

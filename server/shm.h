@@ -56,6 +56,9 @@ typedef struct fosd_regions {
 	pthread_mutex_t mu;
 	fosd_region *head;          /* registered regions */
 	uint64_t count, bytes;      /* registered */
+	uint64_t fds;               /* regions holding their object open (registered, being registered,
+				     * or unregistered and still in use): at most max_total */
+	uint64_t max_total;         /* FOSD_SHM_MAX_TOTAL, or less from the descriptor limit (fdlimit.c) */
 	uint64_t mapped;            /* bytes still mapped (registered or in use) */
 	uint64_t pinned;            /* bytes pinned */
 	uint32_t *live;             /* connections open now (regions register only on those) */
@@ -166,6 +169,11 @@ int fosd_shm_tensor_get(fosd_shm_req *q, const Fos__Tensor *t, const char *what,
 /* Checks the request's shm_outputs against its op's result (names, regions, ranges). Returns 0 or
  * a gRPC code with msg. */
 int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, size_t msgsz);
+/* 1 when rq's shm_outputs name the result field `result` ("y", "dx", ...). Such a result travels
+ * as a reference, so it does not count against max_message_bytes: its room is its region's
+ * (offset + capacity inside the region, checked above; the result's length against the capacity,
+ * OUT_OF_RANGE, in fosd_shm_outs_place). */
+int fosd_shm_output_named(const Fos__Request *rq, const char *result);
 
 /* An fos_err rc (beside enum fos_rc) for a region that shrank: FAILED_PRECONDITION. */
 #define FOSD_RC_PRECONDITION 100

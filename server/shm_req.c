@@ -192,6 +192,16 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
 	return 0;
 }
 
+int fosd_shm_output_named(const Fos__Request *rq, const char *result)
+{
+	for (size_t i = 0; rq && i < rq->n_shm_outputs; i++) {
+		const Fos__ShmOutput *so = rq->shm_outputs[i];
+		if (so && so->result && !strcmp(so->result, result))
+			return 1;
+	}
+	return 0;
+}
+
 /* Moves len bytes between a region and backend memory: to_region 1 is backend -> region. Pinned
  * regions on a device backend go by DMA (the pages stay valid even if the object shrinks); host
  * backends copy directly; otherwise through a bounce buffer. Every CPU touch of the mapping is a

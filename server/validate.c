@@ -3,6 +3,7 @@
 #include "validate.h"
 #include "shm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,6 +127,7 @@ typedef struct vctx {
 	char *msg;
 	size_t msgsz;
 	struct fosd_shm_req *shm; /* resolves shared-memory tensors (NULL: UNIMPLEMENTED) */
+	const Fos__Request *rq;
 } vctx;
 
 /* Resolves a tensor and checks its dtype and rank. Returns 0 or a code. */
@@ -155,6 +157,14 @@ static int fail(vctx *v, const char *fmt, long long a, long long b)
 	return INVALID;
 }
 
+/* The bytes result `result` adds to the reply message: 0 when the request has it written into a
+ * region (its room is the region's, see fosd_shm_output_named), else bytes. */
+static uint64_t inline_bytes(const vctx *v, const char *result, uint64_t bytes)
+{
+	return v->shm && fosd_shm_output_named(v->rq, result) ? 0 : bytes;
+}
+
+/* max_reply bounds the inline results only. */
 static int reply_fits(vctx *v, uint64_t bytes, uint64_t max_reply)
 {
 	if (bytes + 4096 > max_reply) {
@@ -185,8 +195,8 @@ static int v_put(vctx *v, const Fos__PutWeightRequest *r, fosd_put_args *a)
 			return INVALID;
 	}
 	fos_err e;
-	/* M is not known yet: 128 stands in; N and K must be divisible by 128 */
-	if (fos_linear_check(&a->opts, 128, a->w.shape[0], a->w.shape[1], NULL, &e)) {
+	/* M is not known yet (any M >= 1 is allowed): 1 stands in; N and K must be multiples of 16 */
+	if (fos_linear_check(&a->opts, 1, a->w.shape[0], a->w.shape[1], NULL, &e)) {
 		snprintf(v->msg, v->msgsz, "w (%lld, %lld): %s", (long long)a->w.shape[0], (long long)a->w.shape[1],
 			 e.msg);
 		return INVALID;
@@ -195,6 +205,47 @@ static int v_put(vctx *v, const Fos__PutWeightRequest *r, fosd_put_args *a)
 	a->keep_master = !r->drop_master;
 	/* without the master, a quantized backward needs the columnwise copy made now */
 	a->want_col = r->eager_columnwise || r->drop_master;
+	return 0;
+}
+
+/* A Forward's check: expect (bf16; its shape against Y's is checked by the op, which knows N) and
+ * the criterion. */
+static int v_expect(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
+{
+	int rc;
+	const Fos__CheckCriterion *c = r->criterion;
+	a->has_expect = r->expect != NULL;
+	if (!a->has_expect) {
+		if (c) {
+			snprintf(v->msg, v->msgsz, "criterion is set but there is no expect to check");
+			return INVALID;
+		}
+		return 0;
+	}
+	if ((rc = get_tensor(v, r->expect, "expect", FOS__DTYPE__DTYPE_BF16, 0, &a->expect)))
+		return rc;
+	if (r->save_context) {
+		snprintf(v->msg, v->msgsz, "save_context cannot be combined with expect (a check keeps no context)");
+		return INVALID;
+	}
+	if (!c)
+		return 0;
+	if (!c->by_max_ulps && c->max_ulps) {
+		snprintf(v->msg, v->msgsz, "criterion.max_ulps = %u is given but by_max_ulps is false", c->max_ulps);
+		return INVALID;
+	}
+	if (!c->by_min_sqnr && c->min_sqnr_db != 0) {
+		snprintf(v->msg, v->msgsz, "criterion.min_sqnr_db = %g is given but by_min_sqnr is false", c->min_sqnr_db);
+		return INVALID;
+	}
+	if (c->by_min_sqnr && !isfinite(c->min_sqnr_db)) {
+		snprintf(v->msg, v->msgsz, "criterion.min_sqnr_db = %g is not a finite number", c->min_sqnr_db);
+		return INVALID;
+	}
+	a->crit.by_max_ulps = c->by_max_ulps;
+	a->crit.max_ulps = c->max_ulps;
+	a->crit.by_min_sqnr = c->by_min_sqnr;
+	a->crit.min_sqnr_db = c->min_sqnr_db;
 	return 0;
 }
 
@@ -210,13 +261,17 @@ static int v_fwd(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
 	a->has_bias = r->bias != NULL;
 	if (a->has_bias && (rc = get_tensor(v, r->bias, "bias", FOS__DTYPE__DTYPE_BF16, 1, &a->bias)))
 		return rc;
+	if ((rc = v_expect(v, r, a)))
+		return rc;
 	if (map_override(r->override, &a->override, v->msg, v->msgsz))
 		return INVALID;
 	a->row_scaled = r->row_scaled;
 	a->save = r->save_context;
 	a->skip_output = r->skip_output;
-	if (a->x.shape[0] % 128 || a->x.shape[1] % 128)
-		return fail(v, "x (%lld, %lld): M and K must be divisible by 128", a->x.shape[0], a->x.shape[1]);
+	/* the shape rule (NUMERICS.md section 8) as far as X shows it; N and K against the weight later */
+	if (a->x.shape[0] < 1 || a->x.shape[1] < 1 || a->x.shape[1] % 16)
+		return fail(v, "x (%lld, %lld): M must be at least 1 and K a positive multiple of 16", a->x.shape[0],
+			    a->x.shape[1]);
 	return 0;
 }
 
@@ -326,7 +381,8 @@ static int v_deq(vctx *v, const Fos__DequantizeRequest *r, fosd_deq_args *a, uin
 		snprintf(v->msg, v->msgsz, "out_dtype %s: bf16 or f32 expected", fosw_dtype_name(r->out_dtype));
 		return INVALID;
 	}
-	return reply_fits(v, (uint64_t)a->rows * (uint64_t)a->cols * fos_dtype_size(a->out_dtype), max_reply);
+	return reply_fits(v, inline_bytes(v, "out", (uint64_t)a->rows * (uint64_t)a->cols * fos_dtype_size(a->out_dtype)),
+			  max_reply);
 }
 
 static int v_lin(vctx *v, const Fos__LinearRequest *r, fosd_lin_args *a, uint64_t max_reply)
@@ -367,9 +423,10 @@ static int v_lin(vctx *v, const Fos__LinearRequest *r, fosd_lin_args *a, uint64_
 		snprintf(v->msg, v->msgsz, "%s", e.msg);
 		return INVALID;
 	}
-	uint64_t out = (uint64_t)m * (uint64_t)n * 2;
+	uint64_t out = inline_bytes(v, "y", (uint64_t)m * (uint64_t)n * 2);
 	if (a->has_dy)
-		out += (uint64_t)m * (uint64_t)k * 2 + (uint64_t)n * (uint64_t)k * 2 + (uint64_t)n * 2;
+		out += inline_bytes(v, "dx", (uint64_t)m * (uint64_t)k * 2) + inline_bytes(v, "dw", (uint64_t)n * (uint64_t)k * 2) +
+		       (a->has_bias ? inline_bytes(v, "db", (uint64_t)n * 2) : 0);
 	return reply_fits(v, out, max_reply);
 }
 
@@ -382,7 +439,7 @@ int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint
 int fosd_validate_shm(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply,
 		      struct fosd_shm_req *shm, fosd_args *a, char *msg, size_t msgsz)
 {
-	vctx v = {data, dlen, 0, msg, msgsz, shm};
+	vctx v = {data, dlen, 0, msg, msgsz, shm, rq};
 	int rc = 0;
 	memset(a, 0, sizeof *a);
 	a->op = fosd_request_op(rq);
