@@ -21,10 +21,11 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
            -Ikernels -Iclient -Iserver -I$(BUILD)/gen $(SAN)
 LDFLAGS += -pthread $(SAN)
-# nng, protobuf-c and libuv are linked statically so the same binaries run on machines that do not
-# have them (the GPU host); cuBLASLt and the CUDA runtime dynamically.
+# nng, protobuf-c, libuv and http-parser are linked statically so the same binaries run on machines
+# that do not have them (the GPU host); cuBLASLt and the CUDA runtime dynamically.
 STATIC_LIBS = $(LIBDIR)/libnng.a $(LIBDIR)/libmbedtls.a $(LIBDIR)/libmbedx509.a \
-              $(LIBDIR)/libmbedcrypto.a $(LIBDIR)/libprotobuf-c.a $(LIBDIR)/libuv_a.a
+              $(LIBDIR)/libmbedcrypto.a $(LIBDIR)/libprotobuf-c.a $(LIBDIR)/libuv_a.a \
+              $(LIBDIR)/libhttp_parser.a
 SYS_LIBS    = -lm -ldl -lrt -latomic
 
 ifeq ($(CUDA),1)
@@ -70,6 +71,7 @@ all: deps-check $(BINS) $(LIBFOS) $(if $(LIBFOS_C),$(LIBFOSSO))
 
 # ---- dependencies ----------------------------------------------------------------------------
 DEPS_OK := $(shell test -f $(LIBDIR)/libnng.a -a -f $(LIBDIR)/libprotobuf-c.a -a -f $(LIBDIR)/libuv_a.a \
+             -a -f $(LIBDIR)/libhttp_parser.a \
              -a -f /usr/include/cmocka.h -a -f $(LIBDIR)/libmbedtls.a && command -v protoc-c >/dev/null && echo 1)
 deps-check:
 ifneq ($(DEPS_OK),1)
@@ -124,7 +126,8 @@ ALL_LIBS = $(LIBCLI) $(LIBFOSD) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
 # nng 1.5.2 work-around (server/nng_fix.c, fixed upstream in nng 1.6.0): inside the statically
 # linked nng, EPIPE maps to NNG_ECONNRESET, so a peer vanishing during the SP handshake no longer
 # stops a listener for good. -u pulls server/nng_fix.o out of libfosd.a.
-NNG_FIX = -Wl,--wrap=nni_plat_errno -Wl,-u,__wrap_nni_plat_errno
+NNG_FIX = -Wl,--wrap=nni_plat_errno -Wl,-u,__wrap_nni_plat_errno -Wl,--wrap=nng_stream_send \
+	-Wl,--wrap=nng_stream_recv
 # Large message bodies of the static nng come from server/msg_pool.c: reused, not cleared, and
 # pinned for DMA in a cuda fosd. -u pulls server/msg_pool.o out of libfosd.a.
 MSGPOOL_WRAP = -Wl,--wrap=nni_msg_alloc -Wl,--wrap=nni_zalloc -Wl,--wrap=nni_alloc -Wl,--wrap=nni_free \

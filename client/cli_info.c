@@ -155,6 +155,10 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 		{"duplicates", s->duplicates}, {"bad_messages", s->bad_messages},
 	};
 	const info_counter channels[] = {{"open", s->channels}, {"requests", s->channel_requests}};
+	const info_counter conns[] = {
+		{"open", s->connections}, {"dropped", s->connections_dropped},
+		{"refusals", s->connection_refusals}, {"rejected", s->connections_rejected},
+	};
 	info_json_counters(&w, "cache", cache, sizeof cache / sizeof cache[0]);
 	info_json_counters(&w, "contexts", contexts, sizeof contexts / sizeof contexts[0]);
 	const info_counter pool[] = {
@@ -164,6 +168,7 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 	};
 	info_json_counters(&w, "executor", executor, sizeof executor / sizeof executor[0]);
 	info_json_counters(&w, "channels", channels, sizeof channels / sizeof channels[0]);
+	info_json_counters(&w, "connections", conns, sizeof conns / sizeof conns[0]);
 	cli_jw_obj(&w, "msg_pool");
 	cli_jw_bool(&w, "active", s->msg_pool_active);
 	for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
@@ -231,6 +236,10 @@ static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
 	       cli_human_bytes(s->msg_pool_bytes_pinned, b3, sizeof b3), (unsigned long long)s->msg_pool_pin_failures);
 	printf("channels:      %llu open, %llu requests taken from them\n", (unsigned long long)s->channels,
 	       (unsigned long long)s->channel_requests);
+	printf("connections:   %llu open, %llu dropped for not reading replies, %llu requests refused for their "
+	       "share, %llu connections past the limit\n",
+	       (unsigned long long)s->connections, (unsigned long long)s->connections_dropped,
+	       (unsigned long long)s->connection_refusals, (unsigned long long)s->connections_rejected);
 }
 
 enum { SF_JSON, SF_COUNT };

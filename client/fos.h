@@ -177,6 +177,10 @@ typedef struct fos_stats_info {
 	int msg_pool_active;
 	/* request channels being served (all connections) and requests taken from them since start */
 	uint64_t channels, channel_requests;
+	/* connections now; closed for not reading their replies; requests refused for a
+	 * connection's share (or the token-less or connection cap); connections past
+	 * max_connections */
+	uint64_t connections, connections_dropped, connection_refusals, connections_rejected;
 } fos_stats_info;
 
 int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st);
@@ -209,8 +213,17 @@ typedef struct fos_weight_info {
 int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
 		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st);
 int fos_drop_weight(fos_client *c, const char *name, fos_status *st);
-/* *list is malloc'd (free() it), *count entries, most recently used first. */
+/* Every weight of the caller: *list is malloc'd (free() it), *count entries, in byte order of their
+ * names. It follows fosd's pages (fos_list_weights_page) until the last one. */
 int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st);
+/* One page of the caller's weights in byte order of their names: page_token NULL or "" for the
+ * first page, else the *next_token of the page before (opaque; a weight put or dropped between
+ * pages makes no other one skipped or repeated). page_size: the most weights wanted (0: fosd's
+ * default of 1000; fosd gives at most 10000, and fewer when more would not fit in a message).
+ * *list as for fos_list_weights; *next_token is malloc'd (free() it), NULL after the last page. A
+ * token fosd did not give is INVALID_ARGUMENT. */
+int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_size, fos_weight_info **list,
+			  size_t *count, char **next_token, fos_status *st);
 
 /* ---- forward / backward through the cache --------------------------------------------------- */
 
@@ -238,6 +251,51 @@ typedef struct fos_context {
  * (no context). ctx may be NULL unless o->save_context. */
 int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
 		const fos_forward_opts *o, fos_tensor *y, fos_context *ctx, fos_status *st);
+
+/* ---- a forward that checks the caller's Y instead of returning fosd's ---------------------- */
+
+/* When a check is consistent (the criteria of `fos check`): all zero means bitwise (every element
+ * has the same bits); with by_max_ulps and/or by_min_sqnr, no element may be NaN/inf on one side
+ * only and every bound set must hold. */
+typedef struct fos_check_criterion {
+	int by_max_ulps;
+	uint32_t max_ulps;       /* no element more than this many bf16 ulps from fosd's Y */
+	int by_min_sqnr;
+	double min_sqnr_db;      /* the SQNR at least this (finite) */
+} fos_check_criterion;
+
+/* One element of a check. */
+typedef struct fos_check_point {
+	int present;             /* 0: there is no such element (the fields below are 0) */
+	int64_t row, col;
+	uint16_t expect, y;      /* the caller's and fosd's bf16 bits */
+} fos_check_point;
+
+/* expect ("ours") against fosd's Y (the reference), with the definitions of `fos check`
+ * (client/CLI.md): bits, bf16 ulps, SQNR over elements finite on both sides. */
+typedef struct fos_check_result {
+	int64_t rows, cols;              /* Y's shape (M, N) */
+	uint64_t elements;               /* M * N */
+	uint64_t differ;                 /* elements whose bits differ */
+	uint64_t nonfinite;              /* NaN or inf on one side only, or +inf against -inf */
+	int64_t max_ulps;                /* the largest ulp distance of elements finite on both sides */
+	fos_check_point max_ulps_at;     /* the first element at max_ulps (absent: none differs) */
+	fos_check_point first_differ;    /* the first element whose bits differ */
+	fos_check_point first_nonfinite; /* the first non-finite mismatch */
+	double sqnr_db;                  /* 10 log10(sum y^2 / sum (expect - y)^2); +inf: no value
+	                                  * differs; -inf: Y is zero wherever a value differs */
+	int consistent;                  /* under the criterion */
+	char reason[256];                /* why, in one line */
+} fos_check_result;
+
+/* A forward whose reply is a comparison instead of Y: fosd computes Y (M, N) = x W^T [+ bias] as
+ * fos_forward would, compares expect (bf16 of Y's shape, inline or in a region of the handle)
+ * with it element by element and sends back only *out. crit NULL: bitwise. o as for fos_forward,
+ * but save_context is refused (INVALID_ARGUMENT). Returns FOS_CODE_OK when the comparison was
+ * made, consistent or not; an expect of another shape than Y is INVALID_ARGUMENT naming both. */
+int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		      const fos_forward_opts *o, const fos_tensor *expect, const fos_check_criterion *crit,
+		      fos_check_result *out, fos_status *st);
 
 typedef struct fos_backward_opts {
 	int keep_context;                 /* keep the context for another backward */

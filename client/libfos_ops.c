@@ -157,6 +157,10 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 	out->msg_pool_active = s->msg_pool_active;
 	out->channels = s->channels;
 	out->channel_requests = s->channel_requests;
+	out->connections = s->connections;
+	out->connections_dropped = s->connections_dropped;
+	out->connection_refusals = s->connection_refusals;
+	out->connections_rejected = s->connections_rejected;
 	fosc_reply_free(&r);
 	return FOS_CODE_OK;
 }
@@ -256,14 +260,18 @@ int fos_drop_weight(fos_client *c, const char *name, fos_status *st)
 	return code;
 }
 
-int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st)
+int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_size, fos_weight_info **list,
+			  size_t *count, char **next_token, fos_status *st)
 {
 	*list = NULL;
 	*count = 0;
+	*next_token = NULL;
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__ListWeightsRequest lw = FOS__LIST_WEIGHTS_REQUEST__INIT;
 	rq.op_case = FOS__REQUEST__OP_LIST_WEIGHTS;
 	rq.list_weights = &lw;
+	lw.page_token = (char *)(page_token ? page_token : "");
+	lw.page_size = page_size;
 	fosc_reply r;
 	int code;
 	const Fos__ListWeightsResult *lr =
@@ -271,7 +279,10 @@ int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_s
 	if (!lr)
 		return code;
 	fos_weight_info *a = calloc(lr->n_weights ? lr->n_weights : 1, sizeof *a);
-	if (!a) {
+	char *next = lr->next_page_token && lr->next_page_token[0] ? strdup(lr->next_page_token) : NULL;
+	if (!a || (lr->next_page_token && lr->next_page_token[0] && !next)) {
+		free(a);
+		free(next);
 		fosc_reply_free(&r);
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	}
@@ -279,7 +290,56 @@ int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_s
 		weight_info_from(lr->weights[i], &a[i]);
 	*list = a;
 	*count = lr->n_weights;
+	*next_token = next;
 	fosc_reply_free(&r);
+	return FOS_CODE_OK;
+}
+
+int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st)
+{
+	fos_weight_info *all = NULL;
+	size_t n = 0;
+	char *token = NULL;
+	*list = NULL;
+	*count = 0;
+	do {
+		fos_weight_info *page;
+		size_t k;
+		char *next;
+		int code = fos_list_weights_page(c, token, 0, &page, &k, &next, st);
+		if (code) {
+			free(all);
+			free(token);
+			return code;
+		}
+		/* a page that brings nothing, or a token that does not move on, would loop forever */
+		if (next && (!k || (token && strcmp(next, token) <= 0))) {
+			free(page);
+			free(next);
+			free(all);
+			free(token);
+			return fosc_status(st, FOS_CODE_DATA_LOSS, "the weight list's next page token does not advance");
+		}
+		fos_weight_info *grown = k ? realloc(all, (n + k) * sizeof *all) : all;
+		if (k && !grown) {
+			free(page);
+			free(next);
+			free(all);
+			free(token);
+			return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
+		}
+		all = grown;
+		if (k)
+			memcpy(all + n, page, k * sizeof *page);
+		n += k;
+		free(page);
+		free(token);
+		token = next;
+	} while (token);
+	*list = all ? all : calloc(1, sizeof *all);
+	if (!*list)
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
+	*count = n;
 	return FOS_CODE_OK;
 }
 
@@ -363,6 +423,89 @@ int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fo
 	if (!y)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no output tensor for y");
 	return forward_call(c, weight, x, bias, o, 0, y, ctx, st);
+}
+
+static void check_point_from(const Fos__CheckPoint *p, fos_check_point *o)
+{
+	memset(o, 0, sizeof *o);
+	if (!p)
+		return;
+	o->present = 1;
+	o->row = p->row;
+	o->col = p->col;
+	o->expect = (uint16_t)p->expect;
+	o->y = (uint16_t)p->y;
+}
+
+int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		      const fos_forward_opts *o, const fos_tensor *expect, const fos_check_criterion *crit,
+		      fos_check_result *out, fos_status *st)
+{
+	if (!weight)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
+	if (!expect)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no expect tensor (the Y to check)");
+	if (!out)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no fos_check_result to fill");
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
+	Fos__CheckCriterion cc = FOS__CHECK_CRITERION__INIT;
+	Fos__Tensor tx, te, tb;
+	rq.op_case = FOS__REQUEST__OP_FORWARD;
+	rq.forward = &fr;
+	fr.weight = (char *)weight;
+	fr.x = &tx;
+	fr.expect = &te;
+	fr.bias = bias ? &tb : NULL;
+	if (o) {
+		fr.weight_version = o->weight_version;
+		fr.override = o->override;
+		fr.row_scaled = o->row_scaled;
+		fr.save_context = o->save_context; /* refused by fosd, with its message */
+	}
+	if (crit) {
+		cc.by_max_ulps = crit->by_max_ulps != 0;
+		cc.max_ulps = crit->max_ulps;
+		cc.by_min_sqnr = crit->by_min_sqnr != 0;
+		cc.min_sqnr_db = crit->min_sqnr_db;
+		fr.criterion = &cc;
+	}
+	fosc_in ins[3] = {{&tx, x, "x"}, {&te, expect, "expect"}, {&tb, bias, "bias"}};
+	fosc_reply r;
+	int code;
+	const Fos__ForwardResult *res = call_result(c, &rq, ins, bias ? 3 : 2, FOS__RESPONSE__RESULT_FORWARD,
+						    "forward result", &r, &code, st);
+	if (!res && code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, weight) == FOS_CODE_OK)
+		res = call_result(c, &rq, ins, bias ? 3 : 2, FOS__RESPONSE__RESULT_FORWARD, "forward result", &r,
+				  &code, st); /* the weight was put again: retry once */
+	if (!res)
+		return code;
+	const Fos__CheckResult *cr = res->check;
+	if (!cr) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no check result");
+	}
+	int64_t rows = expect->ndim > 0 ? expect->shape[0] : 0, cols = expect->ndim > 1 ? expect->shape[1] : 1;
+	if (cr->elements != (uint64_t)(rows * cols)) {
+		fosc_reply_free(&r);
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's check covers %llu elements, expect has %lld",
+				   (unsigned long long)cr->elements, (long long)(rows * cols));
+	}
+	memset(out, 0, sizeof *out);
+	out->rows = rows;
+	out->cols = cols;
+	out->elements = cr->elements;
+	out->differ = cr->differ;
+	out->nonfinite = cr->nonfinite_mismatches;
+	out->max_ulps = cr->max_ulps;
+	check_point_from(cr->max_ulps_at, &out->max_ulps_at);
+	check_point_from(cr->first_differ, &out->first_differ);
+	check_point_from(cr->first_nonfinite, &out->first_nonfinite);
+	out->sqnr_db = cr->sqnr_db;
+	out->consistent = cr->consistent;
+	copy_str(out->reason, sizeof out->reason, cr->reason);
+	fosc_reply_free(&r);
+	return FOS_CODE_OK;
 }
 
 static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, int keep, fos_tensor *dx,

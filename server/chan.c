@@ -118,7 +118,7 @@ void fosd_chan_reply(fosd_slot *s, nng_msg *reply)
 	publish(c, reply);
 	if (reply)
 		nng_msg_free(reply);
-	atomic_fetch_sub(&c->srv->inflight, 1);
+	fosd_slot_end(s);
 	pthread_mutex_lock(&c->mu);
 	c->done = 1;
 	pthread_cond_signal(&c->cv);
@@ -134,7 +134,9 @@ static void serve_one(fosd_chan *c)
 	c->seq = ld32(&c->ctl->req_seq);
 	uint64_t len = __atomic_load_n(&c->ctl->req_len, __ATOMIC_SEQ_CST);
 	atomic_fetch_add(&srv->chans.requests, 1);
-	atomic_fetch_add(&srv->inflight, 1);
+	fosd_slot_begin(srv, s);
+	s->conn_held = 0; /* a channel serves one request at a time: no share of the slots */
+	s->conn_verdict = FOSD_CONN_OK;
 	c->done = 0;
 	s->t_recv_ns = fosd_now_ns();
 	s->state = FOSD_SLOT_BUSY;
@@ -152,6 +154,7 @@ static void serve_one(fosd_chan *c)
 	} else {
 		memcpy(nng_msg_body(m), c->req, (size_t)len); /* the client may go on writing: fosd reads its copy */
 		nng_msg_set_pipe(m, c->pipe);
+		s->pipe = c->pipe;
 		s->msg = m;
 		fosd_dispatch(s);
 	}
@@ -241,9 +244,9 @@ int fosd_chan_start(fosd_server *srv, fosd_slot *s, struct fosd_region *r, uint3
 	if (cs->closed) {
 		snprintf(msg, msgsz, "fosd is shutting down");
 		code = FOS__CODE__UNAVAILABLE;
-	} else if (mine >= FOSD_CHAN_MAX_PER_PIPE || cs->count >= FOSD_CHAN_MAX_TOTAL) {
+	} else if (mine >= FOSD_CHAN_MAX_PER_PIPE || cs->count >= cs->max_total) {
 		snprintf(msg, msgsz, "too many channels (%d on this connection, at most %d; %d in all, at most %d)", mine,
-			 FOSD_CHAN_MAX_PER_PIPE, cs->count, FOSD_CHAN_MAX_TOTAL);
+			 FOSD_CHAN_MAX_PER_PIPE, cs->count, cs->max_total);
 		code = FOS__CODE__RESOURCE_EXHAUSTED;
 	} else if (fosd_region_set_chan(&srv->regions, r, c)) {
 		snprintf(msg, msgsz, "region '%s' is gone or already a channel", fosd_region_name(r));
@@ -292,6 +295,7 @@ void fosd_chan_signal(fosd_chan *c)
 int fosd_chans_init(fosd_chans *cs)
 {
 	memset(cs, 0, sizeof *cs);
+	cs->max_total = FOSD_CHAN_MAX_TOTAL;
 	atomic_init(&cs->requests, 0);
 	if (pthread_mutex_init(&cs->mu, NULL))
 		return -1;

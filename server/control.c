@@ -1,14 +1,24 @@
-/* control.c: fosd's control loop on libuv: SIGTERM/SIGINT start a graceful drain (refuse new connections,
- * answer new requests UNAVAILABLE, let in-flight requests finish, give the last replies a moment
- * to leave), a second signal stops at once; a timer asks the executor to sweep expired contexts. */
+/* control.c: fosd's control loop on libuv: SIGTERM/SIGINT start a graceful drain (refuse new
+ * connections, answer requests received from then on UNAVAILABLE, wait for the replies of the
+ * requests accepted before it, give them a moment to leave), a second signal stops at once; a
+ * timer asks the executor to sweep expired contexts.
+ *
+ * The drain ends as soon as the accepted requests (srv->accepted) are answered, however much
+ * clients keep sending; exit 1 only when one of them is still unanswered at drain_timeout or the
+ * backend failed. */
 #include "server.h"
 #include "log.h"
 #include "util.h"
+#include "reload.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
-#define FOSD_LINGER_MS 2000 /* after the last reply: let connected clients read it */
+#define FOSD_SHUTDOWN_MS 15000 /* the teardown after the loop: past this, the watchdog exits */
+#define FOSD_LINGER_MS 500 /* after the last accepted reply: let connected clients read it */
 
 typedef struct control {
 	fosd_server *srv;
@@ -36,22 +46,22 @@ static void on_drain_tick(uv_timer_t *t)
 	control *c = t->data;
 	fosd_server *srv = c->srv;
 	uint64_t now = fosd_now_ns();
-	int inflight = atomic_load(&srv->inflight);
-	if (inflight == 0) {
+	int accepted = atomic_load(&srv->accepted);
+	if (accepted == 0) {
 		if (!c->idle_since_ns)
 			c->idle_since_ns = now;
-		/* replies are handed to the transport when their send completes; give clients that are
-		 * still connected a moment to read the last ones before the socket closes */
+		/* a reply's send completes when nng has taken it: give clients that are still connected
+		 * a moment to read the last ones before the socket closes */
 		if (atomic_load(&srv->pipes) == 0 || now - c->idle_since_ns >= FOSD_LINGER_MS * 1000000ull) {
-			fosd_info("drained: all requests answered");
+			fosd_info("drained: all requests answered in %llu ms",
+				  (unsigned long long)((now - c->drain_start_ns) / 1000000u));
 			c->exit_code = atomic_load(&srv->fatal) ? 1 : 0;
 			stop_loop(c);
 		}
 		return;
 	}
-	c->idle_since_ns = 0;
 	if (now - c->drain_start_ns >= srv->cfg->drain_timeout_ms * 1000000ull) {
-		fosd_warn("drain timeout: %d requests still in progress are abandoned", inflight);
+		fosd_warn("drain timeout: %d accepted request(s) still in progress are abandoned", accepted);
 		c->exit_code = 1;
 		stop_loop(c);
 	}
@@ -67,9 +77,11 @@ static void on_signal(uv_signal_t *h, int signum)
 		stop_loop(c);
 		return;
 	}
-	fosd_info("%s: draining %d request(s) in progress; new requests get UNAVAILABLE",
-		  signum == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&srv->inflight));
-	atomic_store(&srv->draining, 1); /* new connections are refused from now on (transport.c) */
+	/* new connections and requests are refused from now on (transport.c, dispatch.c); accepted
+	 * is read after draining is set (fosd_slot_begin counts in the other order) */
+	atomic_store(&srv->draining, 1);
+	fosd_info("%s: draining %d request(s) accepted before it; new requests get UNAVAILABLE",
+		  signum == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&srv->accepted));
 	c->drain_start_ns = fosd_now_ns();
 	uv_timer_start(&c->drain, on_drain_tick, 0, 10);
 }
@@ -101,6 +113,11 @@ int fosd_control_run(fosd_server *srv)
 	uv_timer_init(&c.loop, &c.sweep);
 	uv_timer_init(&c.loop, &c.drain);
 	c.sigterm.data = c.sigint.data = c.sweep.data = c.drain.data = &c;
+	static uv_signal_t sighup; /* SIGHUP: reload the tokens file and settings (reload.c) */
+	uv_signal_init(&c.loop, &sighup);
+	sighup.data = srv;
+	if ((rv = uv_signal_start(&sighup, fosd_reload_on_signal, SIGHUP)))
+		fosd_warn("libuv: SIGHUP: %s", uv_strerror(rv));
 	if ((rv = uv_signal_start(&c.sigterm, on_signal, SIGTERM)) || (rv = uv_signal_start(&c.sigint, on_signal, SIGINT)) ||
 	    (rv = uv_timer_start(&c.sweep, on_sweep, srv->cfg->sweep_interval_ms, srv->cfg->sweep_interval_ms))) {
 		fosd_error("libuv: %s", uv_strerror(rv));
@@ -113,4 +130,33 @@ int fosd_control_run(fosd_server *srv)
 	if (uv_loop_close(&c.loop))
 		fosd_warn("libuv loop did not close cleanly");
 	return c.exit_code;
+}
+
+static void *watchdog_main(void *arg)
+{
+	int code = (int)(intptr_t)arg;
+	struct timespec ts = {FOSD_SHUTDOWN_MS / 1000, (FOSD_SHUTDOWN_MS % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts))
+		;
+	fosd_error("shutdown did not finish in %d s: exiting now", FOSD_SHUTDOWN_MS / 1000);
+	_exit(code ? code : 1);
+}
+
+void fosd_control_watchdog(int exit_code)
+{
+	/* a signal during the teardown ends fosd at once (the loop no longer handles it) */
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	pthread_t t;
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &a, watchdog_main, (void *)(intptr_t)exit_code))
+		fosd_warn("cannot start the shutdown watchdog");
+	pthread_attr_destroy(&a);
 }

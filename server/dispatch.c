@@ -85,10 +85,37 @@ void fosd_dispatch(fosd_slot *s)
 	s->req_id = rq->id;
 	s->client_id = rq->client_id;
 	s->op = fosd_request_op(rq);
+	if (s->conn_verdict == FOSD_CONN_OVER_SHARE) {
+		snprintf(msg, sizeof msg,
+			 "this connection already has %d requests in progress, the most one connection may have "
+			 "(connection_requests): wait for replies or open another connection",
+			 srv->conns.share);
+		reply_error(s, rq->id, FOS__CODE__RESOURCE_EXHAUSTED, msg);
+		return;
+	}
+	if (s->conn_verdict == FOSD_CONN_OVER_MAX) {
+		snprintf(msg, sizeof msg,
+			 "fosd already serves %d connections, its limit (max_connections): close this one and "
+			 "retry later",
+			 srv->conns.max);
+		reply_error(s, rq->id, FOS__CODE__RESOURCE_EXHAUSTED, msg);
+		return;
+	}
 	int acode = fosd_auth_request(srv, s, msg, sizeof msg); /* sets s->tenant */
 	if (acode) {
 		reply_error(s, rq->id, acode, msg);
 		return;
+	}
+	if (srv->tenants && !s->tenant) { /* Health without a token: a few at a time per connection */
+		if (fosd_conns_unauth_take(&srv->conns, nng_pipe_id(s->pipe))) {
+			snprintf(msg, sizeof msg,
+				 "this connection already has %d requests without a token in progress, the most "
+				 "allowed",
+				 FOSD_CONN_UNAUTH);
+			reply_error(s, rq->id, FOS__CODE__RESOURCE_EXHAUSTED, msg);
+			return;
+		}
+		s->unauth_held = 1;
 	}
 	if (atomic_load(&srv->draining) && s->op != FOSD_OP_HEALTH && s->op != FOSD_OP_STATS) {
 		reply_error(s, rq->id, FOS__CODE__UNAVAILABLE, "fosd is shutting down");

@@ -3,6 +3,7 @@
  * run the control loop until a drain finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
  * abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
+#include "fdlimit.h"
 #include "http_metrics.h"
 #include "msg_pool.h"
 #include "auth.h"
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
 	}
 	fosd_log_set_level(cfg.log_level);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN); /* until the control loop reloads on it (reload.c) */
 	fosd_tune_malloc(); /* a warm heap for large messages (alloc_tune.c) */
 	if (cfg.config_path)
 		fosd_info("configuration from %s", cfg.config_path);
@@ -83,13 +85,15 @@ int main(int argc, char **argv)
 		  (unsigned long long)cfg.message_pool_bytes,
 		  srv.regions.pin ? "pinned for device DMA" : "not pinned (no device)");
 	fosd_http_metrics *http = NULL; /* GET /metrics and /healthz (metrics_listen) */
-	if (fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg) ||
+	if (fosd_fdlimit_setup(&srv, msg, sizeof msg) || /* the caps below (fdlimit.h) */
+	    fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg) ||
 	    (cfg.metrics_listen && fosd_http_metrics_start(&srv, cfg.metrics_listen, &http, msg, sizeof msg))) {
 		fosd_error("%s", msg);
 	} else {
 		fosd_info("ready");
 		code = fosd_control_run(&srv);
 	}
+	fosd_control_watchdog(code); /* the teardown below always ends */
 	fosd_http_metrics_stop(http); /* no handler reads srv after this */
 	fosd_chans_stop_all(&srv);    /* channel threads hand requests to the executor: they stop first */
 	fosd_executor_stop(&srv);

@@ -1,8 +1,9 @@
-/* http_metrics.c: fosd's HTTP endpoint for operators (metrics_listen), on nng's HTTP server:
+/* http_metrics.c: fosd's HTTP endpoint for operators (metrics_listen), served by http_server.c
+ * (connection cap metrics_max_connections, idle timeout metrics_idle_timeout):
  *   GET /metrics  the Stats op's numbers in the Prometheus text exposition format 0.0.4;
  *   GET /healthz  200 "ok" while serving, 503 "draining" once fosd drains (503 "backend failed"
  *                 when the backend failed for good);
- *   HEAD of both; another method 405 (Allow: GET, HEAD); another path 404 (nng's page).
+ *   HEAD of both; another method 405 (Allow: GET, HEAD); another path 404.
  * Plain http:// only. The page carries counters, sizes and the device name, never tensors, weight
  * names or tokens; an address that is not loopback is allowed, with a warning in the log.
  *
@@ -10,6 +11,7 @@
  * every power of two of microseconds from 4 us to 2^31 us (edges of fosd's own buckets, so the
  * counts are exact), +Inf, _sum and _count, over OK requests as in Stats. */
 #include "http_metrics.h"
+#include "http_server.h"
 #include "fos_wire.h"
 #include "log.h"
 #include "server.h"
@@ -21,8 +23,9 @@
 #include <string.h>
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <nng/nng.h>
-#include <nng/supplemental/http/http.h>
 
 #ifndef FOSD_VERSION
 #define FOSD_VERSION "0.1.0"
@@ -288,6 +291,14 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 		{"fosd_shm_mapped_bytes", "gauge", "Bytes of shared-memory regions still mapped.", SNAP(shm_mapped_bytes)},
 		{"fosd_channels", "gauge", "Request channels being served.", SNAP(channels)},
 		{"fosd_channel_requests_total", "counter", "Requests taken from request channels.", SNAP(channel_requests)},
+		{"fosd_connections", "gauge", "Client connections now.", SNAP(connections)},
+		{"fosd_connections_dropped_total", "counter", "Connections closed for not reading their replies.",
+		 SNAP(connections_dropped)},
+		{"fosd_connection_refusals_total", "counter",
+		 "Requests refused for a connection's share, the token-less cap or max_connections.",
+		 SNAP(connection_refusals)},
+		{"fosd_connections_rejected_total", "counter", "Connections past max_connections.",
+		 SNAP(connections_rejected)},
 		{"fosd_msg_pool_taken_total", "counter", "Message bodies of 1 MiB and more handed out by the pool.",
 		 SNAP(pool.taken)},
 		{"fosd_msg_pool_reused_total", "counter", "Of those, reused from the pool.", SNAP(pool.reused)},
@@ -343,6 +354,10 @@ void fosd_prom_snapshot_take(fosd_server *srv, fosd_prom_snapshot *out)
 	fosd_regions_stats(&srv->regions, &out->shm_regions, &out->shm_region_bytes, &out->shm_mapped_bytes);
 	out->channels = fosd_chans_count(&srv->chans);
 	out->channel_requests = atomic_load(&srv->chans.requests);
+	out->connections = (uint64_t)atomic_load(&srv->pipes);
+	out->connections_dropped = atomic_load(&srv->conns.dropped);
+	out->connection_refusals = atomic_load(&srv->conns.refused);
+	out->connections_rejected = atomic_load(&srv->conns.rejected);
 	fosd_msgpool_get_stats(&out->pool);
 }
 
@@ -395,126 +410,62 @@ int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz)
 	return bad ? -1 : 0;
 }
 
-/* ---- the server ----------------------------------------------------------------------------- */
+/* ---- the endpoint -------------------------------------------------------------------------- */
 
 struct fosd_http_metrics {
 	fosd_server *srv;
-	nng_http_server *hs;
-	int started;
+	fosd_http_server *hs;
 };
 
-/* A small text/plain response; NULL when out of memory. */
-static nng_http_res *text_res(uint16_t status, const char *content_type, const char *body, size_t len)
+static void page_text(fosd_http_page *pg, int status, const char *text)
 {
-	nng_http_res *res;
-	if (nng_http_res_alloc(&res))
-		return NULL;
-	if (nng_http_res_set_status(res, status) || nng_http_res_set_header(res, "Content-Type", content_type) ||
-	    nng_http_res_set_header(res, "Cache-Control", "no-store") || nng_http_res_copy_data(res, body, len)) {
-		nng_http_res_free(res);
-		return NULL;
-	}
-	return res;
+	pg->status = status;
+	pg->body = strdup(text);
+	pg->len = pg->body ? strlen(text) : 0;
+	if (!pg->body)
+		pg->status = 500;
 }
 
-/* GET and HEAD pass (nng drops the body of a HEAD reply, keeping its Content-Length): returns 0.
- * Another method: returns 1 with *res the 405 reply (NULL when out of memory). */
-static int method_refused(nng_http_req *req, nng_http_res **res)
+/* GET (or HEAD) of path, on the HTTP server's thread. */
+static void route(void *arg, const char *path, fosd_http_page *pg)
 {
-	const char *m = nng_http_req_get_method(req);
-	if (m && (!strcmp(m, "GET") || !strcmp(m, "HEAD")))
-		return 0;
-	static const char body[] = "method not allowed: use GET\n";
-	*res = text_res(NNG_HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", body, sizeof body - 1);
-	/* the request's body (if any) is not read: close the connection after the reply */
-	if (*res && (nng_http_res_set_header(*res, "Allow", "GET, HEAD") ||
-		     nng_http_res_set_header(*res, "Connection", "close"))) {
-		nng_http_res_free(*res);
-		*res = NULL;
+	fosd_http_metrics *hm = arg;
+	if (!strcmp(path, "/metrics")) {
+		fosd_prom_snapshot *snap = malloc(sizeof *snap);
+		char *text = NULL;
+		size_t len = 0;
+		if (snap) {
+			fosd_prom_snapshot_take(hm->srv, snap);
+			text = fosd_prom_format(snap, &len);
+			free(snap);
+		}
+		if (!text) {
+			page_text(pg, 500, "out of memory\n");
+			return;
+		}
+		pg->status = 200;
+		pg->content_type = "text/plain; version=0.0.4; charset=utf-8";
+		pg->body = text;
+		pg->len = len;
+	} else if (!strcmp(path, "/healthz")) {
+		if (atomic_load(&hm->srv->fatal))
+			page_text(pg, 503, "backend failed\n");
+		else if (atomic_load(&hm->srv->draining))
+			page_text(pg, 503, "draining\n");
+		else
+			page_text(pg, 200, "ok\n");
+	} else {
+		page_text(pg, 404, "not found: fosd serves /metrics and /healthz\n");
 	}
-	return 1;
 }
 
-/* Hands res to nng, which sends and frees it; NULL (out of memory) closes the connection. */
-static void finish(nng_aio *aio, nng_http_res *res)
+static int is_loopback(const struct sockaddr_storage *sa)
 {
-	if (!res) {
-		nng_aio_finish(aio, NNG_ENOMEM);
-		return;
-	}
-	nng_aio_set_output(aio, 0, res);
-	nng_aio_finish(aio, 0);
-}
-
-static void on_metrics(nng_aio *aio)
-{
-	nng_http_req *req = nng_aio_get_input(aio, 0);
-	nng_http_handler *h = nng_aio_get_input(aio, 1);
-	fosd_http_metrics *hm = nng_http_handler_get_data(h);
-	nng_http_res *res = NULL;
-	if (method_refused(req, &res)) {
-		finish(aio, res);
-		return;
-	}
-	fosd_prom_snapshot *snap = malloc(sizeof *snap);
-	char *text = NULL;
-	size_t len = 0;
-	if (snap) {
-		fosd_prom_snapshot_take(hm->srv, snap);
-		text = fosd_prom_format(snap, &len);
-		free(snap);
-	}
-	if (text) {
-		res = text_res(NNG_HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8", text, len);
-		free(text);
-	}
-	finish(aio, res);
-}
-
-static void on_healthz(nng_aio *aio)
-{
-	nng_http_req *req = nng_aio_get_input(aio, 0);
-	nng_http_handler *h = nng_aio_get_input(aio, 1);
-	fosd_http_metrics *hm = nng_http_handler_get_data(h);
-	nng_http_res *res = NULL;
-	if (method_refused(req, &res)) {
-		finish(aio, res);
-		return;
-	}
-	const char *body = "ok\n";
-	uint16_t status = NNG_HTTP_STATUS_OK;
-	if (atomic_load(&hm->srv->fatal)) {
-		body = "backend failed\n";
-		status = NNG_HTTP_STATUS_SERVICE_UNAVAILABLE;
-	} else if (atomic_load(&hm->srv->draining)) {
-		body = "draining\n";
-		status = NNG_HTTP_STATUS_SERVICE_UNAVAILABLE;
-	}
-	finish(aio, text_res(status, "text/plain; charset=utf-8", body, strlen(body)));
-}
-
-static int add_handler(fosd_http_metrics *hm, const char *path, void (*cb)(nng_aio *))
-{
-	nng_http_handler *h;
-	int rv = nng_http_handler_alloc(&h, path, cb);
-	if (rv)
-		return rv;
-	/* every method comes here, so that a wrong one gets 405 with an Allow header */
-	if ((rv = nng_http_handler_set_method(h, NULL)) || (rv = nng_http_handler_set_data(h, hm, NULL)) ||
-	    (rv = nng_http_server_add_handler(hm->hs, h))) {
-		nng_http_handler_free(h);
-		return rv;
-	}
-	return 0; /* the server owns h now */
-}
-
-static int is_loopback(const nng_sockaddr *sa)
-{
-	if (sa->s_family == NNG_AF_INET)
-		return (ntohl(sa->s_in.sa_addr) >> 24) == 127;
-	if (sa->s_family == NNG_AF_INET6) {
-		static const uint8_t lo6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-		return !memcmp(sa->s_in6.sa_addr, lo6, 16);
+	if (sa->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
 	}
 	return 0;
 }
@@ -530,47 +481,55 @@ int fosd_http_metrics_start(fosd_server *srv, const char *url, fosd_http_metrics
 		snprintf(msg, msgsz, "metrics_listen: '%s': %s", url, nng_strerror(rv));
 		return -1;
 	}
+	/* no host: every IPv4 address */
+	const char *host = u->u_hostname && *u->u_hostname ? u->u_hostname : "0.0.0.0";
+	struct addrinfo hints, *ai = NULL;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	int gai = getaddrinfo(host, u->u_port, &hints, &ai);
+	nng_url_free(u);
+	if (gai) {
+		snprintf(msg, msgsz, "cannot serve metrics on %s: cannot resolve the address: %s", url, gai_strerror(gai));
+		return -1;
+	}
 	fosd_http_metrics *hm = calloc(1, sizeof *hm);
 	if (!hm) {
-		nng_url_free(u);
+		freeaddrinfo(ai);
 		snprintf(msg, msgsz, "out of memory");
 		return -1;
 	}
 	hm->srv = srv;
-	const char *what = "cannot create the server";
-	rv = nng_http_server_hold(&hm->hs, u);
-	nng_url_free(u);
-	if (!rv) {
-		what = "cannot add the handlers";
-		rv = add_handler(hm, "/metrics", on_metrics);
-		if (!rv)
-			rv = add_handler(hm, "/healthz", on_healthz);
-	}
-	if (!rv) {
-		what = "cannot listen";
-		rv = nng_http_server_start(hm->hs);
-		hm->started = rv == 0;
-	}
+	fosd_http_opts o = {.max_connections = srv->cfg->metrics_max_connections,
+			    .idle_timeout_ms = srv->cfg->metrics_idle_timeout_ms};
+	struct sockaddr_storage sa;
+	char why[256];
+	rv = fosd_http_server_start(ai->ai_addr, ai->ai_addrlen, &o, route, hm, &sa, &hm->hs, why, sizeof why);
+	freeaddrinfo(ai);
 	if (rv) {
-		snprintf(msg, msgsz, "cannot serve metrics on %s: %s: %s", url, what, nng_strerror(rv));
-		fosd_http_metrics_stop(hm);
+		snprintf(msg, msgsz, "cannot serve metrics on %s: %s", url, why);
+		free(hm);
 		return -1;
 	}
-	nng_sockaddr sa;
-	char host[INET6_ADDRSTRLEN + 2] = "?";
+	char host_s[INET6_ADDRSTRLEN + 2] = "?", a[INET6_ADDRSTRLEN];
 	int port = 0;
-	memset(&sa, 0, sizeof sa);
-	if (!nng_http_server_get_addr(hm->hs, &sa)) {
-		char a[INET6_ADDRSTRLEN];
-		if (sa.s_family == NNG_AF_INET && inet_ntop(AF_INET, &sa.s_in.sa_addr, a, sizeof a)) {
-			snprintf(host, sizeof host, "%s", a);
-			port = ntohs(sa.s_in.sa_port);
-		} else if (sa.s_family == NNG_AF_INET6 && inet_ntop(AF_INET6, sa.s_in6.sa_addr, a, sizeof a)) {
-			snprintf(host, sizeof host, "[%s]", a);
-			port = ntohs(sa.s_in6.sa_port);
-		}
+	if (sa.ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)&sa;
+		if (inet_ntop(AF_INET, &s4->sin_addr, a, sizeof a))
+			snprintf(host_s, sizeof host_s, "%s", a);
+		port = ntohs(s4->sin_port);
+	} else if (sa.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&sa;
+		if (inet_ntop(AF_INET6, &s6->sin6_addr, a, sizeof a))
+			snprintf(host_s, sizeof host_s, "[%s]", a);
+		port = ntohs(s6->sin6_port);
 	}
-	fosd_info("metrics on http://%s:%d (GET /metrics, /healthz)", host, port);
+	char idle[48] = "never";
+	if (o.idle_timeout_ms)
+		snprintf(idle, sizeof idle, "after %llu ms", (unsigned long long)o.idle_timeout_ms);
+	fosd_info("metrics on http://%s:%d (GET /metrics, /healthz; at most %d connections, an idle one closed %s)",
+		  host_s, port, o.max_connections, idle);
 	if (!is_loopback(&sa))
 		fosd_warn("metrics: %s is reachable from other hosts: anyone who can connect reads fosd's request "
 			  "counts, sizes and device (no tensors, names or tokens); bind 127.0.0.1 or firewall it",
@@ -583,11 +542,6 @@ void fosd_http_metrics_stop(fosd_http_metrics *hm)
 {
 	if (!hm)
 		return;
-	if (hm->hs) {
-		/* stop closes the listener and every connection and waits for them: no handler runs after */
-		if (hm->started)
-			nng_http_server_stop(hm->hs);
-		nng_http_server_release(hm->hs);
-	}
+	fosd_http_server_stop(hm->hs); /* no route runs after it */
 	free(hm);
 }

@@ -1,6 +1,7 @@
-/* http_metrics.h: fosd's HTTP endpoint for operators (setting metrics_listen), served by nng's own
- * HTTP server: GET /metrics (Prometheus text exposition format 0.0.4, the numbers of the Stats op)
- * and GET /healthz (200 "ok" while serving, 503 once fosd drains). The page is built from a
+/* http_metrics.h: fosd's HTTP endpoint for operators (setting metrics_listen), served by
+ * http_server.h's server (a connection cap and an idle timeout): GET /metrics (Prometheus text
+ * exposition format 0.0.4, the numbers of the Stats op) and GET /healthz (200 "ok" while serving,
+ * 503 once fosd drains). The page is built from a
  * snapshot (fosd_prom_snapshot) by a pure function, so the text is testable without HTTP. */
 #ifndef FOSD_HTTP_METRICS_H
 #define FOSD_HTTP_METRICS_H
@@ -32,6 +33,7 @@ typedef struct fosd_prom_snapshot {
 	uint64_t inflight, queued, workers;
 	uint64_t shm_regions, shm_region_bytes, shm_mapped_bytes;
 	uint64_t channels, channel_requests;
+	uint64_t connections, connections_dropped, connection_refusals, connections_rejected;
 	fosd_msgpool_stats pool;
 } fosd_prom_snapshot;
 
@@ -55,7 +57,8 @@ int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz);
 
 typedef struct fosd_http_metrics fosd_http_metrics;
 
-/* Serves /metrics and /healthz of srv on url (checked as above) until fosd_http_metrics_stop.
+/* Serves /metrics and /healthz of srv on url (checked as above) until fosd_http_metrics_stop,
+ * with at most srv->cfg->metrics_max_connections connections and srv->cfg->metrics_idle_timeout_ms.
  * Logs "metrics on http://HOST:PORT" (the bound port) and a warning for an address that is not
  * loopback. Returns 0 with *out set, or -1 with msg (e.g. the port is taken). */
 int fosd_http_metrics_start(struct fosd_server *srv, const char *url, fosd_http_metrics **out, char *msg,

@@ -1,7 +1,7 @@
-/* nng_fix.c: a work-around for a bug of nng 1.5.2 (the version Debian 12 ships; nng issue #1518,
- * fixed upstream in 1.6.0), linked into every program of this tree with
- * -Wl,--wrap=nni_plat_errno (tests/trust.mk adds it to LINK).
+/* nng_fix.c: work-arounds for two bugs of nng 1.5.2 (the version Debian 12 ships), linked into
+ * every program of this tree with -Wl,--wrap (NNG_FIX in the Makefile).
  *
+ * 1. (nng issue #1518, fixed upstream in 1.6.0)
  * The bug: nng maps a write's EPIPE (the peer has closed) to NNG_ECLOSED, the code it also uses
  * for "this object was closed by its owner". When a peer connects and disconnects while the SP
  * handshake is under way, the listener's accept completes with NNG_ECLOSED, and the socket takes
@@ -11,10 +11,42 @@
  * Dialers have the mirror problem: a dialer whose handshake meets EPIPE stops reconnecting.
  *
  * The fix: EPIPE becomes NNG_ECONNRESET, which nng already treats as a remote condition (the
- * listener accepts the next connection at once; the dialer retries; a pipe closes). */
+ * listener accepts the next connection at once; the dialer retries; a pipe closes).
+ *
+ * 2. A pipe closed by its own side in the middle of a partial write or read never finishes
+ * closing. The ipc and tcp transports send (and receive) a message as several stream operations
+ * when the socket buffer takes only part of it; closing the pipe stops their stream aio, and the
+ * next part's nng_stream_send/recv then returns at once without ever completing it (nni_aio_begin
+ * refuses a stopped aio and nothing calls back). The message's own aio stays busy, so the pipe's
+ * teardown (rep0 pipe_stop) waits for it forever, and with it nng's one reaper thread: no later
+ * connection is ever cleaned up and nng_close hangs. fosd closes exactly such pipes when a client
+ * does not read its replies. The fix: when the wrapped call left the aio unstarted (result
+ * NNG_ECANCELED, which the transports' own cancellation cannot produce here: they hold the pipe's
+ * lock around the call and close with NNG_ECLOSED), it is completed with NNG_ECLOSED, so the
+ * transport sees a closed stream and fails the message's aio. */
 #include <errno.h>
 
 #include <nng/nng.h>
+
+void __real_nng_stream_send(nng_stream *s, nng_aio *aio);
+void __real_nng_stream_recv(nng_stream *s, nng_aio *aio);
+void __wrap_nng_stream_send(nng_stream *s, nng_aio *aio);
+void __wrap_nng_stream_recv(nng_stream *s, nng_aio *aio);
+void nni_aio_finish_error(nng_aio *aio, int rv); /* nng's internal completion (src/core/aio.c) */
+
+void __wrap_nng_stream_send(nng_stream *s, nng_aio *aio)
+{
+	__real_nng_stream_send(s, aio);
+	if (nng_aio_result(aio) == NNG_ECANCELED)
+		nni_aio_finish_error(aio, NNG_ECLOSED);
+}
+
+void __wrap_nng_stream_recv(nng_stream *s, nng_aio *aio)
+{
+	__real_nng_stream_recv(s, aio);
+	if (nng_aio_result(aio) == NNG_ECANCELED)
+		nni_aio_finish_error(aio, NNG_ECLOSED);
+}
 
 int __real_nni_plat_errno(int errnum);
 int __wrap_nni_plat_errno(int errnum);

@@ -5,6 +5,7 @@
 #include "ops.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +108,10 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	fosd_regions_stats(&srv->regions, &st.shm_regions, &st.shm_region_bytes, &st.shm_mapped_bytes);
 	st.channels = fosd_chans_count(&srv->chans);
 	st.channel_requests = atomic_load(&srv->chans.requests);
+	st.connections = (uint64_t)atomic_load(&srv->pipes);
+	st.connections_dropped = atomic_load(&srv->conns.dropped);
+	st.connection_refusals = atomic_load(&srv->conns.refused);
+	st.connections_rejected = atomic_load(&srv->conns.rejected);
 	fosd_msgpool_stats pst;
 	fosd_msgpool_get_stats(&pst);
 	st.msg_pool_taken = pst.taken;
@@ -126,25 +131,70 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	return m;
 }
 
+/* ---- ListWeights: pages in name order ----------------------------------------------------- */
+
+#define LIST_PAGE_DEFAULT 1000
+#define LIST_PAGE_MAX 10000
+/* A page token is this prefix and the last name of the page before (PROTOCOL.md: opaque to
+ * clients). The next page starts after that name, so weights put or dropped between two pages
+ * make the listing neither skip nor repeat any other. */
+#define LIST_TOKEN_PREFIX "w1:"
+
+/* The bytes a page's WeightInfo entries may take: the reply must fit in max_message_bytes and in
+ * the largest header a peer accepts (FOSW_MAX_HEADER), with room for the rest of the Response. */
+static size_t list_page_budget(const fosd_server *srv)
+{
+	uint64_t lim = srv->cfg->max_message_bytes < FOSW_MAX_HEADER ? srv->cfg->max_message_bytes : FOSW_MAX_HEADER;
+	return (size_t)(lim - 1024); /* max_message_bytes is at least 4096 (config.c) */
+}
+
 nng_msg *fosd_op_list_weights(fosd_server *srv, fosd_slot *s, int *code)
 {
+	const Fos__ListWeightsRequest *rq = s->rq ? s->rq->list_weights : NULL;
+	const char *token = rq && rq->page_token ? rq->page_token : "";
+	const char *after = "";
+	char why[FOSD_MSG_MAX];
+	*code = 0;
+	if (token[0]) {
+		size_t pl = strlen(LIST_TOKEN_PREFIX);
+		if (strncmp(token, LIST_TOKEN_PREFIX, pl) || fosd_check_name(token + pl, "its name", why, sizeof why))
+			return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+					 "page_token (%zu bytes) is not a next_page_token of ListWeights; pass \"\" for "
+					 "the first page",
+					 strlen(token));
+		after = token + pl;
+	}
+	size_t max = rq && rq->page_size ? rq->page_size : LIST_PAGE_DEFAULT;
+	if (max > LIST_PAGE_MAX)
+		max = LIST_PAGE_MAX;
 	fosd_weight_info *infos;
 	size_t n;
-	*code = 0;
-	if (fosd_wcache_list_in(&srv->wc, s->tenant, &infos, &n))
+	int more;
+	if (fosd_wcache_list_page(&srv->wc, s->tenant, after, max, &infos, &n, &more))
 		return NULL;
 	Fos__WeightInfo *wi = calloc(n ? n : 1, sizeof *wi);
 	Fos__WeightConfig *wc = calloc(n ? n : 1, sizeof *wc);
 	Fos__WeightInfo **wp = calloc(n ? n : 1, sizeof *wp);
+	char next[sizeof LIST_TOKEN_PREFIX + FOSD_NAME_MAX];
 	nng_msg *m = NULL;
 	if (wi && wc && wp) {
-		for (size_t i = 0; i < n; i++) {
-			fosd_weight_info_msg(&infos[i], &wi[i], &wc[i]);
-			wp[i] = &wi[i];
+		/* as many as fit: a page never outgrows the message limit, however long the names */
+		size_t budget = list_page_budget(srv), used = 0, k = 0;
+		for (; k < n; k++) {
+			fosd_weight_info_msg(&infos[k], &wi[k], &wc[k]);
+			size_t b = fos__weight_info__get_packed_size(&wi[k]) + 4; /* + tag and length */
+			if (k && used + b > budget)
+				break;
+			used += b;
+			wp[k] = &wi[k];
 		}
 		Fos__ListWeightsResult lr = FOS__LIST_WEIGHTS_RESULT__INIT;
-		lr.n_weights = n;
+		lr.n_weights = k;
 		lr.weights = wp;
+		next[0] = 0;
+		if (k && (more || k < n))
+			snprintf(next, sizeof next, "%s%s", LIST_TOKEN_PREFIX, infos[k - 1].name);
+		lr.next_page_token = next;
 		Fos__Response resp = FOS__RESPONSE__INIT;
 		resp.id = s->req_id;
 		resp.result_case = FOS__RESPONSE__RESULT_LIST_WEIGHTS;

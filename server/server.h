@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "chan.h"
 #include "config.h"
+#include "conns.h"
 #include "contexts.h"
 #include "dedup.h"
 #include "metrics.h"
@@ -57,6 +58,11 @@ typedef struct fosd_slot {
 	int tenant_counted;         /* counted in tenant->inflight until answered */
 	fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
 	int chan;                   /* the slot of a request channel (chan.c): replies go there */
+	nng_pipe pipe;              /* the connection the request came from */
+	int conn_held;              /* holds a unit of the pipe's share (conns.h) until the reply left */
+	int conn_verdict;           /* enum fosd_conn_verdict of the request's arrival */
+	int unauth_held;            /* counted as an unauthenticated request of the pipe */
+	int accepted;               /* received before a drain began: the drain waits for its reply */
 } fosd_slot;
 
 struct fosd_server {
@@ -83,6 +89,8 @@ struct fosd_server {
 	int n_slots;
 	atomic_int pipes;       /* connected clients */
 	atomic_int inflight;    /* requests received and not yet answered */
+	atomic_int accepted;    /* of them, received before a drain began (control.c waits for these) */
+	fosd_conns conns;       /* per-connection shares of the slots (conns.c) */
 	atomic_int draining;
 	atomic_int closing;
 	atomic_int fatal;       /* the backend failed for good: drain and exit 1 */
@@ -123,6 +131,12 @@ void fosd_transport_close(fosd_server *srv);
 /* Sends reply (or, if NULL, nothing) for the slot's request and records its metrics; the slot
  * then receives the next request. Safe from any thread. */
 void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code);
+/* A request arrived on slot s (nng or channel): counts it in flight, and as accepted unless a
+ * drain has begun. */
+void fosd_slot_begin(fosd_server *srv, fosd_slot *s);
+/* The slot's reply has left (sent, failed, written into a channel, or none was made): releases
+ * what the request held (tenant quota, connection share, the drain's count). */
+void fosd_slot_end(fosd_slot *s);
 
 /* dispatch.c: called by the transport with s->msg set. */
 void fosd_dispatch(fosd_slot *s);
@@ -164,5 +178,8 @@ nng_msg *fosd_op_list_weights(fosd_server *srv, fosd_slot *s, int *code);
 
 /* control.c: runs the libuv loop (signals, timers) until a drain finishes. Returns the exit code. */
 int fosd_control_run(fosd_server *srv);
+/* After the loop: bounds the teardown (a thread exits the process with exit_code, or 1, if it has
+ * not ended in 15 s) and gives SIGTERM/SIGINT their default action back. */
+void fosd_control_watchdog(int exit_code);
 
 #endif

@@ -1,6 +1,12 @@
 /* transport.c: the nng side of fosd: one REP socket listening on every configured URL, with a
  * receive size limit, and a fixed set of slots, each an nng context with its own aio, so that
- * `concurrency` requests from any number of clients are in progress at once. */
+ * `concurrency` requests from any number of clients are in progress at once.
+ *
+ * A slot is held from the receive until its reply has left (the send completed or failed): only
+ * then are the tenant's in-flight quota, the connection's share (conns.c) and the drain's count
+ * given back. A send waits at most send_timeout for a client that does not read; then, or when a
+ * connection holds more slots than its share allows, the connection is dropped (closed), never
+ * the service. */
 #include "server.h"
 #include "auth.h"
 #include "log.h"
@@ -17,6 +23,8 @@
 #include <nng/transport/ipc/ipc.h>
 #include <nng/transport/tcp/tcp.h>
 
+#define FOSD_DROP_WARN_NS (1000000000ull) /* at most one drop warning a second */
+
 static void slot_post_recv(fosd_slot *s)
 {
 	if (atomic_load(&s->srv->closing)) {
@@ -24,7 +32,54 @@ static void slot_post_recv(fosd_slot *s)
 		return;
 	}
 	s->state = FOSD_SLOT_RECV;
+	nng_aio_set_timeout(s->aio, NNG_DURATION_INFINITE);
 	nng_ctx_recv(s->ctx, s->aio);
+}
+
+/* Closes a connection that does not take its replies; counted, and logged at most once a second. */
+static void drop_pipe(fosd_server *srv, nng_pipe p, const char *why)
+{
+	static _Atomic unsigned long long warned_ns, warned_count;
+	unsigned long long n = fosd_conns_note_dropped(&srv->conns);
+	nng_pipe_close(p); /* its sends and receives fail; their slots are freed (nng_fix.c, 2.) */
+	unsigned long long now = fosd_now_ns(), last = atomic_load(&warned_ns);
+	if ((last == 0 || now - last >= FOSD_DROP_WARN_NS) && atomic_compare_exchange_strong(&warned_ns, &last, now)) {
+		unsigned long long before = atomic_exchange(&warned_count, n);
+		fosd_warn("dropped connection %u: %s (%llu dropped since the last report, %llu in all)",
+			  (unsigned)nng_pipe_id(p), why, n - before, n);
+	}
+}
+
+void fosd_slot_begin(fosd_server *srv, fosd_slot *s)
+{
+	atomic_fetch_add(&srv->inflight, 1);
+	/* counted before draining is read: the drain (control.c) stores draining, then reads
+	 * accepted, so a request is either refused or waited for */
+	atomic_fetch_add(&srv->accepted, 1);
+	s->accepted = 1;
+	if (atomic_load(&srv->draining)) {
+		atomic_fetch_sub(&srv->accepted, 1);
+		s->accepted = 0;
+	}
+}
+
+void fosd_slot_end(fosd_slot *s)
+{
+	fosd_server *srv = s->srv;
+	fosd_auth_done(s);
+	if (s->unauth_held) {
+		fosd_conns_unauth_release(&srv->conns, nng_pipe_id(s->pipe));
+		s->unauth_held = 0;
+	}
+	if (s->conn_held) {
+		fosd_conns_release(&srv->conns, nng_pipe_id(s->pipe));
+		s->conn_held = 0;
+	}
+	if (s->accepted) {
+		atomic_fetch_sub(&srv->accepted, 1);
+		s->accepted = 0;
+	}
+	atomic_fetch_sub(&srv->inflight, 1);
 }
 
 static void slot_cb(void *arg)
@@ -42,11 +97,26 @@ static void slot_cb(void *arg)
 			slot_post_recv(s);
 			return;
 		}
-		atomic_fetch_add(&srv->inflight, 1);
 		s->msg = nng_aio_get_msg(s->aio);
 		nng_aio_set_msg(s->aio, NULL);
 		s->state = FOSD_SLOT_BUSY;
 		s->t_recv_ns = fosd_now_ns();
+		s->pipe = nng_msg_get_pipe(s->msg);
+		fosd_slot_begin(srv, s);
+		int held;
+		s->conn_verdict = fosd_conns_take(&srv->conns, nng_pipe_id(s->pipe), &held);
+		s->conn_held = 1;
+		if (s->conn_verdict == FOSD_CONN_DROP) {
+			char why[160];
+			snprintf(why, sizeof why, "it holds %d request slots without reading its replies (share %d)", held,
+				 srv->conns.share);
+			drop_pipe(srv, s->pipe, why);
+			nng_msg_free(s->msg);
+			s->msg = NULL;
+			fosd_slot_end(s);
+			slot_post_recv(s);
+			return;
+		}
 		fosd_dispatch(s);
 		return;
 	}
@@ -55,10 +125,17 @@ static void slot_cb(void *arg)
 			nng_msg *m = nng_aio_get_msg(s->aio);
 			if (m)
 				nng_msg_free(m);
-			fosd_debug("transport: reply not sent: %s", nng_strerror(rv));
+			if (rv == NNG_ETIMEDOUT) {
+				char why[160];
+				snprintf(why, sizeof why, "a reply waited %llu ms for it to read (send_timeout)",
+					 (unsigned long long)srv->cfg->send_timeout_ms);
+				drop_pipe(srv, s->pipe, why);
+			} else {
+				fosd_debug("transport: reply not sent: %s", nng_strerror(rv));
+			}
 		}
 		nng_aio_set_msg(s->aio, NULL);
-		atomic_fetch_sub(&srv->inflight, 1);
+		fosd_slot_end(s);
 		slot_post_recv(s);
 	}
 }
@@ -66,7 +143,6 @@ static void slot_cb(void *arg)
 void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 {
 	fosd_server *srv = s->srv;
-	fosd_auth_done(s);
 	uint64_t out = reply ? nng_msg_len(reply) : 0;
 	uint64_t us = (fosd_now_ns() - s->t_recv_ns) / 1000u;
 	fosd_metrics_record(&srv->metrics, s->op, code, us, s->t_recv_ns, s->t_lane_ns, s->t_done_ns, s->ran_now,
@@ -89,28 +165,33 @@ void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 	}
 	if (!reply) {
 		/* nothing could be built: the client times out; the slot goes on serving */
-		atomic_fetch_sub(&srv->inflight, 1);
+		fosd_slot_end(s);
 		slot_post_recv(s);
 		return;
 	}
 	s->state = FOSD_SLOT_SEND;
 	nng_aio_set_msg(s->aio, reply);
+	nng_aio_set_timeout(s->aio, srv->cfg->send_timeout_ms ? (nng_duration)srv->cfg->send_timeout_ms
+							     : NNG_DURATION_INFINITE);
 	nng_ctx_send(s->ctx, s->aio);
 }
 
 /* Counts connections, and refuses new ones while draining (closing a listener would also close
- * the connections it accepted, and with them the replies still in flight). Every pipe that saw
- * ADD_PRE also sees REM_POST, even one closed here. */
+ * the connections it accepted, and with them the replies still in flight) or far past
+ * max_connections (conns.h). Every pipe that saw ADD_PRE also sees REM_POST, even one closed here. */
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	fosd_server *srv = arg;
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		fosd_debug("connection %u opened", (unsigned)nng_pipe_id(p));
 		atomic_fetch_add(&srv->pipes, 1);
 		fosd_regions_pipe_opened(&srv->regions, nng_pipe_id(p));
-		if (atomic_load(&srv->draining))
+		if (fosd_conns_opened(&srv->conns, nng_pipe_id(p)) || atomic_load(&srv->draining))
 			nng_pipe_close(p);
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
+		fosd_debug("connection %u closed", (unsigned)nng_pipe_id(p));
 		atomic_fetch_sub(&srv->pipes, 1);
+		fosd_conns_closed(&srv->conns, nng_pipe_id(p));
 		fosd_regions_pipe_closed(&srv->regions, nng_pipe_id(p)); /* client gone: its regions too */
 	}
 }
@@ -124,6 +205,17 @@ int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz)
 		return -1;
 	}
 	srv->sock_open = 1;
+	int share = cfg->connection_requests ? cfg->connection_requests : cfg->concurrency / 4;
+	if (fosd_conns_init(&srv->conns, share > 0 ? share : 1, cfg->max_connections)) {
+		snprintf(msg, msgsz, "out of memory");
+		return -1;
+	}
+	char maxs[32] = "no limit";
+	if (cfg->max_connections)
+		snprintf(maxs, sizeof maxs, "%d", cfg->max_connections);
+	fosd_info("connections: %s; %d requests in progress each (connection_requests); a reply waits %llu ms for its "
+		  "reader (send_timeout)",
+		  maxs, srv->conns.share, (unsigned long long)cfg->send_timeout_ms);
 	if ((rv = nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, (size_t)cfg->max_message_bytes))) {
 		snprintf(msg, msgsz, "cannot set the receive size limit: %s", nng_strerror(rv));
 		return -1;
@@ -211,4 +303,5 @@ void fosd_transport_close(fosd_server *srv)
 	free(srv->slots);
 	srv->slots = NULL;
 	srv->n_slots = 0;
+	fosd_conns_destroy(&srv->conns);
 }
