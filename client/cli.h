@@ -231,13 +231,6 @@ void cli_hist_bucket_range(size_t idx, uint64_t *lo, uint64_t *hi);
 uint64_t cli_hist_percentile(const cli_hist *h, double p);
 double cli_hist_mean(const cli_hist *h);
 
-/* ---- the consistency check (cli_check.c) ---------------------------------------------------- */
-
-/* The ordered integer form of a bf16 / f32 bit pattern: adjacent floats differ by 1, -0 == +0;
- * the ulp distance of two finite values is |key(a) - key(b)|. */
-int64_t cli_ulp_key_bf16(uint16_t bits);
-int64_t cli_ulp_key_f32(uint32_t bits);
-
 /* ---- quantize (cli_quantize.c) --------------------------------------------------------------- */
 
 /* A quantized tensor in host memory: codes (rows, cols/2), scales (rows, cols/16), amax (1 or rows). */
@@ -320,7 +313,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv);         /* cli_lo
 
 /* ---- the load tester (cli_load.c runs it, cli_load_report.c reports it) --------------------- */
 
-enum { CLI_LOAD_FORWARD, CLI_LOAD_BACKWARD, CLI_LOAD_LINEAR, CLI_LOAD_QUANTIZE };
+enum { CLI_LOAD_FORWARD, CLI_LOAD_BACKWARD, CLI_LOAD_LINEAR, CLI_LOAD_QUANTIZE, CLI_LOAD_CHECK };
 
 typedef struct cli_load_cfg {
 	int op;               /* CLI_LOAD_* */

@@ -1,154 +1,259 @@
-/* cli_check.c: `fos check OURS.npy REFERENCE.npy`: the inference-consistency check. It counts the
- * elements whose bits differ, measures the largest difference in ulps of the arrays' own type
- * (bf16 ulps for bf16, f32 ulps for f32) and the SQNR of OURS against REFERENCE, and says whether
- * the result is consistent under the chosen criterion: bitwise (default), --max-ulps N and/or
- * --min-sqnr DB. Exit 0 consistent, 1 not consistent, 2 when the comparison cannot be made.
+/* cli_check.c: `fos check OURS.npy REFERENCE.npy`: the inference-consistency check, and
+ * `fos check --remote NAME X.npy Y.npy`: the same check made by fosd, which computes its own Y of
+ * X against the cached weight NAME, compares Y.npy with it and sends back only the numbers
+ * (Forward with expect, PROTOCOL.md "Checks"; no Y crosses the socket).
  *
- * ulp distance: a float's bits, read as sign-magnitude, map to an ordered integer (key = magnitude
- * bits, negated when the sign bit is set), so neighbouring floats differ by one and -0 == +0; the
- * distance of two finite values is |key(a) - key(b)|. NaN or infinity on one side only (or
- * infinities of opposite signs) is a "non-finite mismatch": infinitely many ulps, never consistent
- * except under --bitwise when the bits agree. SQNR = 10 log10(sum ref^2 / sum (ours - ref)^2)
- * over the elements finite on both sides, in double precision. */
+ * It counts the elements whose bits differ, measures the largest difference in ulps of the arrays'
+ * own type (bf16 ulps for bf16, f32 ulps for f32), the SQNR of OURS against REFERENCE, and says
+ * whether the result is consistent under the chosen criterion: bitwise (default), --max-ulps N
+ * and/or --min-sqnr DB. Exit 0 consistent, 1 not consistent, 2 when the comparison cannot be made.
+ * The numbers and the verdict come from kernels/compare.c (definitions in compare.h), the code
+ * fosd runs for --remote too, and both forms print through one report function: for the same
+ * arrays, `fos check --remote NAME X.npy Y.npy` prints what `fos check Y.npy FOSD_Y.npy` prints,
+ * but for the first line. */
 #include "cli.h"
-#include "fos_format.h"
+#include "cli_shm.h"
+#include "compare.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-int64_t cli_ulp_key_bf16(uint16_t bits)
-{
-	int64_t mag = bits & 0x7FFF;
-	return (bits & 0x8000) ? -mag : mag;
-}
+/* What the report shows: a comparison made here or by fosd. */
+typedef struct check_view {
+	const char *ours, *reference; /* how the report names the two sides */
+	const char *weight, *x;       /* --remote: the weight and X (NULL locally) */
+	int dtype;                    /* NPY_* */
+	int ndim;
+	const int64_t *shape;
+	fos_cmp r;                    /* counts, positions and their bits (sig and noise unused) */
+	double sqnr;
+	const char *criterion;
+	int consistent;
+	const char *why;
+} check_view;
 
-int64_t cli_ulp_key_f32(uint32_t bits)
+static void check_print(const check_view *v, int json)
 {
-	int64_t mag = bits & 0x7FFFFFFFu;
-	return (bits & 0x80000000u) ? -mag : mag;
-}
-
-typedef struct cli_cmp {
-	size_t n, differ, nonfinite;
-	int64_t max_ulps; /* over finite pairs */
-	size_t max_at;    /* flat index of the first element with max_ulps (valid when differ) */
-	size_t nonfinite_at;
-	double sig, noise;
-} cli_cmp;
-
-static void cli_compare(const npy_array *a, const npy_array *b, cli_cmp *r)
-{
-	memset(r, 0, sizeof *r);
-	r->n = a->count;
-	r->max_at = (size_t)-1;
-	r->nonfinite_at = (size_t)-1;
-	for (size_t i = 0; i < a->count; i++) {
-		uint32_t ab, bb;
-		double av, bv;
-		int64_t ka, kb;
-		int nan_a, nan_b, inf_a, inf_b;
-		if (a->dtype == NPY_U1) {
-			uint8_t x = ((const uint8_t *)a->data)[i], y = ((const uint8_t *)b->data)[i];
-			if (x != y) {
-				r->differ++;
-				int64_t d = x > y ? x - y : y - x;
-				if (r->max_at == (size_t)-1 || d > r->max_ulps) {
-					r->max_ulps = d;
-					r->max_at = i;
-				}
-			}
-			continue;
+	const fos_cmp *r = &v->r;
+	int is_float = r->type != FOS_CMP_U8;
+	const char *ulp_unit = r->type == FOS_CMP_BF16 ? "bf16" : "f32";
+	char shape[200], at[100] = "", first[100] = "";
+	npy_shape_str(v->ndim, v->shape, shape, sizeof shape);
+	if (r->max_at != FOS_CMP_NONE)
+		fos_cmp_index_str(v->ndim, v->shape, r->max_at, at, sizeof at);
+	if (r->first_differ != FOS_CMP_NONE)
+		fos_cmp_index_str(v->ndim, v->shape, r->first_differ, first, sizeof first);
+	if (json) {
+		cli_jw w;
+		cli_jw_init(&w, stdout, 1);
+		cli_jw_obj(&w, NULL);
+		cli_jw_str(&w, "ours", v->ours);
+		cli_jw_str(&w, "reference", v->reference);
+		if (v->weight) {
+			cli_jw_str(&w, "weight", v->weight);
+			cli_jw_str(&w, "x", v->x);
 		}
-		if (a->dtype == NPY_U2) {
-			ab = ((const uint16_t *)a->data)[i];
-			bb = ((const uint16_t *)b->data)[i];
-			if (ab == bb) {
-				float f = fos_bf16_to_f32((uint16_t)ab);
-				if (isfinite(f))
-					r->sig += (double)f * (double)f;
-				continue;
-			}
-			ka = cli_ulp_key_bf16((uint16_t)ab);
-			kb = cli_ulp_key_bf16((uint16_t)bb);
-			av = fos_bf16_to_f32((uint16_t)ab);
-			bv = fos_bf16_to_f32((uint16_t)bb);
-		} else {
-			ab = ((const uint32_t *)a->data)[i];
-			bb = ((const uint32_t *)b->data)[i];
-			if (ab == bb) {
-				float f = fos_u2f(ab);
-				if (isfinite(f))
-					r->sig += (double)f * (double)f;
-				continue;
-			}
-			ka = cli_ulp_key_f32(ab);
-			kb = cli_ulp_key_f32(bb);
-			av = fos_u2f(ab);
-			bv = fos_u2f(bb);
-		}
-		r->differ++;
-		nan_a = isnan(av);
-		nan_b = isnan(bv);
-		inf_a = isinf(av);
-		inf_b = isinf(bv);
-		if (nan_a && nan_b)
-			continue; /* two NaNs (different payloads): the same non-number */
-		if (nan_a || nan_b || inf_a || inf_b) {
-			/* only one side non-finite, or +inf vs -inf (equal infinities have equal bits) */
-			if (!r->nonfinite++)
-				r->nonfinite_at = i;
-			continue;
-		}
-		int64_t d = ka > kb ? ka - kb : kb - ka;
-		if (r->max_at == (size_t)-1 || d > r->max_ulps) {
-			r->max_ulps = d;
-			r->max_at = i;
-		}
-		r->sig += bv * bv;
-		r->noise += (av - bv) * (av - bv);
+		cli_jw_str(&w, "dtype", v->dtype == NPY_U1 ? "uint8" : (v->dtype == NPY_U2 ? "bf16" : "float32"));
+		cli_jw_arr(&w, "shape");
+		for (int d = 0; d < v->ndim; d++)
+			cli_jw_i64(&w, NULL, v->shape[d]);
+		cli_jw_end(&w, ']');
+		cli_jw_u64(&w, "elements", r->n);
+		cli_jw_u64(&w, "differ", r->differ);
+		cli_jw_u64(&w, "nonfinite_mismatches", r->nonfinite);
+		if (r->first_differ != FOS_CMP_NONE)
+			cli_jw_str(&w, "first_differ_at", first);
+		else
+			cli_jw_null(&w, "first_differ_at");
+		cli_jw_i64(&w, "max_ulps", r->max_at != FOS_CMP_NONE ? r->max_ulps : 0);
+		if (r->max_at != FOS_CMP_NONE)
+			cli_jw_str(&w, "max_ulps_at", at);
+		else
+			cli_jw_null(&w, "max_ulps_at");
+		cli_jw_str(&w, "ulp", is_float ? ulp_unit : "uint8");
+		if (is_float && isfinite(v->sqnr))
+			cli_jw_dbl(&w, "sqnr_db", v->sqnr);
+		else
+			cli_jw_null(&w, "sqnr_db");
+		cli_jw_bool(&w, "exact", r->differ == 0);
+		cli_jw_str(&w, "criterion", v->criterion);
+		cli_jw_bool(&w, "consistent", v->consistent);
+		cli_jw_str(&w, "reason", v->why);
+		cli_jw_end(&w, '}');
+		return;
 	}
-}
-
-static double cli_sqnr_db(const cli_cmp *r)
-{
-	if (r->noise == 0)
-		return INFINITY;
-	if (r->sig == 0)
-		return -INFINITY;
-	return 10.0 * log10(r->sig / r->noise);
-}
-
-/* "[3, 17]" for flat index i of shape */
-static void cli_index_str(const npy_array *a, size_t i, char *buf, size_t cap)
-{
-	size_t idx[NPY_MAX_DIMS];
-	for (int d = a->ndim - 1; d >= 0; d--) {
-		size_t dim = (size_t)a->shape[d];
-		idx[d] = dim ? i % dim : 0;
-		i = dim ? i / dim : 0;
+	if (v->weight)
+		printf("compared %s with fosd's Y of weight '%s' on %s: %s %s, %zu elements\n", v->ours, v->weight, v->x,
+		       npy_dtype_human(v->dtype), shape, r->n);
+	else
+		printf("compared %s with %s: %s %s, %zu elements\n", v->ours, v->reference, npy_dtype_human(v->dtype),
+		       shape, r->n);
+	printf("  differ:      %zu (%.4g %%)\n", r->differ, r->n ? 100.0 * (double)r->differ / (double)r->n : 0.0);
+	if (r->first_differ != FOS_CMP_NONE)
+		printf("  first:       %s: ours %.9g, reference %.9g\n", first,
+		       fos_cmp_bits_value(r->type, r->first_bits[0]), fos_cmp_bits_value(r->type, r->first_bits[1]));
+	if (r->max_at != FOS_CMP_NONE)
+		printf("  max ulps:    %lld %s at %s: ours %.9g, reference %.9g\n", (long long)r->max_ulps,
+		       is_float ? ulp_unit : "(byte value)", at, fos_cmp_bits_value(r->type, r->max_bits[0]),
+		       fos_cmp_bits_value(r->type, r->max_bits[1]));
+	else if (r->nonfinite)
+		printf("  max ulps:    (every differing element is NaN/inf on one side)\n");
+	else
+		printf("  max ulps:    0\n");
+	if (r->nonfinite)
+		printf("  non-finite:  %zu elements NaN/inf on one side only\n", r->nonfinite);
+	if (is_float) {
+		if (isinf(v->sqnr) && v->sqnr > 0)
+			printf("  sqnr:        inf dB (no difference in value)\n");
+		else if (isinf(v->sqnr))
+			printf("  sqnr:        -inf dB (the reference is all zeros)\n");
+		else
+			printf("  sqnr:        %.2f dB\n", v->sqnr);
 	}
-	size_t used = (size_t)snprintf(buf, cap, "[");
-	for (int d = 0; d < a->ndim && used < cap; d++)
-		used += (size_t)snprintf(buf + used, cap - used, "%s%zu", d ? ", " : "", idx[d]);
-	if (used < cap)
-		snprintf(buf + used, cap - used, "]");
+	printf("%s: %s\n", v->consistent ? "consistent" : "NOT consistent", v->why);
 }
 
-static double cli_elem(const npy_array *a, size_t i)
+static const fos_cmp_labels cli_check_labels = {"--bitwise", "--max-ulps", "--min-sqnr"};
+
+static const char *check_criterion_name(const fos_cmp_criterion *c)
 {
-	if (a->dtype == NPY_U1)
-		return ((const uint8_t *)a->data)[i];
-	if (a->dtype == NPY_U2)
-		return fos_bf16_to_f32(((const uint16_t *)a->data)[i]);
-	return fos_u2f(((const uint32_t *)a->data)[i]);
+	if (c->by_min_sqnr && c->by_max_ulps)
+		return "max_ulps+min_sqnr";
+	return c->by_min_sqnr ? "min_sqnr" : (c->by_max_ulps ? "max_ulps" : "bitwise");
 }
 
-enum { CF_BITWISE, CF_SQNR, CF_ULPS, CF_JSON, CF_COUNT };
+/* Flat index of a point of fosd's check (FOS_CMP_NONE when absent), its bits into bits. */
+static size_t check_flat(const fos_check_point *p, int64_t cols, uint32_t bits[2])
+{
+	if (!p->present)
+		return FOS_CMP_NONE;
+	bits[0] = p->expect;
+	bits[1] = p->y;
+	return (size_t)(p->row * cols + p->col);
+}
+
+enum { CF_BITWISE, CF_SQNR, CF_ULPS, CF_JSON, CF_REMOTE, CF_BIAS, CF_ROW, CF_VERSION, CF_SHM, CF_COUNT };
+
+/* --remote NAME X.npy Y.npy: fosd's check. Returns the exit status (errors already reported). */
+static int check_remote(const cli_global *g, cli_flag *flags, const char *name, const char *xp, const char *yp,
+			const fos_cmp_criterion *crit)
+{
+	fos_err err = {0, ""};
+	npy_array x, y, bias;
+	memset(&x, 0, sizeof x);
+	memset(&y, 0, sizeof y);
+	memset(&bias, 0, sizeof bias);
+	fos_client *c = NULL;
+	cli_shm sh;
+	memset(&sh, 0, sizeof sh);
+	int code = CLI_EXIT_USAGE;
+	const char *bp = flags[CF_BIAS].value;
+	uint64_t version = 0;
+	if (flags[CF_VERSION].given && cli_parse_u64("--version", flags[CF_VERSION].value, 1, UINT64_MAX, &version, &err))
+		goto fail;
+	if (cli_load(xp, &x, &err) || cli_check_float(&x, xp, 2, "(M, K)", &err) || cli_to_bf16(&x, &err))
+		goto fail;
+	if (x.count == 0) {
+		char sb[64];
+		cli_errf(&err, "%s: shape %s is empty", xp, npy_shape_str(2, x.shape, sb, sizeof sb));
+		goto fail;
+	}
+	if (cli_load(yp, &y, &err))
+		goto fail;
+	if (y.dtype != NPY_U2) {
+		cli_errf(&err, "check: %s holds %s, but fosd's Y is bf16 ('<u2'): a check compares bits, so give Y as bf16",
+			 yp, npy_dtype_human(y.dtype));
+		goto fail;
+	}
+	if (y.ndim < 1 || y.ndim > 2 || y.count == 0) {
+		char sb[200];
+		cli_errf(&err, "check: %s has shape %s; Y is (M, N)", yp, npy_shape_str(y.ndim, y.shape, sb, sizeof sb));
+		goto fail;
+	}
+	if (bp && (cli_load(bp, &bias, &err) || cli_check_float(&bias, bp, 1, "(N,)", &err) || cli_to_bf16(&bias, &err)))
+		goto fail;
+	if (bp && bias.count == 0) {
+		cli_errf(&err, "%s: shape (0,) is empty", bp);
+		goto fail;
+	}
+	if (cli_connect(g, &c, &err))
+		goto fail;
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
+	fos_tensor te = y.ndim == 2 ? fos_tensor_2d(FOS_DTYPE_BF16, y.shape[0], y.shape[1], y.data)
+				    : fos_tensor_1d(FOS_DTYPE_BF16, y.shape[0], y.data);
+	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, bp ? bias.shape[0] : 1, bias.data);
+	fos_tensor *px = &tx, *pe = &te, *pb = bp ? &tb : NULL, sx, se, sb;
+	if (flags[CF_SHM].given) { /* X, Y (and the bias) copied once into a region */
+		size_t need = cli_shm_slot(fos_tensor_bytes(&tx)) + cli_shm_slot(fos_tensor_bytes(&te)) +
+			      (bp ? cli_shm_slot(fos_tensor_bytes(&tb)) : 0);
+		if (cli_shm_open(c, need, &sh, &err))
+			goto fail;
+		sx = cli_shm_in(&sh, &tx);
+		se = cli_shm_in(&sh, &te);
+		px = &sx;
+		pe = &se;
+		if (bp) {
+			sb = cli_shm_in(&sh, &tb);
+			pb = &sb;
+		}
+	}
+	fos_forward_opts o = {version, FOS_OVERRIDE_DEFAULT, flags[CF_ROW].given, 0};
+	fos_check_criterion fc = {crit->by_max_ulps, (uint32_t)crit->max_ulps, crit->by_min_sqnr, crit->min_sqnr_db};
+	fos_check_result res;
+	fos_status st;
+	if (fos_forward_check(c, name, px, pb, &o, pe, &fc, &res, &st)) {
+		char what[200];
+		snprintf(what, sizeof what, "check --remote %s", name);
+		cli_status_err(&st, what, &err);
+		goto fail;
+	}
+	/* fosd's numbers into the form of a local comparison, for the same verdict text and report */
+	check_view v;
+	memset(&v, 0, sizeof v);
+	fos_cmp_init(&v.r, FOS_CMP_BF16);
+	v.r.n = (size_t)res.elements;
+	v.r.differ = (size_t)res.differ;
+	v.r.nonfinite = (size_t)res.nonfinite;
+	v.r.max_ulps = res.max_ulps;
+	v.r.max_at = check_flat(&res.max_ulps_at, res.cols, v.r.max_bits);
+	v.r.first_differ = check_flat(&res.first_differ, res.cols, v.r.first_bits);
+	v.r.nonfinite_at = check_flat(&res.first_nonfinite, res.cols, v.r.nonfinite_bits);
+	char why[256];
+	int consistent = fos_cmp_verdict(&v.r, res.sqnr_db, crit, &cli_check_labels, y.ndim, y.shape, why, sizeof why);
+	v.ours = yp;
+	v.reference = "fosd";
+	v.weight = name;
+	v.x = xp;
+	v.dtype = NPY_U2;
+	v.ndim = y.ndim;
+	v.shape = y.shape;
+	v.sqnr = res.sqnr_db;
+	v.criterion = check_criterion_name(crit);
+	v.consistent = res.consistent;
+	v.why = consistent == res.consistent ? why : res.reason; /* fosd's verdict decides */
+	check_print(&v, flags[CF_JSON].given);
+	code = res.consistent ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+	if (fflush(stdout)) {
+		cli_errf(&err, "check: cannot write the result to stdout");
+		code = CLI_EXIT_USAGE;
+		goto fail;
+	}
+	goto done;
+fail:
+	cli_report(&err, CLI_EXIT_USAGE);
+	code = CLI_EXIT_USAGE;
+done:
+	cli_shm_close(&sh); /* before the connection goes */
+	fos_close(c);
+	npy_free(&x);
+	npy_free(&y);
+	npy_free(&bias);
+	return code;
+}
 
 int cli_check_main(const cli_global *g, int argc, char **argv)
 {
-	(void)g;
 	cli_flag flags[CF_COUNT] = {
 		[CF_BITWISE] = {"--bitwise", NULL, "consistent only when every element has the same bits (the\n"
 						   "default when no other criterion is given)", 0, 0},
@@ -158,25 +263,40 @@ int cli_check_main(const cli_global *g, int argc, char **argv)
 						"arrays' dtype) from the reference; may be combined with\n"
 						"--min-sqnr (both must hold)", 0, 0},
 		[CF_JSON] = {"--json", NULL, "print the result as one JSON object", 0, 0},
+		[CF_REMOTE] = {"--remote", "NAME", "let fosd check: the positionals are then X.npy Y.npy; fosd\n"
+						   "computes Y of X with its cached weight NAME (as `fos forward`),\n"
+						   "compares Y.npy (bf16, the result to check) with it and sends\n"
+						   "back only the numbers: no Y crosses the socket. The report is\n"
+						   "that of `fos check Y.npy FOSD_Y.npy`", 0, 0},
+		[CF_BIAS] = {"--bias", "B.npy", "--remote: the forward's bias, shape (N,), bf16 or float32", 0, 0},
+		[CF_ROW] = {"--row-scaled", NULL, "--remote: the forward scales X per row", 0, 0},
+		[CF_VERSION] = {"--version", "V", "--remote: use the cached weight only if it has version V", 0, 0},
+		[CF_SHM] = {"--shm", NULL, "--remote: X, Y.npy and the bias go to fosd through a\n"
+					   "shared-memory region (an ipc:// fosd on this host)", 0, 0},
 	};
 	static const char *const pos_names[] = {"OURS.npy", "REFERENCE.npy"};
-	static const char *const pos_help[] = {"the result to check: bf16 ('<u2'), float32 ('<f4') or uint8",
-					       "the reference: the same dtype and shape"};
+	static const char *const pos_help[] = {"the result to check: bf16 ('<u2'), float32 ('<f4') or uint8\n"
+					       "(with --remote: X.npy, the forward's input, bf16 or float32)",
+					       "the reference: the same dtype and shape (with --remote:\n"
+					       "Y.npy, the result to check, bf16 (M, N))"};
 	cli_cmd cmd = {
 		.name = "check",
-		.synopsis = "OURS.npy REFERENCE.npy [--bitwise | --min-sqnr DB | --max-ulps N] [--json]",
+		.synopsis = "OURS.npy REFERENCE.npy [--bitwise | --min-sqnr DB | --max-ulps N] [--json]\n"
+			    "       fos check --remote NAME X.npy Y.npy [--bitwise | --min-sqnr DB | --max-ulps N]\n"
+			    "           [--bias B.npy] [--row-scaled] [--version V] [--shm] [--json]",
 		.summary = "Inference-consistency check: compare a result with a reference, element by element.",
-		.about = "Reports how many elements differ (in their bits), the largest difference in ulps of\n"
-			 "the dtype (bf16 ulps for bf16, f32 ulps for float32; -0 and +0 are 0 ulps apart) and\n"
-			 "the SQNR in dB = 10 log10(sum ref^2 / sum (ours - ref)^2). uint8 arrays (codes, scales)\n"
-			 "compare bitwise only.",
+		.about = "Reports how many elements differ (in their bits), the first of them, the largest\n"
+			 "difference in ulps of the dtype (bf16 ulps for bf16, f32 ulps for float32; -0 and +0\n"
+			 "are 0 ulps apart) and the SQNR in dB = 10 log10(sum ref^2 / sum (ours - ref)^2).\n"
+			 "uint8 arrays (codes, scales) compare bitwise only. With --remote fosd makes the same\n"
+			 "comparison (the same code) of Y.npy against its own Y.",
 		.pos_names = pos_names,
 		.pos_help = pos_help,
 		.npos = 2,
 		.flags = flags,
 		.nflags = CF_COUNT,
 		.footer = "Exit status: 0 consistent; 1 not consistent; 2 the comparison could not be made (bad\n"
-			  "command line, unreadable file, dtype or shape mismatch).",
+			  "command line, unreadable file, dtype or shape mismatch, or fosd's error).",
 	};
 	fos_err err = {0, ""};
 	int rc = cli_parse(&cmd, argc, argv, &err);
@@ -184,23 +304,28 @@ int cli_check_main(const cli_global *g, int argc, char **argv)
 		return CLI_EXIT_OK;
 	if (rc)
 		return cli_report(&err, CLI_EXIT_USAGE);
-	double min_sqnr = 0;
-	uint64_t max_ulps = 0;
-	int bitwise = flags[CF_BITWISE].given, by_sqnr = flags[CF_SQNR].given, by_ulps = flags[CF_ULPS].given;
-	if (bitwise && (by_sqnr || by_ulps))
+	fos_cmp_criterion crit = {0, 0, 0, 0};
+	int bitwise = flags[CF_BITWISE].given;
+	crit.by_min_sqnr = flags[CF_SQNR].given;
+	crit.by_max_ulps = flags[CF_ULPS].given;
+	if (bitwise && (crit.by_min_sqnr || crit.by_max_ulps))
 		return cli_fail(CLI_EXIT_USAGE, "check: --bitwise cannot be combined with --min-sqnr or --max-ulps");
-	if (by_sqnr && cli_parse_double("--min-sqnr", flags[CF_SQNR].value, &min_sqnr, &err))
+	if (crit.by_min_sqnr && cli_parse_double("--min-sqnr", flags[CF_SQNR].value, &crit.min_sqnr_db, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
-	if (by_ulps && cli_parse_u64("--max-ulps", flags[CF_ULPS].value, 0, UINT32_MAX, &max_ulps, &err))
+	if (crit.by_max_ulps && cli_parse_u64("--max-ulps", flags[CF_ULPS].value, 0, UINT32_MAX, &crit.max_ulps, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
-	if (!by_sqnr && !by_ulps)
-		bitwise = 1;
+	if (flags[CF_REMOTE].given)
+		return check_remote(g, flags, flags[CF_REMOTE].value, cmd.pos[0], cmd.pos[1], &crit);
+	static const int remote_only[] = {CF_BIAS, CF_ROW, CF_VERSION, CF_SHM};
+	for (size_t i = 0; i < sizeof remote_only / sizeof remote_only[0]; i++)
+		if (flags[remote_only[i]].given)
+			return cli_fail(CLI_EXIT_USAGE, "check: %s needs --remote NAME (it is an option of fosd's forward)",
+					flags[remote_only[i]].name);
 
 	const char *op = cmd.pos[0], *rp = cmd.pos[1];
 	npy_array a, b;
 	memset(&a, 0, sizeof a);
 	memset(&b, 0, sizeof b);
-	int code = CLI_EXIT_USAGE;
 	if (cli_load(op, &a, &err) || cli_load(rp, &b, &err))
 		goto fail;
 	char as[200], bs[200];
@@ -218,108 +343,30 @@ int cli_check_main(const cli_global *g, int argc, char **argv)
 		cli_errf(&err, "check: shapes differ: %s is %s, %s is %s", op, as, rp, bs);
 		goto fail;
 	}
-	if (a.dtype == NPY_U1 && (by_sqnr || by_ulps)) {
+	if (a.dtype == NPY_U1 && (crit.by_min_sqnr || crit.by_max_ulps)) {
 		cli_errf(&err, "check: %s holds uint8 (codes or scales), which compare bitwise only: drop %s", op,
-			 by_sqnr ? "--min-sqnr" : "--max-ulps");
+			 crit.by_min_sqnr ? "--min-sqnr" : "--max-ulps");
 		goto fail;
 	}
 
-	cli_cmp r;
-	cli_compare(&a, &b, &r);
-	double sqnr = cli_sqnr_db(&r);
-	int is_float = a.dtype != NPY_U1;
-	const char *ulp_unit = a.dtype == NPY_U2 ? "bf16" : "f32";
-	int consistent;
-	char why[200];
-	if (bitwise) {
-		consistent = r.differ == 0;
-		if (consistent)
-			snprintf(why, sizeof why, "bitwise identical");
-		else
-			snprintf(why, sizeof why, "%zu of %zu elements differ (--bitwise)", r.differ, r.n);
-	} else {
-		consistent = r.nonfinite == 0;
-		if (!consistent) {
-			char at[100];
-			cli_index_str(&a, r.nonfinite_at, at, sizeof at);
-			snprintf(why, sizeof why, "%zu elements are NaN/inf on one side only (first at %s)", r.nonfinite, at);
-		} else if (by_ulps && r.max_ulps > (int64_t)max_ulps) {
-			consistent = 0;
-			snprintf(why, sizeof why, "max %lld %s ulps > --max-ulps %llu", (long long)r.max_ulps, ulp_unit,
-				 (unsigned long long)max_ulps);
-		} else if (by_sqnr && !(sqnr >= min_sqnr)) {
-			consistent = 0;
-			snprintf(why, sizeof why, "SQNR %.2f dB < --min-sqnr %g dB", sqnr, min_sqnr);
-		} else {
-			size_t used = (size_t)snprintf(why, sizeof why, "within");
-			if (by_ulps)
-				used += (size_t)snprintf(why + used, sizeof why - used, " --max-ulps %llu",
-							 (unsigned long long)max_ulps);
-			if (by_sqnr)
-				snprintf(why + used, sizeof why - used, "%s --min-sqnr %g dB", by_ulps ? " and" : "", min_sqnr);
-		}
-	}
-	char at[100] = "";
-	if (r.max_at != (size_t)-1)
-		cli_index_str(&a, r.max_at, at, sizeof at);
-
-	if (flags[CF_JSON].given) {
-		cli_jw w;
-		cli_jw_init(&w, stdout, 1);
-		cli_jw_obj(&w, NULL);
-		cli_jw_str(&w, "ours", op);
-		cli_jw_str(&w, "reference", rp);
-		cli_jw_str(&w, "dtype", a.dtype == NPY_U1 ? "uint8" : (a.dtype == NPY_U2 ? "bf16" : "float32"));
-		cli_jw_arr(&w, "shape");
-		for (int d = 0; d < a.ndim; d++)
-			cli_jw_i64(&w, NULL, a.shape[d]);
-		cli_jw_end(&w, ']');
-		cli_jw_u64(&w, "elements", r.n);
-		cli_jw_u64(&w, "differ", r.differ);
-		cli_jw_u64(&w, "nonfinite_mismatches", r.nonfinite);
-		if (r.max_at != (size_t)-1) {
-			cli_jw_i64(&w, "max_ulps", r.max_ulps);
-			cli_jw_str(&w, "max_ulps_at", at);
-		} else {
-			cli_jw_i64(&w, "max_ulps", 0);
-			cli_jw_null(&w, "max_ulps_at");
-		}
-		cli_jw_str(&w, "ulp", is_float ? ulp_unit : "uint8");
-		if (is_float && isfinite(sqnr))
-			cli_jw_dbl(&w, "sqnr_db", sqnr);
-		else
-			cli_jw_null(&w, "sqnr_db");
-		cli_jw_bool(&w, "exact", r.differ == 0);
-		cli_jw_str(&w, "criterion", bitwise ? "bitwise" : (by_sqnr && by_ulps ? "max_ulps+min_sqnr" : (by_sqnr ? "min_sqnr" : "max_ulps")));
-		cli_jw_bool(&w, "consistent", consistent);
-		cli_jw_str(&w, "reason", why);
-		cli_jw_end(&w, '}');
-	} else {
-		printf("compared %s with %s: %s %s, %zu elements\n", op, rp, npy_dtype_human(a.dtype), as, r.n);
-		printf("  differ:      %zu (%.4g %%)\n", r.differ, r.n ? 100.0 * (double)r.differ / (double)r.n : 0.0);
-		if (r.max_at != (size_t)-1)
-			printf("  max ulps:    %lld %s at %s: ours %.9g, reference %.9g\n", (long long)r.max_ulps,
-			       is_float ? ulp_unit : "(byte value)", at, cli_elem(&a, r.max_at), cli_elem(&b, r.max_at));
-		else if (r.nonfinite)
-			printf("  max ulps:    (every differing element is NaN/inf on one side)\n");
-		else
-			printf("  max ulps:    0\n");
-		if (r.nonfinite)
-			printf("  non-finite:  %zu elements NaN/inf on one side only\n", r.nonfinite);
-		if (is_float) {
-			if (isinf(sqnr) && sqnr > 0)
-				printf("  sqnr:        inf dB (no difference in value)\n");
-			else if (isinf(sqnr))
-				printf("  sqnr:        -inf dB (the reference is all zeros)\n");
-			else
-				printf("  sqnr:        %.2f dB\n", sqnr);
-		}
-		printf("%s: %s\n", consistent ? "consistent" : "NOT consistent", why);
-	}
-	code = consistent ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+	check_view v;
+	memset(&v, 0, sizeof v);
+	fos_compare(a.dtype == NPY_U1 ? FOS_CMP_U8 : (a.dtype == NPY_U2 ? FOS_CMP_BF16 : FOS_CMP_F32), a.data, b.data,
+		    a.count, &v.r);
+	v.sqnr = fos_cmp_sqnr_db(&v.r);
+	char why[256];
+	v.consistent = fos_cmp_verdict(&v.r, v.sqnr, &crit, &cli_check_labels, a.ndim, a.shape, why, sizeof why);
+	v.why = why;
+	v.ours = op;
+	v.reference = rp;
+	v.dtype = a.dtype;
+	v.ndim = a.ndim;
+	v.shape = a.shape;
+	v.criterion = check_criterion_name(&crit);
+	check_print(&v, flags[CF_JSON].given);
+	int code = v.consistent ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 	if (fflush(stdout)) {
 		cli_errf(&err, "check: cannot write the result to stdout");
-		code = CLI_EXIT_USAGE;
 		goto fail;
 	}
 	npy_free(&a);

@@ -28,8 +28,8 @@
 
 const char *cli_load_op_name(int op)
 {
-	static const char *const names[] = {"forward", "backward", "linear", "quantize"};
-	return op >= 0 && op < 4 ? names[op] : "?";
+	static const char *const names[] = {"forward", "backward", "linear", "quantize", "check"};
+	return op >= 0 && op < 5 ? names[op] : "?";
 }
 
 typedef struct load_run load_run;
@@ -102,6 +102,18 @@ static int load_one(load_worker *w, fos_status *st)
 		fos_tensor y = load_out(w, 0, FOS_DTYPE_BF16, m, n), dx = load_out(w, 1, FOS_DTYPE_BF16, m, k),
 			   dw = load_out(w, 2, FOS_DTYPE_BF16, n, k);
 		return fos_linear(w->c, &w->x, &w->w, NULL, &w->dy, &r->lc, &y, &dx, &dw, NULL, st);
+	}
+	case CLI_LOAD_CHECK: {
+		/* the run's X against the Y fosd gave for it at the start (in dy): a difference would be
+		 * a nondeterministic result, so it counts as a failed request (DATA_LOSS) */
+		fos_check_result cr;
+		int code = fos_forward_check(w->c, r->weight, &w->x, NULL, &r->fo, &w->dy, NULL, &cr, st);
+		if (code == FOS_CODE_OK && !cr.consistent) {
+			st->code = code = FOS_CODE_DATA_LOSS;
+			snprintf(st->message, sizeof st->message, "check: Y differs from the first forward's: %s",
+				 cr.reason);
+		}
+		return code;
 	}
 	default: {
 		fos_tensor codes = load_out(w, 0, FOS_DTYPE_U8, m, k / 2), scales = load_out(w, 1, FOS_DTYPE_E4M3, m, k / 16),
@@ -283,6 +295,8 @@ static uint64_t load_bytes_per_request(const cli_load_cfg *c)
 	switch (c->op) {
 	case CLI_LOAD_FORWARD:
 		return 2 * (m * k + m * n);                 /* x in, y out */
+	case CLI_LOAD_CHECK:
+		return 2 * (m * k + m * n);                 /* x and the Y to check in */
 	case CLI_LOAD_BACKWARD:
 		return 2 * (m * n + m * k + n * k);         /* dy in, dx and dw out */
 	case CLI_LOAD_LINEAR:
@@ -308,6 +322,8 @@ static size_t load_out_bytes(const cli_load_cfg *cfg)
 		return load_align(m * k * 2) + load_align(n * k * 2);
 	case CLI_LOAD_LINEAR:
 		return load_align(m * n * 2) + load_align(m * k * 2) + load_align(n * k * 2);
+	case CLI_LOAD_CHECK:
+		return 0; /* the reply is the comparison */
 	default:
 		return load_align(m * k / 2) + load_align(m * k / 16) + 64;
 	}
@@ -361,6 +377,8 @@ static int load_worker_setup(load_worker *w, fos_err *err)
 		sz[0] = m * n * 2;
 		sz[1] = m * k * 2;
 		sz[2] = n * k * 2;
+		break;
+	case CLI_LOAD_CHECK:
 		break;
 	default:
 		sz[0] = m * k / 2;
@@ -435,6 +453,19 @@ static int load_put_weight(load_run *r, fos_err *err)
 	return FOS_OK;
 }
 
+/* --op check: fosd's Y of the run's X, into y (M * N bf16): the Y every request sends to check. */
+static int load_check_reference(load_run *r, void *y, fos_err *err)
+{
+	fos_tensor ty = fos_tensor_2d(FOS_DTYPE_BF16, r->cfg->m, r->cfg->n, y);
+	ty.size = (size_t)(r->cfg->m * r->cfg->n) * 2;
+	fos_status st;
+	if (fos_forward(r->clients[0], r->weight, &r->x, NULL, &r->fo, &ty, NULL, &st)) {
+		cli_status_err(&st, "load: the forward whose Y the checks send", err);
+		return err->rc;
+	}
+	return FOS_OK;
+}
+
 /* ---- command line ---------------------------------------------------------------------------------- */
 
 enum {
@@ -458,11 +489,12 @@ enum {
 
 static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
 {
-	static const char *const ops[] = {"forward", "backward", "linear", "quantize"};
-	static const int opv[] = {CLI_LOAD_FORWARD, CLI_LOAD_BACKWARD, CLI_LOAD_LINEAR, CLI_LOAD_QUANTIZE};
+	static const char *const ops[] = {"forward", "backward", "linear", "quantize", "check"};
+	static const int opv[] = {CLI_LOAD_FORWARD, CLI_LOAD_BACKWARD, CLI_LOAD_LINEAR, CLI_LOAD_QUANTIZE,
+				  CLI_LOAD_CHECK};
 	uint64_t v;
 	int ovr = FOS_OVR_DEFAULT;
-	if (cli_choice(&flags[LDF_OP], 4, ops, opv, &c->op, err) || cli_opt_override(&flags[LDF_OVERRIDE], &ovr, err))
+	if (cli_choice(&flags[LDF_OP], 5, ops, opv, &c->op, err) || cli_opt_override(&flags[LDF_OVERRIDE], &ovr, err))
 		return FOS_EINVAL;
 	c->override = ovr; /* FOS_OVR_* and FOS_OVERRIDE_* share their numbers */
 	int64_t *dims[3] = {&c->m, &c->n, &c->k};
@@ -652,7 +684,9 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		[LDF_OP] = {"--op", "OP", "what each request is: forward (default; with the run's own\n"
 					  "cached weight), backward (on a context each worker saved\n"
 					  "once and keeps), linear (one-shot forward + backward: x, w,\n"
-					  "dy in; y, dx, dw out) or quantize (X, (M, K))", 0, 0},
+					  "dy in; y, dx, dw out), quantize (X, (M, K)) or check\n"
+					  "(a forward with the run's weight that sends a Y to check\n"
+					  "and gets the comparison back: fos check --remote)", 0, 0},
 		[LDF_M] = {"--m", "M", "rows of X (default 128; a multiple of 128 except for quantize)", 0, 0},
 		[LDF_N] = {"--n", "N", "rows of W (default 1024; a multiple of 128)", 0, 0},
 		[LDF_K] = {"--k", "K", "columns of X and W (default 1024; a multiple of 128, of 16\n"
@@ -685,14 +719,16 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	};
 	cli_cmd cmd = {
 		.name = "load",
-		.synopsis = "[--op forward|backward|linear|quantize] [--m M] [--n N] [--k K]\n"
+		.synopsis = "[--op forward|backward|linear|quantize|check] [--m M] [--n N] [--k K]\n"
 			    "           [--concurrency N | --rate R [--concurrency N]] [--duration DUR | --requests N]\n"
 			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]\n"
 			    "           [--shm] [--channel]",
 		.summary = "Load-test fosd: closed loop or a fixed rate; throughput, latency percentiles, errors.",
-		.about = "For forward and backward it first caches a random (N, K) weight under a unique name\n"
-			 "(fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16. Latencies go\n"
-			 "into an HDR-style histogram (within 0.8 %). Ctrl-C stops early and still reports.",
+		.about = "For forward, backward and check it first caches a random (N, K) weight under a unique\n"
+			 "name (fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16; check\n"
+			 "sends fosd's own Y of X (from one forward at the start), so any difference is a\n"
+			 "failure (DATA_LOSS). Latencies go into an HDR-style histogram (within 0.8 %). Ctrl-C\n"
+			 "stops early and still reports.",
 		.flags = flags,
 		.nflags = LDF_COUNT,
 		.footer = "Report: requests (measured, ok, failed), throughput in requests/s and GB/s of\n"
@@ -747,7 +783,10 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 			goto fail;
 		}
 	}
-	if ((cfg.op == CLI_LOAD_FORWARD || cfg.op == CLI_LOAD_BACKWARD) && load_put_weight(r, &err))
+	if ((cfg.op == CLI_LOAD_FORWARD || cfg.op == CLI_LOAD_BACKWARD || cfg.op == CLI_LOAD_CHECK) &&
+	    load_put_weight(r, &err))
+		goto fail;
+	if (cfg.op == CLI_LOAD_CHECK && load_check_reference(r, dyd, &err)) /* the Y every check sends */
 		goto fail;
 	if (cfg.shm && load_regions(r, &err))
 		goto fail;

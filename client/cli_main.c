@@ -22,7 +22,7 @@ static const cli_command cli_commands[] = {
 	{"list-weights", cli_list_weights_main, "the weights in fosd's cache"},
 	{"forward", cli_forward_main, "Y = X W^T (+ bias) with a cached weight; --context-out for a backward"},
 	{"backward", cli_backward_main, "dX, dW (and db) from a forward's context file and dY"},
-	{"check", cli_check_main, "compare two .npy results: elements that differ, ulps, SQNR (exit 0: consistent)"},
+	{"check", cli_check_main, "compare two .npy results (or, --remote, a Y with fosd's): differ, ulps, SQNR"},
 	{"load", cli_load_main, "load-test fosd: closed loop or fixed rate, latency percentiles, throughput"},
 };
 #define CLI_NCOMMANDS ((int)(sizeof cli_commands / sizeof cli_commands[0]))

@@ -334,7 +334,8 @@ static int small_op(const fosd_slot *s)
 {
 	switch (s->op) {
 	case FOSD_OP_FORWARD:
-		return !s->args.u.fwd.save && s->args.u.fwd.x.len <= FOSD_RUN_NOW_BYTES;
+		return !s->args.u.fwd.save && s->args.u.fwd.x.len <= FOSD_RUN_NOW_BYTES &&
+		       s->args.u.fwd.expect.len <= FOSD_RUN_NOW_BYTES; /* a check compares on the CPU */
 	case FOSD_OP_QUANTIZE:
 		return s->args.u.quant.x.len <= FOSD_RUN_NOW_BYTES;
 	case FOSD_OP_DEQUANTIZE:

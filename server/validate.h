@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "compare.h"
 #include "fos_wire.h"
 #include "metrics.h"
 
@@ -26,6 +27,9 @@ typedef struct fosd_fwd_args {
 	fosw_tensor x, bias;
 	int has_bias;
 	int override, row_scaled, save, skip_output;
+	fosw_tensor expect;     /* a check instead of Y (has_expect): bf16, any rank until N is known */
+	int has_expect;
+	fos_cmp_criterion crit; /* the check's criterion (all zero: bitwise) */
 } fosd_fwd_args;
 
 typedef struct fosd_bwd_args {

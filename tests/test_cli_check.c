@@ -97,6 +97,7 @@ static void test_identical(void **state)
 	expect(&r, 0, "differ:      0 ");
 	expect(&r, 0, "16 elements");
 	expect(&r, 0, "sqnr:        inf dB");
+	assert_null(strstr(r.out, "first:"));
 	run_check(&r, "same.npy", "ref.npy", "--min-sqnr", "300");
 	expect(&r, 0, "consistent: within --min-sqnr 300 dB");
 	run_check(&r, "c1.npy", "c1.npy", NULL, NULL);
@@ -111,6 +112,7 @@ static void test_one_ulp(void **state)
 	th_result r;
 	run_check(&r, "ulp1.npy", "ref.npy", NULL, NULL);
 	expect(&r, 1, "NOT consistent: 1 of 16 elements differ (--bitwise)");
+	expect(&r, 1, "first:       [1, 1]: ours 1.0078125, reference 1");
 	expect(&r, 1, "max ulps:    1 bf16 at [1, 1]: ours 1.0078125, reference 1");
 	expect(&r, 1, "sqnr:        54.19 dB");
 	run_check(&r, "ulp1.npy", "ref.npy", "--bitwise", NULL);
@@ -136,6 +138,7 @@ static void test_one_ulp(void **state)
 	assert_true(cli_json_get(&v, "elements")->num == 16);
 	assert_true(cli_json_get(&v, "max_ulps")->num == 1);
 	assert_string_equal(cli_json_get(&v, "max_ulps_at")->str, "[1, 1]");
+	assert_string_equal(cli_json_get(&v, "first_differ_at")->str, "[1, 1]");
 	assert_string_equal(cli_json_get(&v, "ulp")->str, "bf16");
 	assert_string_equal(cli_json_get(&v, "dtype")->str, "bf16");
 	assert_true(fabs(cli_json_get(&v, "sqnr_db")->num - 180.0 * log10(2.0)) < 1e-6);
@@ -182,6 +185,7 @@ static void test_nonfinite(void **state)
 	run_check(&r, "nan.npy", "ref.npy", "--min-sqnr", "0");
 	expect(&r, 1, "1 elements are NaN/inf on one side only (first at [0, 0])");
 	expect(&r, 1, "non-finite:  1");
+	expect(&r, 1, "first:       [0, 0]: ours nan, reference 1");
 	run_check(&r, "nan.npy", "ref.npy", "--max-ulps", "1000000");
 	expect(&r, 1, "NOT consistent");
 	run_check(&r, "nan.npy", "ref.npy", "--json", NULL);
