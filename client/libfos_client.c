@@ -349,7 +349,8 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	int timeout = atomic_load(&c->timeout_ms);
 	rq->id = atomic_fetch_add(&c->next_id, 1);
 	rq->client_id = c->client_id;
-	rq->auth_token = c->token ? c->token : (char *)"";
+	rq->auth_token.len = c->token ? strlen(c->token) : 0; /* a C string: it holds no NUL */
+	rq->auth_token.data = (uint8_t *)c->token;
 	rq->deadline_ms = (uint32_t)timeout;
 
 	nng_msg *msg;

@@ -1,5 +1,7 @@
 /* auth.c: request authentication and the requests-in-flight quota (see auth.h). Failures are
- * counted and logged at most once every 10 s (with how many there were), never with the token. */
+ * counted and logged at most once every 10 s (with how many there were), never with the token.
+ * Every request is matched against the tenants of now (a reload may have removed one since the
+ * connection's previous request). */
 #include "auth.h"
 #include "log.h"
 #include "trust_config.h"
@@ -65,8 +67,9 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	s->tenant_counted = 0;
 	if (!ts)
 		return 0; /* one anonymous tenant: tokens are ignored */
-	const char *tok = s->rq->auth_token ? s->rq->auth_token : "";
-	size_t len = strlen(tok);
+	/* the token is the whole byte string of the field (a NUL in it makes it match nobody) */
+	const char *tok = (const char *)s->rq->auth_token.data;
+	size_t len = tok ? s->rq->auth_token.len : 0;
 	if (len == 0) {
 		/* Health answers without a token (liveness probes); it says nothing about any tenant */
 		if (s->op == FOSD_OP_HEALTH)
@@ -91,9 +94,10 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	if (s->op == FOSD_OP_HEALTH)
 		return 0;
 	int n = atomic_fetch_add(&t->inflight, 1) + 1;
-	if (t->quota_inflight && n > t->quota_inflight) {
+	int quota = atomic_load(&t->quota_inflight);
+	if (quota && n > quota) {
 		atomic_fetch_sub(&t->inflight, 1);
-		snprintf(msg, msgsz, "tenant '%s' already has %d requests in flight, its limit", t->name, t->quota_inflight);
+		snprintf(msg, msgsz, "tenant '%s' already has %d requests in flight, its limit", t->name, quota);
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
 	s->tenant_counted = 1;

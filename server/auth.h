@@ -10,9 +10,11 @@
 #include "server.h"
 
 /* Called by dispatch once the header is decoded (s->rq, s->op, s->client_id set), before anything
- * else looks at the request. Sets s->tenant. Returns 0, or UNAUTHENTICATED (a wrong token, or no
- * token for anything but Health) or RESOURCE_EXHAUSTED (the tenant's requests-in-flight quota)
- * with msg. The messages never say whether a tenant exists and never repeat the token. */
+ * else looks at the request. Sets s->tenant. Returns 0, or UNAUTHENTICATED (a wrong token: all of
+ * its bytes are compared, so a secret followed by a NUL and more is wrong; or no token for
+ * anything but Health) or RESOURCE_EXHAUSTED (the tenant's requests-in-flight quota) with msg.
+ * The messages never say whether a tenant exists and never repeat the token. Each request is
+ * matched against the tenants of the moment (fosd_reload may change them). */
 int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz);
 /* Called when the request is answered: ends its count in the tenant's requests in flight. */
 void fosd_auth_done(fosd_slot *s);

@@ -1,5 +1,7 @@
 /* config.c: fosd's configuration: defaults, the key = value config file and the command line
- * flags. Every key of the file is also a flag (--cache-bytes for cache_bytes); flags win. */
+ * flags. Every key of the file is also a flag (--cache-bytes for cache_bytes); flags win. A
+ * duration is at most FOSD_DURATION_MAX_MS, so every `ms * 1000000` of fosd fits in 64 bits with
+ * room for any monotonic clock value added to it. */
 #include "config.h"
 #include "http_metrics.h"
 #include "log.h"
@@ -7,10 +9,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef FOSD_VERSION
 #define FOSD_VERSION "0.1.0"
@@ -56,6 +61,10 @@ void fosd_config_free(fosd_config *c)
 	c->config_path = NULL;
 	free(c->metrics_listen);
 	c->metrics_listen = NULL;
+	if (c->fixed) /* it holds a hash of tls_key_password */
+		explicit_bzero(c->fixed, strlen(c->fixed));
+	free(c->fixed);
+	c->fixed = NULL;
 	fosd_trust_config_free(c);
 }
 
@@ -87,31 +96,66 @@ int fosd_parse_size(const char *s, uint64_t *out)
 	return -1;
 }
 
+int fosd_parse_duration_why(const char *s, uint64_t *out, const char **why)
+{
+	const char *dummy;
+	if (!why)
+		why = &dummy;
+	const char *p = s;
+	if (*p == '-') {
+		*why = "negative";
+		return -1;
+	}
+	if (!isdigit((unsigned char)*p)) {
+		*why = "not a decimal number";
+		return -1;
+	}
+	/* the integer part, saturating above the maximum; the fraction to at most 9 digits */
+	uint64_t ip = 0, frac = 0, fden = 1;
+	for (; isdigit((unsigned char)*p); p++)
+		if (ip <= FOSD_DURATION_MAX_MS)
+			ip = ip * 10 + (uint64_t)(*p - '0');
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p)) {
+			*why = "not a decimal number";
+			return -1;
+		}
+		for (; isdigit((unsigned char)*p); p++)
+			if (fden < 1000000000ull) {
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				fden *= 10;
+			}
+	}
+	uint64_t mul;
+	if (!*p || !strcmp(p, "s")) /* bare numbers are seconds */
+		mul = 1000;
+	else if (!strcmp(p, "ms"))
+		mul = 1;
+	else if (!strcmp(p, "m") || !strcmp(p, "min"))
+		mul = 60000;
+	else if (!strcmp(p, "h"))
+		mul = 3600000;
+	else {
+		int word = 1;
+		for (const char *q = p; *q; q++)
+			word &= isalpha((unsigned char)*q) != 0;
+		*why = word ? "its unit is not ms, s, m or h" : "not a decimal number";
+		return -1;
+	}
+	/* frac * mul < 1e9 * 3.6e6: no overflow; rounded to the nearest millisecond */
+	uint64_t fms = (frac * mul + fden / 2) / fden;
+	if (ip > FOSD_DURATION_MAX_MS / mul || ip * mul + fms > FOSD_DURATION_MAX_MS) {
+		*why = "longer than 24 days";
+		return -1;
+	}
+	*out = ip * mul + fms;
+	return 0;
+}
+
 int fosd_parse_duration_ms(const char *s, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	if (!*s || *s == '-')
-		return -1;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double mul = 1000.0; /* bare numbers are seconds */
-	if (!strcmp(end, "ms"))
-		mul = 1.0;
-	else if (!strcmp(end, "s") || !*end)
-		mul = 1000.0;
-	else if (!strcmp(end, "m") || !strcmp(end, "min"))
-		mul = 60000.0;
-	else if (!strcmp(end, "h"))
-		mul = 3600000.0;
-	else
-		return -1;
-	double ms = v * mul;
-	if (ms > 1e15)
-		return -1;
-	*out = (uint64_t)(ms + 0.5);
-	return 0;
+	return fosd_parse_duration_why(s, out, NULL);
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -192,10 +236,14 @@ int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, s
 	};
 	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
 		if (!strcmp(key, nums[i].key)) {
-			int bad = nums[i].is_size ? fosd_parse_size(v, &u) : fosd_parse_duration_ms(v, &u);
-			if (bad) {
-				snprintf(msg, msgsz, "%s: '%s' is not a %s", key, v,
-					 nums[i].is_size ? "size (e.g. 512M, 8G)" : "duration (e.g. 250ms, 30s, 5m)");
+			const char *why;
+			if (nums[i].is_size ? fosd_parse_size(v, &u) : fosd_parse_duration_why(v, &u, &why)) {
+				if (nums[i].is_size)
+					snprintf(msg, msgsz, "%s: '%.100s' is not a size (e.g. 512M, 8G)", key, v);
+				else
+					snprintf(msg, msgsz,
+						 "%s: '%.100s' is not a duration: %s (e.g. 250ms, 30s, 5m, 1h; 0 to 24 days)",
+						 key, v, why);
 				return -1;
 			}
 			*nums[i].dst = u;
@@ -269,17 +317,76 @@ static char *trim(char *s)
 	return s;
 }
 
-int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t msgsz)
+static const char *file_kind(mode_t m)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
+	if (S_ISDIR(m))
+		return "directory";
+	if (S_ISFIFO(m))
+		return "FIFO";
+	if (S_ISCHR(m))
+		return "character device";
+	if (S_ISBLK(m))
+		return "block device";
+	if (S_ISSOCK(m))
+		return "socket";
+	return "special file";
+}
+
+int fosd_open_regular(const char *path, size_t max, struct stat *sb, char *msg, size_t msgsz)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
 		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	char line[4096], err[512];
+	if (fstat(fd, sb)) {
+		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(sb->st_mode)) {
+		snprintf(msg, msgsz, "%s: not a regular file (a %s)", path, file_kind(sb->st_mode));
+		close(fd);
+		return -1;
+	}
+	if ((uint64_t)sb->st_size > (uint64_t)max) {
+		snprintf(msg, msgsz, "%s: larger than %zu KiB (%lld bytes)", path, max >> 10, (long long)sb->st_size);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t msgsz)
+{
+	struct stat sb;
+	int fd = fosd_open_regular(path, FOSD_CONFIG_FILE_MAX, &sb, msg, msgsz);
+	if (fd < 0)
+		return -1;
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	char *line = NULL, err[512];
+	size_t cap = 0, total = 0;
+	ssize_t len;
 	int lineno = 0, rc = 0;
-	while (fgets(line, sizeof line, f)) {
+	/* whole lines, however long: a comment ends only at its newline */
+	while ((len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
+		total += (size_t)len;
+		if (total > FOSD_CONFIG_FILE_MAX) { /* it grew since the fstat */
+			snprintf(msg, msgsz, "%s: larger than %zu KiB", path, FOSD_CONFIG_FILE_MAX >> 10);
+			rc = -1;
+			break;
+		}
+		if (memchr(line, 0, (size_t)len)) {
+			snprintf(msg, msgsz, "%s:%d: a NUL byte (the file is text)", path, lineno);
+			rc = -1;
+			break;
+		}
 		char *hash = strchr(line, '#');
 		if (hash)
 			*hash = 0;
@@ -304,9 +411,12 @@ int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t ms
 		}
 	}
 	if (!rc && ferror(f)) {
-		snprintf(msg, msgsz, "%s: read error", path);
+		snprintf(msg, msgsz, "%s: read error: %s", path, strerror(errno));
 		rc = -1;
 	}
+	if (line) /* it may have held tls_key_password */
+		explicit_bzero(line, cap);
+	free(line);
 	fclose(f);
 	return rc;
 }
@@ -346,11 +456,18 @@ void fosd_config_usage(void *stream)
 		"  --metrics-listen URL     serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"
 		"                           (port 0: any free one; default off; not loopback: a warning)\n");
 	fosd_trust_config_usage(stream);
-	fprintf((FILE *)stream, "  --help, --version\n");
+	fprintf((FILE *)stream,
+		"  --help, --version\n"
+		"DUR: a decimal number with ms, s, m or h (250ms, 1.5s, 5m; bare: seconds), 0 to 24 days.\n"
+		"SIGHUP reloads: reads --config and the flags again, applies log_level and the tenant_* keys,\n"
+		"rereads the tokens file (a removed tenant is refused from its next request on) and keeps\n"
+		"cached weights and contexts; other keys wait for a restart; a bad file changes nothing.\n");
 }
 
 int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, size_t msgsz)
 {
+	c->argc = argc;
+	c->argv = argv;
 	/* pass 1: --help, --version, --config */
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -429,6 +546,74 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 	return 0;
 }
 
+/* FNV-1a of a secret setting: fixed shows whether it changed, never the value */
+static unsigned long long config_hash(const char *s)
+{
+	unsigned long long h = 0xcbf29ce484222325ull;
+	for (; s && *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return s ? h : 0;
+}
+
+/* c->fixed: one "key=value" line for each key a reload cannot change (malloc'd; NULL when out of
+ * memory). */
+static char *config_render_fixed(const fosd_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fputs("listen=", f);
+	for (int i = 0; i < c->n_listen; i++)
+		fprintf(f, "%s%s", i ? " " : "", c->listen[i]);
+	fprintf(f, "\nbackend=%s\n", c->backend);
+	const struct {
+		const char *key;
+		long long v;
+	} ints[] = {
+		{"threads", c->threads},
+		{"device", c->device},
+		{"workers", c->workers},
+		{"streams", c->streams},
+		{"concurrency", c->concurrency},
+		{"cache_bytes", (long long)c->cache_bytes},
+		{"context_bytes", (long long)c->context_bytes},
+		{"context_ttl", (long long)c->context_ttl_ms},
+		{"max_message_bytes", (long long)c->max_message_bytes},
+		{"message_pool_bytes", (long long)c->message_pool_bytes},
+		{"channel_spin_us", c->channel_spin_us},
+		{"drain_timeout", (long long)c->drain_timeout_ms},
+		{"sweep_interval", (long long)c->sweep_interval_ms},
+		{"dedup_window", (long long)c->dedup_window_ms},
+		{"send_timeout", (long long)c->send_timeout_ms},
+		{"connection_requests", c->connection_requests},
+		{"max_connections", c->max_connections},
+		{"metrics_max_connections", c->metrics_max_connections},
+		{"metrics_idle_timeout", (long long)c->metrics_idle_timeout_ms},
+		{"ipc_mode", c->ipc_mode},
+		{"allow_insecure_tcp", c->allow_insecure_tcp},
+	};
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+		fprintf(f, "%s=%lld\n", ints[i].key, ints[i].v);
+	const struct {
+		const char *key, *v;
+	} strs[] = {
+		{"metrics_listen", c->metrics_listen},
+		{"tokens", c->tokens_path},
+		{"tls_cert", c->tls_cert},
+		{"tls_key", c->tls_key},
+	};
+	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+		fprintf(f, "%s=%s\n", strs[i].key, strs[i].v ? strs[i].v : "");
+	fprintf(f, "tls_key_password=%llx\n", config_hash(c->tls_key_password));
+	if (fclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
 int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz)
 {
 	if (c->n_listen == 0 && fosd_config_set(c, "listen", FOSD_DEFAULT_URL, msg, msgsz))
@@ -440,5 +625,34 @@ int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz)
 	}
 	if (c->sweep_interval_ms == 0)
 		c->sweep_interval_ms = 1000;
-	return fosd_trust_config_check(c, msg, msgsz);
+	if (fosd_trust_config_check(c, msg, msgsz))
+		return -1;
+	free(c->fixed);
+	if (!(c->fixed = config_render_fixed(c))) {
+		snprintf(msg, msgsz, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+void fosd_config_fixed_diff(const fosd_config *a, const fosd_config *b, char *out, size_t outsz)
+{
+	size_t used = 0;
+	out[0] = 0;
+	const char *pa = a->fixed ? a->fixed : "", *pb = b->fixed ? b->fixed : "";
+	/* both list the same keys in the same order, one line each */
+	while (*pa && *pb) {
+		const char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
+		if (!ea || !eb)
+			break;
+		if (ea - pa != eb - pb || memcmp(pa, pb, (size_t)(ea - pa))) {
+			const char *k = pa, *ke = memchr(pa, '=', (size_t)(ea - pa));
+			int n = snprintf(out + used, outsz - used, "%s%.*s", used ? ", " : "", (int)(ke ? ke - k : ea - k), k);
+			if (n < 0 || (size_t)n >= outsz - used)
+				break;
+			used += (size_t)n;
+		}
+		pa = ea + 1;
+		pb = eb + 1;
+	}
 }

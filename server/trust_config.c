@@ -106,7 +106,8 @@ void fosd_trust_config_usage(void *stream)
 	fprintf((FILE *)stream,
 		"  --tokens FILE            tenants: one 'NAME SECRET [cache=SIZE] [contexts=SIZE] [inflight=N]'\n"
 		"                           a line; requests must carry a tenant's secret as auth_token\n"
-		"                           (default: none, one anonymous tenant, ipc listeners only)\n"
+		"                           (default: none, one anonymous tenant, ipc listeners only);\n"
+		"                           SIGHUP rereads it\n"
 		"  --allow-insecure-tcp     allow tcp:// and tls+tcp:// listeners without a tokens file\n"
 		"  --tls-cert FILE          PEM certificate (chain) of tls+tcp:// listeners\n"
 		"  --tls-key FILE           PEM private key of tls+tcp:// listeners\n"

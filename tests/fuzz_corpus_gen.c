@@ -68,7 +68,7 @@ int main(int argc, char **argv)
 		rq.id = 7;
 		rq.client_id = 42;
 		rq.deadline_ms = 1000;
-		rq.auth_token = (char *)tokens[k];
+		rq.auth_token = (ProtobufCBinaryData){strlen(tokens[k]), (uint8_t *)tokens[k]};
 		Fos__HealthRequest h = FOS__HEALTH_REQUEST__INIT;
 		rq.op_case = FOS__REQUEST__OP_HEALTH;
 		rq.health = &h;
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 	Fos__Request rq = FOS__REQUEST__INIT;
 	rq.id = 9;
 	rq.client_id = 1;
-	rq.auth_token = (char *)TF_ALICE;
+	rq.auth_token = (ProtobufCBinaryData){strlen(TF_ALICE), (uint8_t *)TF_ALICE};
 	{
 		Fos__ListWeightsRequest lw = FOS__LIST_WEIGHTS_REQUEST__INIT;
 		rq.op_case = FOS__REQUEST__OP_LIST_WEIGHTS;

@@ -114,8 +114,10 @@ int tf_request_one(const uint8_t *data, size_t size)
 	s->op = fosd_request_op(s->rq);
 	code = fosd_auth_request(&srv, s, msg, sizeof msg);
 	/* the oracle of authentication: a tenant exactly when the token is a secret */
-	const char *tok = s->rq->auth_token ? s->rq->auth_token : "";
-	fosd_tenant *want = !strcmp(tok, TF_ALICE) ? &tf_tenants->t[0] : !strcmp(tok, TF_BOB) ? &tf_tenants->t[1] : NULL;
+	const ProtobufCBinaryData *tok = &s->rq->auth_token;
+#define TF_IS(sec) (tok->len == strlen(sec) && !memcmp(tok->data, sec, tok->len))
+	fosd_tenant *want = TF_IS(TF_ALICE) ? tf_tenants->t[0] : TF_IS(TF_BOB) ? tf_tenants->t[1] : NULL;
+#undef TF_IS
 	if (code == 0 && s->tenant != want)
 		abort();
 	if (code == FOS__CODE__UNAUTHENTICATED && want)

@@ -345,7 +345,7 @@ static nng_msg *build_forward(uint64_t id, uint64_t client_id, const uint16_t *x
 	rq.forward = &fr;
 	rq.id = id;
 	rq.client_id = client_id;
-	rq.auth_token = (char *)"";
+	rq.auth_token = (ProtobufCBinaryData){0, NULL};
 	rq.deadline_ms = 20000;
 	nng_msg *msg;
 	uint8_t *data;

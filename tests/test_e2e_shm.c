@@ -573,7 +573,7 @@ static void expect_quantize_shm(raw *r, const char *token, const char *region, i
 	qr.x = &t;
 	rq.op_case = FOS__REQUEST__OP_QUANTIZE;
 	rq.quantize = &qr;
-	rq.auth_token = (char *)token;
+	rq.auth_token = (ProtobufCBinaryData){strlen(token), (uint8_t *)token};
 	expect(r, &rq, code, needle);
 }
 
@@ -612,7 +612,7 @@ static void test_tenants(void **state)
 	rr.name = (char *)"r";
 	rr.key = key;
 	rr.size = M * K * 2;
-	rq.auth_token = (char *)alice;
+	rq.auth_token = (ProtobufCBinaryData){strlen(alice), (uint8_t *)alice};
 	expect(&r, &rq, FOS_CODE_OK, NULL);
 	/* on the same connection, bob does not see alice's region, nor can he drop it */
 	expect_quantize_shm(&r, alice, "r", FOS_CODE_OK, NULL);
@@ -622,18 +622,18 @@ static void test_tenants(void **state)
 	ur.op_case = FOS__REQUEST__OP_UNREGISTER_REGION;
 	ur.unregister_region = &u;
 	u.name = (char *)"r";
-	ur.auth_token = (char *)bob;
+	ur.auth_token = (ProtobufCBinaryData){strlen(bob), (uint8_t *)bob};
 	expect(&r, &ur, FOS_CODE_NOT_FOUND, "not registered");
 	/* bob may have his own region of the same name */
-	rq.auth_token = (char *)bob;
+	rq.auth_token = (ProtobufCBinaryData){strlen(bob), (uint8_t *)bob};
 	expect(&r, &rq, FOS_CODE_OK, NULL);
 	expect_quantize_shm(&r, bob, "r", FOS_CODE_OK, NULL);
-	ur.auth_token = (char *)alice;
+	ur.auth_token = (ProtobufCBinaryData){strlen(alice), (uint8_t *)alice};
 	expect(&r, &ur, FOS_CODE_OK, NULL);
 	expect_quantize_shm(&r, alice, "r", FOS_CODE_NOT_FOUND, "not registered");
 	expect_quantize_shm(&r, bob, "r", FOS_CODE_OK, NULL);
 	/* without a token nothing but Health is served */
-	rq.auth_token = (char *)"";
+	rq.auth_token = (ProtobufCBinaryData){0, NULL};
 	expect(&r, &rq, FOS_CODE_UNAUTHENTICATED, NULL);
 	nng_close(r.sock);
 	munmap(p, M * K * 2);

@@ -191,7 +191,7 @@ static int raw_put(const char *url, const char *token, uint64_t client_id, uint6
 	rq.put_weight = &pw;
 	rq.id = id;
 	rq.client_id = client_id;
-	rq.auth_token = (char *)token;
+	rq.auth_token = (ProtobufCBinaryData){strlen(token), (uint8_t *)token};
 	pw.name = (char *)name;
 	pw.version = 1;
 	pw.w = &tw;

@@ -158,7 +158,7 @@ static void test_namespaces(void **state)
 	char msg[256];
 	const char text[] = "alice " S1 "\nbob " S2 "\n";
 	assert_int_equal(fosd_tenants_parse(text, sizeof text - 1, "t", NULL, &ts, msg, sizeof msg), 0);
-	fosd_tenant *a = &ts->t[0], *b = &ts->t[1];
+	fosd_tenant *a = ts->t[0], *b = ts->t[1];
 	fosd_wcache wc;
 	assert_int_equal(fosd_wcache_init(&wc, NULL, 1 << 20), 0);
 	fosd_wcache_insert(&wc, fake_weight("w", a));
