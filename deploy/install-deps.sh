@@ -2,7 +2,7 @@
 # install-deps.sh: installs the Debian packages fosd's build and tests need, when any is missing.
 # Idempotent and quiet when everything is there; runs as root, or through sudo as a user.
 set -e
-PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libcmocka-dev"
+PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhttp-parser-dev libcmocka-dev"
 # the CUDA backend is built where nvcc exists, and nvcc compiles host code with g++
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	PKGS="$PKGS g++"

@@ -30,6 +30,7 @@ typedef struct fosd_chans {
 	pthread_cond_t cv;      /* a channel's thread ended */
 	fosd_chan *head;
 	int count;
+	int max_total;          /* channels in all: FOSD_CHAN_MAX_TOTAL, or fewer (fdlimit.c) */
 	int closed;             /* fosd_chans_stop_all ran: no new channel starts */
 	atomic_uint_fast64_t requests;
 } fosd_chans;

@@ -1,8 +1,15 @@
 /* regions.c: the table of registered shared-memory regions (see shm.h): opening a client's object
  * safely (credentials, file type, owner, size), mapping and pinning it once, lookups by (pipe,
- * tenant, name) with reference counts, and release on unregister, connection loss and shutdown. */
+ * tenant, name) with reference counts, and release on unregister, connection loss and shutdown.
+ *
+ * Each region keeps its object open (fstat before each use) and mapped from registration until
+ * its last reference goes: one descriptor. rg->fds counts them, a registration in progress
+ * included (it takes its unit before it opens anything), and never exceeds rg->max_total, the
+ * share of the descriptor limit (fdlimit.c). Running out of descriptors anyway is
+ * RESOURCE_EXHAUSTED, never a permission problem. */
 #include "shm.h"
 #include "chan.h"
+#include "fdlimit.h"
 #include "log.h"
 #include "fos_chan.h"
 
@@ -48,6 +55,7 @@ int fosd_regions_init(fosd_regions *rg, const fos_backend *be)
 	if (h && be && !strcmp(h->backend, be->name))
 		rg->pin = h;
 	rg->host_backend = be && !strcmp(be->name, "cpu");
+	rg->max_total = FOSD_SHM_MAX_TOTAL;
 	return 0;
 }
 
@@ -64,9 +72,31 @@ static void region_free(fosd_regions *rg, fosd_region *r)
 	rg->mapped -= r->size;
 	if (r->pinned)
 		rg->pinned -= r->size;
+	rg->fds--;
 	pthread_mutex_unlock(&rg->mu);
 	free(r->tenant);
 	free(r);
+}
+
+/* Gives back the descriptor unit of a registration that failed before it made its region. */
+static void fd_unit_return(fosd_regions *rg)
+{
+	pthread_mutex_lock(&rg->mu);
+	rg->fds--;
+	pthread_mutex_unlock(&rg->mu);
+}
+
+/* The code and message of an open/stat that failed with err: out of descriptors (or kernel
+ * memory) is RESOURCE_EXHAUSTED; ENOENT NOT_FOUND; anything else PERMISSION_DENIED. */
+static int open_errno_code(int err, const char *key, const char *what, char *msg, size_t msgsz)
+{
+	if (fosd_fd_exhausted(err) || err == ENOMEM) {
+		snprintf(msg, msgsz, "key '%s': %s: out of file descriptors (%s); fosd's descriptor limit is reached, "
+			 "retry after other regions or connections are released", key, what, strerror(err));
+		return FOS__CODE__RESOURCE_EXHAUSTED;
+	}
+	snprintf(msg, msgsz, "key '%s': %s: %s", key, what, strerror(err));
+	return err == ENOENT ? FOS__CODE__NOT_FOUND : FOS__CODE__PERMISSION_DENIED;
 }
 
 /* Takes r out of the table (rg->mu held); returns 1 when the caller must free it. */
@@ -157,9 +187,10 @@ static int open_key(const char *key, int peer_pid, int peer_uid, int *code, char
 		snprintf(path, sizeof path, "/proc/%d/fd/%ld", peer_pid, n);
 		/* look before opening: only a regular file of the peer's is ever opened */
 		if (stat(path, &before)) {
-			*code = errno == ENOENT ? FOS__CODE__NOT_FOUND : FOS__CODE__PERMISSION_DENIED;
-			snprintf(msg, msgsz, "key '%s': cannot open file descriptor %ld of the client (pid %d): %s", key,
-				 n, peer_pid, strerror(errno));
+			int err = errno;
+			char what[96];
+			snprintf(what, sizeof what, "cannot open file descriptor %ld of the client (pid %d)", n, peer_pid);
+			*code = open_errno_code(err, key, what, msg, msgsz);
 			return -1;
 		}
 		if (!S_ISREG(before.st_mode) || (int)before.st_uid != peer_uid) {
@@ -191,9 +222,7 @@ static int open_key(const char *key, int peer_pid, int peer_uid, int *code, char
 		return -1;
 	}
 	if (fd < 0) {
-		int err = errno;
-		*code = err == ENOENT ? FOS__CODE__NOT_FOUND : FOS__CODE__PERMISSION_DENIED;
-		snprintf(msg, msgsz, "key '%s': cannot open the object: %s", key, strerror(err));
+		*code = open_errno_code(errno, key, "cannot open the object", msg, msgsz);
 		return -1;
 	}
 	if (fstat(fd, &st)) {
@@ -233,33 +262,47 @@ int fosd_regions_register(fosd_regions *rg, uint32_t pipe, const char *tenant, i
 			 (unsigned long long)FOSD_SHM_MAX_SIZE);
 		return FOS__CODE__INVALID_ARGUMENT;
 	}
-	/* refuse early what the table would refuse anyway */
+	/* refuse early what the table would refuse anyway; take a descriptor unit before opening */
 	pthread_mutex_lock(&rg->mu);
 	int mine = 0;
 	for (fosd_region *r = rg->head; r; r = r->next)
 		mine += r->pipe == pipe;
 	int dup = find_locked(rg, pipe, tenant, name) != NULL;
-	uint64_t total = rg->count;
+	uint64_t held = rg->fds, most = rg->max_total;
+	int room = !dup && mine < FOSD_SHM_MAX_PER_PIPE && held < most;
+	if (room)
+		rg->fds++;
 	pthread_mutex_unlock(&rg->mu);
 	if (dup) {
 		snprintf(msg, msgsz, "region '%s' is already registered on this connection", name);
 		return FOS__CODE__ALREADY_EXISTS;
 	}
-	if (mine >= FOSD_SHM_MAX_PER_PIPE || total >= FOSD_SHM_MAX_TOTAL) {
-		snprintf(msg, msgsz, "too many regions (%d on this connection, at most %d; %llu in all, at most %d)", mine,
-			 FOSD_SHM_MAX_PER_PIPE, (unsigned long long)total, FOSD_SHM_MAX_TOTAL);
+	if (mine >= FOSD_SHM_MAX_PER_PIPE) {
+		snprintf(msg, msgsz, "too many regions on this connection: %d registered, at most %d per connection", mine,
+			 FOSD_SHM_MAX_PER_PIPE);
+		return FOS__CODE__RESOURCE_EXHAUSTED;
+	}
+	if (!room) {
+		snprintf(msg, msgsz,
+			 "too many shared-memory regions in all: %llu hold a descriptor (registered or still in use), at "
+			 "most %llu (fosd's share of its descriptor limit for regions; unregister some, or raise the "
+			 "limit)",
+			 (unsigned long long)held, (unsigned long long)most);
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
 
 	int fd = open_key(key, peer_pid, peer_uid, &code, msg, msgsz);
-	if (fd < 0)
+	if (fd < 0) {
+		fd_unit_return(rg);
 		return code;
+	}
 	struct stat st;
 	memset(&st, 0, sizeof st);
 	if (fstat(fd, &st) || (uint64_t)st.st_size < size) {
 		snprintf(msg, msgsz, "region '%s': the object is %lld bytes, smaller than the %llu registered", name,
 			 (long long)st.st_size, (unsigned long long)size);
 		close(fd);
+		fd_unit_return(rg);
 		return FOS__CODE__INVALID_ARGUMENT;
 	}
 	int seals = fcntl(fd, F_GET_SEALS);
@@ -267,6 +310,7 @@ int fosd_regions_register(fosd_regions *rg, uint32_t pipe, const char *tenant, i
 	if (!r || (tenant && *tenant && !(r->tenant = strdup(tenant)))) {
 		free(r);
 		close(fd);
+		fd_unit_return(rg);
 		snprintf(msg, msgsz, "out of memory");
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
@@ -277,11 +321,13 @@ int fosd_regions_register(fosd_regions *rg, uint32_t pipe, const char *tenant, i
 	r->sealed = seals >= 0 && (seals & F_SEAL_SHRINK);
 	void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
-		snprintf(msg, msgsz, "region '%s': cannot map %llu bytes: %s", name, (unsigned long long)size,
-			 strerror(errno));
+		int err = errno;
+		snprintf(msg, msgsz, "region '%s': cannot map %llu bytes: %s%s", name, (unsigned long long)size,
+			 strerror(err), fosd_fd_exhausted(err) ? " (out of file descriptors)" : "");
 		close(fd);
 		free(r->tenant);
 		free(r);
+		fd_unit_return(rg);
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
 	r->base = p;

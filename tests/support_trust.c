@@ -132,7 +132,8 @@ int tt_fosd_run(const char *const *args, const char *log, int timeout_ms)
 
 /* Starts BUILD/fosd on s->url (log appended), optionally with an address-space limit, and waits
  * until it answers Health. */
-static int tt_spawn(tsrv *s, uint64_t as_bytes, const char *const *extra)
+/* nofile: RLIMIT_NOFILE of the daemon (NULL: inherited). */
+static int tt_spawn(tsrv *s, uint64_t as_bytes, const struct rlimit *nofile, const char *const *extra)
 {
 	char bin[1200];
 	const char *argv[64];
@@ -153,6 +154,8 @@ static int tt_spawn(tsrv *s, uint64_t as_bytes, const char *const *extra)
 			if (setrlimit(RLIMIT_AS, &rl))
 				_exit(126);
 		}
+		if (nofile && setrlimit(RLIMIT_NOFILE, nofile))
+			_exit(126);
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -192,10 +195,10 @@ int tt_restart(tsrv *s, int sig, const char *const *extra)
 		}
 		s->pid = 0;
 	}
-	return tt_spawn(s, 0, extra);
+	return tt_spawn(s, 0, NULL, extra);
 }
 
-int tt_start_limited(tsrv *s, uint64_t as_bytes, const char *const *extra)
+static int tt_start_with(tsrv *s, uint64_t as_bytes, const struct rlimit *nofile, const char *const *extra)
 {
 	memset(s, 0, sizeof *s);
 	snprintf(s->dir, sizeof s->dir, "/tmp/fosd-test-XXXXXX");
@@ -203,7 +206,18 @@ int tt_start_limited(tsrv *s, uint64_t as_bytes, const char *const *extra)
 		return -1;
 	snprintf(s->url, sizeof s->url, "ipc://%s/fosd.sock", s->dir);
 	snprintf(s->log, sizeof s->log, "%s/fosd.log", s->dir);
-	return tt_spawn(s, as_bytes, extra);
+	return tt_spawn(s, as_bytes, nofile, extra);
+}
+
+int tt_start_limited(tsrv *s, uint64_t as_bytes, const char *const *extra)
+{
+	return tt_start_with(s, as_bytes, NULL, extra);
+}
+
+int tt_start_nofile(tsrv *s, uint64_t soft, uint64_t hard, const char *const *extra)
+{
+	struct rlimit rl = {(rlim_t)soft, (rlim_t)hard};
+	return tt_start_with(s, 0, &rl, extra);
 }
 
 /* ---- raw SP over ipc ------------------------------------------------------------------------- */

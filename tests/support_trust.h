@@ -35,6 +35,9 @@ int tt_restart(tsrv *s, int sig, const char *const *extra);
 /* tsrv_start with the daemon's address space limited to as_bytes (RLIMIT_AS): its allocations
  * beyond it fail. Returns 0 or -1. */
 int tt_start_limited(tsrv *s, uint64_t as_bytes, const char *const *extra);
+/* tsrv_start with the daemon's descriptor limit (RLIMIT_NOFILE) set to soft and hard. Returns 0 or
+ * -1. */
+int tt_start_nofile(tsrv *s, uint64_t soft, uint64_t hard, const char *const *extra);
 
 /* ---- raw SP over ipc -------------------------------------------------------------------------- */
 
