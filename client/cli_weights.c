@@ -186,7 +186,8 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 	cli_cmd cmd = {
 		.name = "list-weights",
 		.synopsis = "[--json]",
-		.summary = "List the weights in fosd's cache, most recently used first.",
+		.summary = "List the weights in fosd's cache, in byte order of their names.",
+		.about = "fosd answers in pages of up to 1000 weights; all pages are fetched and listed.",
 		.flags = flags,
 		.nflags = LWF_COUNT,
 	};

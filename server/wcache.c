@@ -328,11 +328,6 @@ void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info
 	o->idle_ms = now_ns > w->last_used_ns ? (now_ns - w->last_used_ns) / 1000000u : 0;
 }
 
-int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count)
-{
-	return fosd_wcache_list_in(wc, NULL, out, count);
-}
-
 int fosd_wcache_list_in(fosd_wcache *wc, const fosd_tenant *owner, fosd_weight_info **out, size_t *count)
 {
 	pthread_mutex_lock(&wc->mu);
@@ -350,6 +345,47 @@ int fosd_wcache_list_in(fosd_wcache *wc, const fosd_tenant *owner, fosd_weight_i
 	pthread_mutex_unlock(&wc->mu);
 	*out = a;
 	*count = i;
+	return 0;
+}
+
+static int wc_by_name(const void *a, const void *b)
+{
+	const fosd_weight *x = *(const fosd_weight *const *)a, *y = *(const fosd_weight *const *)b;
+	return strcmp(x->name, y->name);
+}
+
+int fosd_wcache_list_page(fosd_wcache *wc, const fosd_tenant *owner, const char *after, size_t max,
+			  fosd_weight_info **out, size_t *count, int *more)
+{
+	*out = NULL;
+	*count = 0;
+	*more = 0;
+	pthread_mutex_lock(&wc->mu);
+	size_t n = (size_t)wc->entries, cand = 0;
+	fosd_weight **sel = malloc((n ? n : 1) * sizeof *sel);
+	size_t cap = n < max ? n : max;
+	fosd_weight_info *a = calloc(cap ? cap : 1, sizeof *a);
+	if (!sel || !a) {
+		pthread_mutex_unlock(&wc->mu);
+		free(sel);
+		free(a);
+		return -1;
+	}
+	/* names are unique per owner, so "after the last name returned" is a position that entries
+	 * added or dropped elsewhere in the order do not move */
+	for (fosd_weight *w = wc->head; w && cand < n; w = w->next)
+		if (w->owner == owner && strcmp(w->name, after) > 0)
+			sel[cand++] = w;
+	qsort(sel, cand, sizeof *sel, wc_by_name);
+	size_t k = cand < max ? cand : max;
+	uint64_t now = fosd_now_ns();
+	for (size_t i = 0; i < k; i++)
+		fosd_weight_info_of(sel[i], now, &a[i]);
+	pthread_mutex_unlock(&wc->mu);
+	free(sel);
+	*out = a;
+	*count = k;
+	*more = cand > k;
 	return 0;
 }
 

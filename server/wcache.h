@@ -96,9 +96,13 @@ typedef struct fosd_weight_info {
 	int pinned, has_master, has_col;
 	uint64_t uses, idle_ms;
 } fosd_weight_info;
-int fosd_wcache_list(fosd_wcache *wc, fosd_weight_info **out, size_t *count);
-/* Only owner's entries. */
+/* Only owner's entries, most recently used first. */
 int fosd_wcache_list_in(fosd_wcache *wc, const fosd_tenant *owner, fosd_weight_info **out, size_t *count);
+/* One page of owner's entries for ListWeights: those whose names sort after `after` (strcmp; ""
+ * for the first page), at most max of them, in name order. *more is 1 when entries sorting after
+ * the page's last one are left. Returns 0, or -1 when out of memory. */
+int fosd_wcache_list_page(fosd_wcache *wc, const fosd_tenant *owner, const char *after, size_t max,
+			  fosd_weight_info **out, size_t *count, int *more);
 void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info *out);
 
 typedef struct fosd_wcache_stats {

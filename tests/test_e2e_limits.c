@@ -27,9 +27,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "fos.h"
 #include "support_server.h"
 #include "support_assert.h"
+#include "test_cli_harness.h"
 
 #define M 256
 #define K 128
@@ -294,6 +296,343 @@ static void test_dequantize(void **state)
 	fos_close(big);
 }
 
+/* ---- ListWeights in pages ---------------------------------------------------------------------- */
+
+#define NW 10000
+static char g_names[NW][129];
+static int g_wdim; /* the smallest weight fosd accepts: 16x16, or 128x128 where N and K must be 128s */
+
+/* Name i: 64 to 128 bytes, in an order unrelated to i (all of them in one reply would take more
+ * than 1 MiB) */
+static void make_name(int i, char *out)
+{
+	uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull;
+	h ^= h >> 29;
+	int len = 64 + (int)(h % 65); /* up to 128 */
+	int n = snprintf(out, 129, "pg/%016llx.%d-", (unsigned long long)h, i);
+	for (; n < len; n++)
+		out[n] = "abcdefghijklmnopqrstuvwxyz0123456789._:/-"[(h >> (n % 40)) % 41];
+	out[n] = 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+typedef struct put_job {
+	int from, to;
+	const uint16_t *w;
+	int rc;
+	char msg[800];
+} put_job;
+
+static void *put_range(void *arg)
+{
+	put_job *j = arg;
+	fos_client *c;
+	fos_status st;
+	if ((j->rc = fos_connect(g_small.url, NULL, 60000, &c, &st))) {
+		snprintf(j->msg, sizeof j->msg, "connect: %s", st.message);
+		return NULL;
+	}
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, g_wdim, g_wdim, j->w);
+	for (int i = j->from; i < j->to && !j->rc; i++)
+		if ((j->rc = fos_put_weight(c, g_names[i], 1, &tw, NULL, NULL, &st)))
+			snprintf(j->msg, sizeof j->msg, "put %s: %s", g_names[i], st.message);
+	fos_close(c);
+	return NULL;
+}
+
+/* Puts the NW weights into the 160K fosd (once). */
+static void put_many(void)
+{
+	static int done;
+	if (done)
+		return;
+	static uint16_t w[128 * 128];
+	tsrv_fill_bf16(w, 128 * 128, 31, 0.05f);
+	fos_client *c = connect_to(&g_small);
+	fos_status st;
+	fos_tensor t16 = fos_tensor_2d(FOS_DTYPE_BF16, 16, 16, w);
+	g_wdim = fos_put_weight(c, "pg-probe", 1, &t16, NULL, NULL, &st) == FOS_CODE_OK ? 16 : 128;
+	if (g_wdim == 16)
+		ASSERT_OK(fos_drop_weight(c, "pg-probe", &st), st);
+	fos_close(c);
+	for (int i = 0; i < NW; i++)
+		make_name(i, g_names[i]);
+	enum { T = 4 };
+	put_job jobs[T];
+	pthread_t th[T];
+	for (int t = 0; t < T; t++) {
+		jobs[t] = (put_job){NW * t / T, NW * (t + 1) / T, w, 0, ""};
+		assert_int_equal(pthread_create(&th[t], NULL, put_range, &jobs[t]), 0);
+	}
+	for (int t = 0; t < T; t++)
+		pthread_join(th[t], NULL);
+	for (int t = 0; t < T; t++)
+		if (jobs[t].rc)
+			fail_msg("%s: %s", fos_code_name(jobs[t].rc), jobs[t].msg);
+	done = 1;
+}
+
+/* The NW names sorted by strcmp, then "w" (the weight the setup put) in its place: what a full
+ * listing of the 160K fosd must give */
+static const char **expected_names(size_t *n)
+{
+	const char **e = malloc((NW + 1) * sizeof *e);
+	assert_non_null(e);
+	for (int i = 0; i < NW; i++)
+		e[i] = g_names[i];
+	e[NW] = "w";
+	qsort(e, NW + 1, sizeof *e, cmp_str);
+	*n = NW + 1;
+	return e;
+}
+
+static void expect_listing(const fos_weight_info *l, size_t n, const char *what)
+{
+	size_t ne;
+	const char **e = expected_names(&ne);
+	if (n != ne)
+		fail_msg("%s: %zu weights listed, %zu expected", what, n, ne);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(l[i].name, e[i]))
+			fail_msg("%s: entry %zu is '%s', '%s' expected", what, i, l[i].name, e[i]);
+	free(e);
+}
+
+static void test_list_all_pages(void **state)
+{
+	(void)state;
+	put_many();
+	fos_client *c = connect_to(&g_small);
+	fos_status st;
+	fos_weight_info *l;
+	size_t n;
+	ASSERT_OK(fos_list_weights(c, &l, &n, &st), st);
+	expect_listing(l, n, "fos_list_weights");
+	assert_int_equal(l[0].n, g_wdim);
+	free(l);
+
+	/* page by page, at several page sizes (0: the default; 20000: fosd's maximum) */
+	static const uint32_t sizes[] = {7, 1000, 0, 20000};
+	for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+		fos_weight_info *all = malloc((NW + 1) * sizeof *all);
+		size_t total = 0, pages = 0;
+		char *token = NULL;
+		do {
+			fos_weight_info *p;
+			size_t k;
+			char *next;
+			ASSERT_OK(fos_list_weights_page(c, token, sizes[si], &p, &k, &next, &st), st);
+			uint32_t cap = sizes[si] ? (sizes[si] > 10000 ? 10000 : sizes[si]) : 1000;
+			if (k > cap || (!k && next))
+				fail_msg("page_size %u: a page of %zu", sizes[si], k);
+			/* at least the bytes the page took on the wire: the name with its tag and length
+			 * (2 bytes here), 12 for the numbers and the entry's own tag and length */
+			size_t bytes = 0;
+			for (size_t i = 0; i < k; i++)
+				bytes += strlen(p[i].name) + 14;
+			if (bytes > 160 * 1024)
+				fail_msg("page_size %u: a page of at least %zu bytes, over the 160K limit", sizes[si], bytes);
+			assert_true(total + k <= NW + 1);
+			memcpy(all + total, p, k * sizeof *p);
+			total += k;
+			pages++;
+			free(p);
+			free(token);
+			token = next;
+		} while (token);
+		char what[64];
+		snprintf(what, sizeof what, "pages of %u", sizes[si]);
+		expect_listing(all, total, what);
+		if (sizes[si] == 7)
+			assert_int_equal(pages, (NW + 1 + 6) / 7);
+		if (sizes[si] == 1000 || !sizes[si]) /* 1000 names of 64..128 bytes fit in 160K */
+			assert_int_equal(pages, (NW + 1 + 999) / 1000);
+		if (sizes[si] > 10000) /* 10000 of them do not: pages bounded by bytes, not by count */
+			assert_true(pages >= 3);
+		free(all);
+	}
+	fos_close(c);
+}
+
+/* Runs `fos --server URL list-weights [--json]` into a file; returns its contents (malloc'd). */
+static char *run_list_cli(int json, size_t *len)
+{
+	char out[512];
+	snprintf(out, sizeof out, "%s/list.out", g_small.dir);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		FILE *f = freopen(out, "w", stdout);
+		if (!f)
+			_exit(99);
+		const char *fos = th_fos();
+		if (json)
+			execl(fos, fos, "--server", g_small.url, "list-weights", "--json", (char *)NULL);
+		else
+			execl(fos, fos, "--server", g_small.url, "list-weights", (char *)NULL);
+		_exit(98);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		fail_msg("fos list-weights%s exited with %d", json ? " --json" : "", status);
+	FILE *f = fopen(out, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long sz = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)sz + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)sz, f), (size_t)sz);
+	buf[sz] = 0;
+	fclose(f);
+	*len = (size_t)sz;
+	return buf;
+}
+
+static void test_list_cli(void **state)
+{
+	(void)state;
+	put_many();
+	size_t ne, len;
+	const char **e = expected_names(&ne);
+	/* text: a header line, then one line per weight starting with its name */
+	char *text = run_list_cli(0, &len);
+	size_t line = 0;
+	for (char *p = text, *nl; *p; p = nl + 1, line++) {
+		nl = strchr(p, '\n');
+		assert_non_null(nl);
+		*nl = 0;
+		if (line == 0) {
+			assert_true(!strncmp(p, "NAME", 4));
+			continue;
+		}
+		if (line > ne)
+			fail_msg("fos list-weights: more than %zu lines", ne);
+		char name[200];
+		assert_int_equal(sscanf(p, "%199s", name), 1);
+		if (strcmp(name, e[line - 1]))
+			fail_msg("fos list-weights: line %zu names '%s', '%s' expected", line, name, e[line - 1]);
+	}
+	assert_int_equal(line, ne + 1);
+	free(text);
+	/* --json */
+	char *js = run_list_cli(1, &len);
+	cli_jv v;
+	fos_err err = {0, ""};
+	if (cli_json_parse(js, len, &v, &err))
+		fail_msg("fos list-weights --json: %s", err.msg);
+	const cli_jv *ws = cli_json_get(&v, "weights");
+	assert_non_null(ws);
+	assert_int_equal(ws->n, ne);
+	for (size_t i = 0; i < ne; i++) {
+		const cli_jv *nm = cli_json_get(&ws->items[i], "name");
+		assert_non_null(nm);
+		if (strcmp(nm->str, e[i]))
+			fail_msg("fos list-weights --json: weight %zu is '%s', '%s' expected", i, nm->str, e[i]);
+	}
+	cli_json_free(&v);
+	free(js);
+	free(e);
+}
+
+/* A weight put and one dropped between two pages: no other weight is skipped or repeated */
+static void test_list_changes_between_pages(void **state)
+{
+	(void)state;
+	fos_client *c = connect_to(&g_big);
+	fos_status st;
+	static uint16_t w[128 * 128];
+	tsrv_fill_bf16(w, 128 * 128, 32, 0.05f);
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, 128, 128, w);
+	char name[32];
+	for (int i = 0; i < 30; i++) {
+		snprintf(name, sizeof name, "m%02d", i);
+		ASSERT_OK(fos_put_weight(c, name, 1, &tw, NULL, NULL, &st), st);
+	}
+	/* on the big fosd: m00 .. m29 and w */
+	fos_weight_info *p;
+	size_t k;
+	char *next;
+	ASSERT_OK(fos_list_weights_page(c, NULL, 10, &p, &k, &next, &st), st);
+	assert_int_equal(k, 10);
+	assert_non_null(next);
+	assert_string_equal(p[0].name, "m00");
+	assert_string_equal(p[9].name, "m09");
+	free(p);
+	ASSERT_OK(fos_drop_weight(c, "m05", &st), st);  /* listed already */
+	ASSERT_OK(fos_drop_weight(c, "m09", &st), st);  /* the page's last: the token's own name */
+	ASSERT_OK(fos_drop_weight(c, "m15", &st), st);  /* not yet listed */
+	ASSERT_OK(fos_put_weight(c, "m00a", 1, &tw, NULL, NULL, &st), st); /* before the token: not listed */
+	ASSERT_OK(fos_put_weight(c, "m095", 1, &tw, NULL, NULL, &st), st); /* after it: listed */
+	/* a new version of a listed weight replaces it in place: not listed again */
+	ASSERT_OK(fos_put_weight(c, "m03", 2, &tw, NULL, NULL, &st), st);
+	const char *rest[] = {"m095", "m10", "m11", "m12", "m13", "m14", "m16", "m17", "m18", "m19", "m20", "m21",
+			      "m22",  "m23", "m24", "m25", "m26", "m27", "m28", "m29", "w"};
+	size_t nrest = sizeof rest / sizeof rest[0], got = 0;
+	char *token = next;
+	while (token) {
+		ASSERT_OK(fos_list_weights_page(c, token, 10, &p, &k, &next, &st), st);
+		for (size_t i = 0; i < k; i++, got++) {
+			if (got >= nrest)
+				fail_msg("listed '%s' past the end", p[i].name);
+			assert_string_equal(p[i].name, rest[got]);
+		}
+		free(p);
+		free(token);
+		token = next;
+	}
+	assert_int_equal(got, nrest);
+	const char *drop[] = {"m00", "m01", "m02", "m03", "m04", "m06", "m07", "m08", "m00a", "m095", "m10", "m11",
+			      "m12", "m13", "m14", "m16", "m17", "m18", "m19", "m20", "m21", "m22", "m23", "m24",
+			      "m25", "m26", "m27", "m28", "m29"};
+	for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+		ASSERT_OK(fos_drop_weight(c, drop[i], &st), st);
+	/* a token whose name is gone is fine: the listing goes on after it */
+	ASSERT_OK(fos_list_weights_page(c, "w1:m00", 0, &p, &k, &next, &st), st);
+	assert_int_equal(k, 1);
+	assert_string_equal(p[0].name, "w");
+	assert_null(next);
+	free(p);
+	fos_close(c);
+}
+
+static void test_list_bad_tokens(void **state)
+{
+	(void)state;
+	fos_client *c = connect_to(&g_big);
+	fos_status st;
+	char long_tok[200];
+	snprintf(long_tok, sizeof long_tok, "w1:%0129d", 7); /* a name of 129 bytes */
+	const char *bad[] = {"x", "m05", "w1:", "w1:bad name", "w1:\x01", "W1:w", "w2:w", long_tok};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		fos_weight_info *p = (fos_weight_info *)1;
+		size_t k = 1;
+		char *next = (char *)1;
+		int rc = fos_list_weights_page(c, bad[i], 0, &p, &k, &next, &st);
+		if (rc != FOS_CODE_INVALID_ARGUMENT || !strstr(st.message, "page_token"))
+			fail_msg("page_token '%s': %s (%s), expected INVALID_ARGUMENT naming page_token", bad[i],
+				 fos_code_name(rc), st.message);
+		assert_null(p);
+		assert_int_equal(k, 0);
+		assert_null(next);
+	}
+	/* fosd keeps serving, and an empty token is the first page */
+	fos_weight_info *p;
+	size_t k;
+	char *next;
+	ASSERT_OK(fos_list_weights_page(c, "", 0, &p, &k, &next, &st), st);
+	assert_int_equal(k, 1);
+	assert_string_equal(p[0].name, "w");
+	assert_null(next);
+	free(p);
+	fos_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -301,6 +640,10 @@ int main(void)
 		cmocka_unit_test(test_forward_backward_channel),
 		cmocka_unit_test(test_linear),
 		cmocka_unit_test(test_dequantize),
+		cmocka_unit_test(test_list_all_pages),
+		cmocka_unit_test(test_list_cli),
+		cmocka_unit_test(test_list_changes_between_pages),
+		cmocka_unit_test(test_list_bad_tokens),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
