@@ -95,9 +95,21 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 		return 0;
 	int n = atomic_fetch_add(&t->inflight, 1) + 1;
 	int quota = atomic_load(&t->quota_inflight);
+	int share = 0;
+	if (!quota && __atomic_load_n(&ts->n, __ATOMIC_RELAXED) > 1) {
+		/* several tenants and no quota of its own: at most half of the request slots */
+		quota = srv->cfg->concurrency / 2 > 0 ? srv->cfg->concurrency / 2 : 1;
+		share = 1;
+	}
 	if (quota && n > quota) {
 		atomic_fetch_sub(&t->inflight, 1);
-		snprintf(msg, msgsz, "tenant '%s' already has %d requests in flight, its limit", t->name, quota);
+		if (share)
+			snprintf(msg, msgsz,
+				 "tenant '%s' already has %d requests in flight, its share (half of concurrency; "
+				 "inflight= in the tokens file sets its own)",
+				 t->name, quota);
+		else
+			snprintf(msg, msgsz, "tenant '%s' already has %d requests in flight, its limit", t->name, quota);
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
 	s->tenant_counted = 1;
