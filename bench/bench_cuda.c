@@ -27,8 +27,13 @@
  *     the rowwise ring kernel (bit 6), the rowwise gradient quantizer through the ring kernel (bit
  *     8), no reverse walk after an amax pass (bit 2), on the kernels alone and on the quantized
  *     backward and the forward.
- * Prints markdown table rows. Usage: bench_cuda [quick | qt]; qt: only the quick quantize_t rows (for
- * a profiler: one k_quant_t and one k_quant_rows launch early). */
+ *   - small M (the shape rule: any M >= 1): the forward with a cached 4096x4096 weight (16x16) at
+ *     M = 1, 16, 64, 128, with no saved context (replayed from a CUDA graph) and with one (quantized
+ *     override: columnwise X, M padded to 16), and the quantized backward; baseline: the plain
+ *     cuBLASLt bf16 GEMM of the same shape, alternated in the same run.
+ * Prints markdown table rows. Usage: bench_cuda [quick | qt | small]; qt: only the quick quantize_t
+ * rows (for a profiler: one k_quant_t and one k_quant_rows launch early); small: only the small-M
+ * rows. */
 #include "backend.h"
 #include "bench_util.h"
 #include "fos_format.h"
@@ -658,10 +663,46 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 	CK(be->sync(be, &err));
 }
 
+/* The forward at small M against the bf16 GEMM of the same shape (see the top). */
+static void bench_small_m(void)
+{
+	const int64_t n = 4096, k = 4096, ms[] = {1, 16, 64, 128};
+	uint16_t *w = dev_rand(n * k, 0.02f), *x = dev_rand(128 * k, 1.0f), *dy = dev_rand(128 * n, 0.01f);
+	uint16_t *y = be->alloc(be, (size_t)(128 * n) * 2), *dx = be->alloc(be, (size_t)(128 * k) * 2);
+	uint16_t *dw = be->alloc(be, (size_t)(n * k) * 2);
+	fos_linear_opts o = fos_linear_opts_default();
+	fos_qweight qw;
+	CK(fos_qweight_make(be, w, n, k, &o, 1, 1, &qw, &err));
+	for (int i = 0; i < 4; i++) {
+		int64_t m = ms[i];
+		char shape[64];
+		snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
+		g_ctx g = {x, w, m, n, k, y, 32u << 20, 0, NULL, 0, 0};
+		l_ctx l = {x, dy, m, &qw, o, y, dx, dw, {0}};
+		row_pair("small M: forward, cached W 16x16 (no context: graph replay)", shape, op_fwd, &l,
+			 "plain bf16 GEMM", op_gemm, &g);
+		l.o.override = FOS_OVR_QUANTIZED;
+		row_pair("small M: forward + saved context (quantized: columnwise X)", shape, op_fwd_save, &l,
+			 "plain bf16 GEMM", op_gemm, &g);
+		CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
+		g_ctx gx = {dy, w, m, k, n, dx, 32u << 20, 0, NULL, 0, 0}, gw = {dy, x, n, k, m, dw, 32u << 20, 0, NULL, 0, 0};
+		two_ctx both = {&gx, &gw};
+		row_pair("small M: backward quantized (dX + dW)", shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms,
+			 &both);
+		fos_saved_free(be, &l.sv);
+	}
+	fos_qweight_free(be, &qw);
+	uint16_t *bufs[] = {w, x, dy, y, dx, dw};
+	for (int i = 0; i < 6; i++)
+		be->free(be, bufs[i]);
+	CK(be->sync(be, &err));
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
 	int qt_only = argc > 1 && !strcmp(argv[1], "qt");
+	int small_only = argc > 1 && !strcmp(argv[1], "small");
 	be = fos_backend_cuda(0, &err);
 	if (!be) {
 		printf("bench_cuda: no CUDA backend (%s): nothing to measure\n", err.msg);
@@ -674,12 +715,18 @@ int main(int argc, char **argv)
 		be->destroy(be);
 		return 0;
 	}
+	if (small_only) {
+		bench_small_m();
+		be->destroy(be);
+		return 0;
+	}
 	bench_quant(8192, 5120, quick);
 	bench_quant(8192, 8192, quick);
 	bench_quant_t(4096, 8192, quick);
 	bench_grad_pair(8192, 4096, quick);
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
+	bench_small_m();
 	be->destroy(be);
 	return 0;
 }

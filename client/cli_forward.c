@@ -51,7 +51,7 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 	static const char *const pos_names[] = {"NAME", "X.npy"};
 	static const char *const pos_help[] = {"a weight cached with `fos put-weight NAME W.npy`",
 					       "activations, shape (M, K), bf16 ('<u2') or float32 ('<f4',\n"
-					       "rounded to bf16); M divisible by 128, K the weight's K"};
+					       "rounded to bf16); any M >= 1, K the weight's K"};
 	cli_cmd cmd = {
 		.name = "forward",
 		.synopsis = "NAME X.npy --out Y.npy [--context-out FILE] [--version V]\n"

@@ -172,8 +172,7 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 	};
 	static const char *const pos_names[] = {"X.npy", "W.npy"};
 	static const char *const pos_help[] = {"activations, shape (M, K), bf16 ('<u2') or float32 ('<f4')",
-					       "weight, shape (N, K), bf16 or float32; M, N and K must be\n"
-					       "divisible by 128"};
+					       "weight, shape (N, K), bf16 or float32"};
 	cli_cmd cmd = {
 		.name = "linear",
 		.synopsis = "X.npy W.npy --out DIR [--local] [--bias B.npy] [--dy DY.npy]\n"
@@ -183,7 +182,9 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		.summary = "Run one NVFP4 four-over-six linear layer: Y = X W^T, and its backward with --dy.",
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled), W with --weight-block;\n"
 			 "float32 inputs are rounded to bf16 (nearest even) first. The backward gives\n"
-			 "dX = dY W, dW = dY^T X and db = sum over M of dY, computed as the override says.",
+			 "dX = dY W, dW = dY^T X and db = sum over M of dY, computed as the override says.\n"
+			 "Shapes: any M >= 1, N and K multiples of 16; the results are those of the same\n"
+			 "layer on inputs zero-padded to multiples of 128 (NUMERICS.md 8).",
 		.pos_names = pos_names,
 		.pos_help = pos_help,
 		.npos = 2,

@@ -65,7 +65,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 	static const char *const pos_names[] = {"NAME", "W.npy"};
 	static const char *const pos_help[] = {"the name forwards will use: 1 to 128 of [A-Za-z0-9._:/-]",
 					       "the weight, shape (N, K), bf16 ('<u2') or float32 ('<f4',\n"
-					       "rounded to bf16); N and K divisible by 128"};
+					       "rounded to bf16); N and K multiples of 16"};
 	cli_cmd cmd = {
 		.name = "put-weight",
 		.synopsis = "NAME W.npy [--version V] [--weight-block 16x16|1x16] [--err mae|mse]\n"

@@ -311,8 +311,8 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 				   in->what, t->ndim);
 	for (int i = 0; i < t->ndim; i++)
 		if (t->shape[i] < 1)
-			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: dimension %d is %lld", in->what, i,
-					   (long long)t->shape[i]);
+			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: dimension %d is %lld (must be >= 1)",
+					   in->what, i, (long long)t->shape[i]);
 	if (!t->data)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s has no data", in->what);
 	return FOS_CODE_OK;

@@ -109,6 +109,8 @@ struct fos_backend {
 	int (*d2h)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err); /* waits */
 	int (*d2d)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err);
 	int (*sync)(fos_backend *be, fos_err *err);
+	/* dst[0, n) = 0 bytes, stream-ordered like d2d. */
+	int (*zero)(fos_backend *be, void *dst, size_t n, fos_err *err);
 
 	/* ---- elementwise / layout ---- */
 	/* amax of x (rows, cols) of dtype: out[0] per tensor, or out[r] per row when per_row. */
@@ -203,7 +205,9 @@ typedef struct fos_linear_opts {
 } fos_linear_opts;
 
 fos_linear_opts fos_linear_opts_default(void);
-/* Validates shapes (M, N, K divisible by 128) and option combinations; resolves DEFAULT. */
+/* Validates shapes (M >= 1; N and K positive multiples of 16: NUMERICS.md section 8, outputs are
+ * those of the same layer on inputs zero-padded to multiples of 128) and option combinations;
+ * resolves DEFAULT. */
 int fos_linear_check(const fos_linear_opts *o, int64_t m, int64_t n, int64_t k, int *resolved_override,
 		     fos_err *err);
 

@@ -65,14 +65,14 @@ static const char *dim_name(int i)
 
 int fos_linear_check(const fos_linear_opts *o, int64_t m, int64_t n, int64_t k, int *resolved, fos_err *err)
 {
+	/* The shape rule (NUMERICS.md section 8): M any value >= 1, N and K positive multiples of 16. */
 	int64_t d[3] = {m, n, k};
-	for (int i = 0; i < 3; i++) {
-		if (d[i] <= 0)
-			return fos_seterr(err, FOS_EINVAL, "%s = %lld must be positive", dim_name(i), (long long)d[i]);
-		if (d[i] % 128)
-			return fos_seterr(err, FOS_EINVAL, "%s = %lld not divisible by 128", dim_name(i),
-					  (long long)d[i]);
-	}
+	if (m < 1)
+		return fos_seterr(err, FOS_EINVAL, "M = %lld: M must be at least 1", (long long)m);
+	for (int i = 1; i < 3; i++)
+		if (d[i] <= 0 || d[i] % 16)
+			return fos_seterr(err, FOS_EINVAL, "%s = %lld is not a positive multiple of 16 (N and K must be)",
+					  dim_name(i), (long long)d[i]);
 	if (o->bound != 256 && o->bound != 448)
 		return fos_seterr(err, FOS_EINVAL, "bound %d is not 256 or 448", o->bound);
 	if (o->weight_block != FOS_BLOCK_1X16 && o->weight_block != FOS_BLOCK_16X16)

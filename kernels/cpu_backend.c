@@ -32,6 +32,15 @@ static int cpu_copy(fos_backend *be, void *dst, const void *src, size_t n, fos_e
 	return FOS_OK;
 }
 
+static int cpu_zero(fos_backend *be, void *dst, size_t n, fos_err *err)
+{
+	(void)be;
+	(void)err;
+	if (n)
+		memset(dst, 0, n);
+	return FOS_OK;
+}
+
 static int cpu_sync(fos_backend *be, fos_err *err)
 {
 	(void)be;
@@ -131,6 +140,7 @@ fos_backend *fos_backend_cpu(int threads, fos_err *err)
 	be->d2h = cpu_copy;
 	be->d2d = cpu_copy;
 	be->sync = cpu_sync;
+	be->zero = cpu_zero;
 	be->amax = cpu_amax;
 	be->transpose = cpu_transpose;
 	be->quantize = cpu_quantize;

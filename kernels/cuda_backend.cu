@@ -89,6 +89,16 @@ static int fcu_d2d(fos_backend *be, void *dst, const void *src, size_t n, fos_er
 	return rc;
 }
 
+static int fcu_zero(fos_backend *be, void *dst, size_t n, fos_err *err)
+{
+	if (!n)
+		return FOS_OK;
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaMemsetAsync(dst, 0, n, fcu(be)->st), err, "cudaMemsetAsync (zero)");
+	return rc;
+}
+
 static int fcu_sync(fos_backend *be, fos_err *err)
 {
 	int rc = fcu_enter(be, err);
@@ -174,6 +184,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->d2h = fcu_d2h;
 	be->d2d = fcu_d2d;
 	be->sync = fcu_sync;
+	be->zero = fcu_zero;
 	be->amax = fcu_amax;
 	be->transpose = fcu_transpose;
 	be->quantize = fcu_quantize;

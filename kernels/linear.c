@@ -1,6 +1,15 @@
 /* linear.c: quantized tensors and weights, and the linear layer (forward, and backward under each
  * override, NUMERICS.md sections 4, 7 and 8), composed from the backend ops so every backend gets
- * the same data flow. All buffers live in backend memory. */
+ * the same data flow. All buffers live in backend memory.
+ *
+ * Shapes: M is any value >= 1, N and K positive multiples of 16, and the outputs are defined as the
+ * slices of the same layer on inputs zero-padded to multiples of 128. Zero padding is exact (no
+ * amax, code, scale or 4/6 pick of a real element changes, and a padded element adds exactly +0 to
+ * a sum), so only what needs it is padded, and only to 16: blocks along K and N are whole for any
+ * multiple of 16, while the columnwise quantizations of X and dY have their blocks along M. So the
+ * saved columnwise X is (K, Mp) and the backward's dY^T and every GEMM that sums over M (dW) see dY
+ * and X with M padded by zero rows to Mp, the next multiple of 16; everything else runs on the
+ * real M rows. */
 #include "backend.h"
 #include "fos_format.h"
 
@@ -152,6 +161,23 @@ static int quantize_once(fos_backend *be, const void *x, int64_t rows, int64_t c
 	return FOS_OK;
 }
 
+/* M padded for the quantizations along M and the sums over M (see the top). */
+static int64_t pad16(int64_t v)
+{
+	return (v + 15) / 16 * 16;
+}
+
+/* dst (rows_p, cols) bf16 = src (rows, cols) followed by rows_p - rows zero rows (stream-ordered). */
+static int pad_rows(fos_backend *be, const uint16_t *src, int64_t rows, int64_t rows_p, int64_t cols, uint16_t *dst,
+		    fos_err *err)
+{
+	size_t have = (size_t)(rows * cols) * 2, all = (size_t)(rows_p * cols) * 2;
+	int rc = be->d2d(be, dst, src, have, err);
+	if (!rc && all > have)
+		rc = be->zero(be, (uint8_t *)dst + have, all - have, err);
+	return rc;
+}
+
 static fos_qcfg cfg_46(int block, int err_mode, int bound, int row_scaled)
 {
 	fos_qcfg c = {FOS_RECIPE_4OVER6, block, err_mode, bound, row_scaled};
@@ -172,7 +198,7 @@ int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, c
 		     int keep_master, int want_col, fos_qweight *qw, fos_err *err)
 {
 	memset(qw, 0, sizeof *qw);
-	int rc = fos_linear_check(o, 128, n, k, 0, err);
+	int rc = fos_linear_check(o, 1, n, k, 0, err); /* any M: only N and K matter here */
 	if (rc)
 		return rc;
 	qw->n = n;
@@ -252,8 +278,8 @@ size_t fos_saved_bytes(const fos_saved *s)
 	size_t mk = (size_t)(s->m * s->k), b = 0;
 	if (s->xq.codes)
 		b += fos_qtensor_bytes(s->m, s->k, s->xq.row_scaled);
-	if (s->xcol.codes)
-		b += fos_qtensor_bytes(s->k, s->m, 0) + 2 * mk;
+	if (s->xcol.codes) /* (K, Mp) */
+		b += fos_qtensor_bytes(s->k, s->xcol.cols, 0) + 2 * (size_t)(s->k * s->xcol.cols);
 	if (s->x)
 		b += 2 * mk;
 	return b;
@@ -364,15 +390,27 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 			rc = saved->x ? be->d2d(be, saved->x, x, (size_t)(m * k) * 2, err)
 				      : fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X");
 		} else {
-			/* x_col = 4/6(X^T (K x M), x_amax, 1x16) */
+			/* x_col = 4/6(X^T (K x Mp), x_amax, 1x16): its blocks run along M, so X gets zero
+			 * rows up to Mp (see the top) */
+			int64_t mp = pad16(m);
+			uint16_t *xp = 0;
 			saved->x_amax = be->alloc(be, sizeof(float));
 			rc = saved->x_amax ? be->d2d(be, saved->x_amax, xq.amax, sizeof(float), err)
 					   : fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X's amax");
+			if (!rc && mp != m) {
+				xp = be->alloc(be, (size_t)(mp * k) * 2);
+				rc = xp ? pad_rows(be, x, m, mp, k, xp, err)
+					: fos_seterr(err, FOS_ENOMEM, "out of backend memory padding X to %lld rows",
+						     (long long)mp);
+			}
 			fos_qcfg cc = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, 0);
 			if (!rc)
-				rc = quantize_new(be, x, 1, k, m, &cc, xq.amax, &saved->xcol, &saved->xcol_decoded, err);
+				rc = quantize_new(be, xp ? xp : x, 1, k, mp, &cc, xq.amax, &saved->xcol,
+						  &saved->xcol_decoded, err);
 			if (!rc)
 				rc = be->sync(be, err);
+			if (xp)
+				be->free(be, xp);
 		}
 		if (rc)
 			fos_saved_free(be, saved);
@@ -389,11 +427,17 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
+/* dyp (mp, n) is dy with M padded to mp (dy itself when mp == m): the columnwise dY^T and the dW
+ * GEMM read it; the rowwise dY and the dX GEMM use the real m rows. */
 static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight *qw, const uint16_t *dy,
-			      uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
+			      const uint16_t *dyp, int64_t mp, uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
 {
 	int64_t m = sv->m, n = sv->n, k = sv->k;
 	int rc;
+	if (sv->xcol.cols != mp)
+		return fos_seterr(err, FOS_EINVAL,
+				  "saved context's columnwise X has %lld columns, not M = %lld padded to %lld",
+				  (long long)sv->xcol.cols, (long long)m, (long long)mp);
 	if (!qw->qcol.codes) {
 		if (!qw->master)
 			return fos_seterr(err, FOS_EINVAL,
@@ -416,16 +460,16 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 		 * same dX and dW. Peak memory: both (M, N) bf16 operands are live together during the dX
 		 * GEMM, 4 M N bytes, where the path below holds one operand with its codes and scales at a
 		 * time (2.5625 M N bytes). Out of memory, switched off or refused: that path. */
-		uint16_t *drow = be->alloc(be, (size_t)(m * n) * 2);
-		uint16_t *dcol = drow ? be->alloc(be, (size_t)(m * n) * 2) : 0;
-		rc = dcol ? be->grad_pair(be, dy, m, n, dy_amax, drow, dcol, err) : FOS_ENOMEM;
+		uint16_t *drow = be->alloc(be, (size_t)(mp * n) * 2);
+		uint16_t *dcol = drow ? be->alloc(be, (size_t)(mp * n) * 2) : 0;
+		rc = dcol ? be->grad_pair(be, dyp, mp, n, dy_amax, drow, dcol, err) : FOS_ENOMEM;
 		if (!rc) {
-			/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
+			/* dX = dY W: A = std-quantize(dY) along N (its first m rows), B = w_col */
 			rc = be->gemm(be, drow, qw->col_decoded, m, k, n, &e1, dx, err);
 			be->free(be, drow);
 			/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
 			if (!rc)
-				rc = be->gemm(be, dcol, sv->xcol_decoded, n, k, m, &e2, dw, err);
+				rc = be->gemm(be, dcol, sv->xcol_decoded, n, k, mp, &e2, dw, err);
 			be->free(be, dcol);
 			return rc;
 		}
@@ -447,39 +491,69 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	if (rc)
 		return rc;
 	/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
-	if ((rc = quantize_new(be, dy, 1, n, m, &g, dy_amax, &dq, &ddec, err)))
+	if ((rc = quantize_new(be, dyp, 1, n, mp, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
-	rc = be->gemm(be, ddec, sv->xcol_decoded, n, k, m, &e2, dw, err);
+	rc = be->gemm(be, ddec, sv->xcol_decoded, n, k, mp, &e2, dw, err);
 	fos_qtensor_free(be, &dq);
 	be->free(be, ddec);
 	return rc;
 }
 
-/* dX = dY @ Wop, dW = dY^T @ Xop with plain bf16 GEMMs; wop (N, K), xop (M, K). */
+/* dX = dY @ Wop, dW = dY^T @ Xop with plain bf16 GEMMs; wop (N, K); dyp (mp, N) and xop (mp, K):
+ * dY and X with M padded to mp (the dX GEMM reads the first m rows of dyp). zx, zw: NULL, or K bf16
+ * added to each row of dW / dX after the cast (deq_zero_row). */
 static int backward_bf16(fos_backend *be, const fos_saved *sv, const uint16_t *wop, const uint16_t *xop,
-			 const uint16_t *dy, uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
+			 const uint16_t *dyp, int64_t mp, const uint16_t *zw, const uint16_t *zx, uint16_t *dx,
+			 uint16_t *dw, scratch *s, fos_err *err)
 {
 	int64_t m = sv->m, n = sv->n, k = sv->k;
-	fos_gemm_epi plain = fos_gemm_epi_plain();
+	fos_gemm_epi ex = fos_gemm_epi_plain(), ew = fos_gemm_epi_plain();
+	ex.bias = zw;
+	ew.bias = zx;
 	if (be->gemm_ex) {
 		/* dX[m, k] = sum_n dY[m, n] W[n, k]: W read as stored-transposed B.
 		 * dW[n, k] = sum_m dY[m, n] X[m, k]: dY and X both read as stored-transposed. */
-		int rc = be->gemm_ex(be, dy, 0, wop, 1, m, k, n, &plain, dx, err);
-		return rc ? rc : be->gemm_ex(be, dy, 1, xop, 1, n, k, m, &plain, dw, err);
+		int rc = be->gemm_ex(be, dyp, 0, wop, 1, m, k, n, &ex, dx, err);
+		return rc ? rc : be->gemm_ex(be, dyp, 1, xop, 1, n, k, mp, &ew, dw, err);
 	}
-	uint16_t *wt = scr_alloc(s, (size_t)(n * k) * 2), *xt = scr_alloc(s, (size_t)(m * k) * 2);
-	uint16_t *dyt = scr_alloc(s, (size_t)(m * n) * 2);
+	uint16_t *wt = scr_alloc(s, (size_t)(n * k) * 2), *xt = scr_alloc(s, (size_t)(mp * k) * 2);
+	uint16_t *dyt = scr_alloc(s, (size_t)(mp * n) * 2);
 	if (!wt || !xt || !dyt)
 		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the backward operands");
 	int rc = be->transpose(be, wop, wt, n, k, 2, err);
 	if (!rc)
-		rc = be->gemm(be, dy, wt, m, k, n, &plain, dx, err);
+		rc = be->gemm(be, dyp, wt, m, k, n, &ex, dx, err);
 	if (!rc)
-		rc = be->transpose(be, dy, dyt, m, n, 2, err);
+		rc = be->transpose(be, dyp, dyt, mp, n, 2, err);
 	if (!rc)
-		rc = be->transpose(be, xop, xt, m, k, 2, err);
+		rc = be->transpose(be, xop, xt, mp, k, 2, err);
 	if (!rc)
-		rc = be->gemm(be, dyt, xt, n, k, m, &plain, dw, err);
+		rc = be->gemm(be, dyt, xt, n, k, mp, &ew, dw, err);
+	return rc;
+}
+
+/* The dequantized backward's one place where padding is not plain zeros: in the padded layer a
+ * padded block of deq(X) or deq(W) is an all-zero block, which dequantizes to z = 0 * dec(0, amax)
+ * (section 6): +0, or NaN when the per-tensor amax is +inf. Each padded index of a sum adds
+ * 0 * z: nothing, or NaN. So when M (for dW) or N (for dX) is not a multiple of 128, the sum here
+ * (over the real indices, the rest zeros) gets z added after the cast, through the bias epilogue:
+ * bf16(y + 0) is y, y + NaN is NaN, the padded layer's output either way. (Row-scaled X pads rows
+ * whose amax is 0, so z = +0 there: nothing to add.) *out = K bf16 copies of z. */
+static int deq_zero_row(fos_backend *be, const fos_qtensor *q, int64_t cols, scratch *s, const uint16_t **out,
+			fos_err *err)
+{
+	fos_qtensor z = {1, cols, q->bound, 0, 0, 0, q->amax};
+	z.codes = scr_alloc(s, (size_t)cols / 2);
+	z.scales = scr_alloc(s, (size_t)cols / 16);
+	uint16_t *v = scr_alloc(s, (size_t)cols * 2);
+	if (!z.codes || !z.scales || !v)
+		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the padded blocks' value");
+	int rc = be->zero(be, z.codes, (size_t)cols / 2, err);
+	if (!rc)
+		rc = be->zero(be, z.scales, (size_t)cols / 16, err);
+	if (!rc)
+		rc = be->dequantize(be, &z, FOS_BF16, v, err);
+	*out = v;
 	return rc;
 }
 
@@ -490,26 +564,54 @@ int fos_linear_backward(fos_backend *be, const fos_saved *sv, fos_qweight *qw, c
 		return fos_seterr(err, FOS_EINVAL, "saved context is for a (%lld, %lld) weight, not (%lld, %lld)",
 				  (long long)sv->n, (long long)sv->k, (long long)qw->n, (long long)qw->k);
 	scratch s = {be, {0}, 0};
-	int rc;
-	if (sv->override == FOS_OVR_QUANTIZED) {
-		rc = backward_quantized(be, sv, qw, dy, dx, dw, &s, err);
+	int64_t m = sv->m, n = sv->n, k = sv->k, mp = pad16(m);
+	int rc = FOS_OK;
+	/* dY with zero rows up to Mp (see the top) */
+	const uint16_t *dyp = dy;
+	if (mp != m) {
+		uint16_t *t = scr_alloc(&s, (size_t)(mp * n) * 2);
+		rc = t ? pad_rows(be, dy, m, mp, n, t, err)
+		       : fos_seterr(err, FOS_ENOMEM, "out of backend memory padding dY to %lld rows", (long long)mp);
+		dyp = t;
+	}
+	if (rc) {
+		/* no dY to work on */
+	} else if (sv->override == FOS_OVR_QUANTIZED) {
+		rc = backward_quantized(be, sv, qw, dy, dyp, mp, dx, dw, &s, err);
 	} else if (sv->override == FOS_OVR_HIGH_PRECISION) {
-		rc = qw->master ? backward_bf16(be, sv, qw->master, sv->x, dy, dx, dw, &s, err)
-				: fos_seterr(err, FOS_EINVAL, "high_precision backward needs the weight's master copy");
+		const uint16_t *xp = sv->x;
+		if (!qw->master)
+			rc = fos_seterr(err, FOS_EINVAL, "high_precision backward needs the weight's master copy");
+		else if (mp != m) {
+			uint16_t *t = scr_alloc(&s, (size_t)(mp * k) * 2);
+			rc = t ? pad_rows(be, sv->x, m, mp, k, t, err)
+			       : fos_seterr(err, FOS_ENOMEM, "out of backend memory padding X to %lld rows",
+					    (long long)mp);
+			xp = t;
+		}
+		if (!rc)
+			rc = backward_bf16(be, sv, qw->master, xp, dyp, mp, 0, 0, dx, dw, &s, err);
 	} else if (sv->override == FOS_OVR_DEQUANTIZED) {
-		uint16_t *wd = scr_alloc(&s, (size_t)(sv->n * sv->k) * 2), *xd = scr_alloc(&s, (size_t)(sv->m * sv->k) * 2);
+		uint16_t *wd = scr_alloc(&s, (size_t)(n * k) * 2), *xd = scr_alloc(&s, (size_t)(mp * k) * 2);
 		rc = (!wd || !xd) ? fos_seterr(err, FOS_ENOMEM, "out of backend memory dequantizing operands") : 0;
 		if (!rc)
 			rc = be->dequantize(be, &qw->q, FOS_BF16, wd, err);
 		if (!rc)
 			rc = be->dequantize(be, &sv->xq, FOS_BF16, xd, err);
+		if (!rc && mp != m) /* deq(X) with zero rows up to Mp */
+			rc = be->zero(be, xd + m * k, (size_t)((mp - m) * k) * 2, err);
+		const uint16_t *zw = 0, *zx = 0; /* see deq_zero_row */
+		if (!rc && n % 128)
+			rc = deq_zero_row(be, &qw->q, k, &s, &zw, err);
+		if (!rc && m % 128 && !sv->xq.row_scaled)
+			rc = deq_zero_row(be, &sv->xq, k, &s, &zx, err);
 		if (!rc)
-			rc = backward_bf16(be, sv, wd, xd, dy, dx, dw, &s, err);
+			rc = backward_bf16(be, sv, wd, xd, dyp, mp, zw, zx, dx, dw, &s, err);
 	} else {
 		rc = fos_seterr(err, FOS_EINVAL, "saved context has no resolved override (%d)", sv->override);
 	}
 	if (!rc && db)
-		rc = be->colsum(be, dy, sv->m, sv->n, db, err);
+		rc = be->colsum(be, dy, m, n, db, err);
 	if (!rc)
 		rc = be->sync(be, err);
 	scr_free(&s);

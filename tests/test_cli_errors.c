@@ -108,7 +108,8 @@ static int errors_setup(void **state)
 	save_zeros("lw96.npy", NPY_U2, 2, 128, 96, 0);
 	save_zeros("lx64.npy", NPY_U2, 2, 64, 128, 0);
 	save_zeros("lw100.npy", NPY_U2, 2, 100, 128, 0);
-	save_zeros("lx96.npy", NPY_U2, 2, 128, 96, 0);
+	save_zeros("lx104.npy", NPY_U2, 2, 128, 104, 0);
+	save_zeros("lw104.npy", NPY_U2, 2, 128, 104, 0);
 	save_zeros("lw_u8.npy", NPY_U1, 2, 128, 128, 0);
 	save_zeros("lb.npy", NPY_U2, 1, 128, 0, 0);
 	save_zeros("lb129.npy", NPY_U2, 1, 129, 0, 0);
@@ -318,9 +319,8 @@ static void test_linear_errors(void **state)
 		{1, "v1.npy: expected a 2-d array (M, K), got shape (64,)", {L, "@v1.npy", "@lw.npy", "--out", "@lo", "--local", NULL}},
 		{1, "lw_u8.npy: dtype uint8", {L, "@lx.npy", "@lw_u8.npy", "--out", "@lo", "--local", NULL}},
 		{1, "lw96.npy: shape (128, 96) has K = 96 columns but", {L, "@lx.npy", "@lw96.npy", "--out", "@lo", "--local", NULL}},
-		{1, "M = 64 not divisible by 128", {L, "@lx64.npy", "@lw.npy", "--out", "@lo", "--local", NULL}},
-		{1, "N = 100 not divisible by 128", {L, "@lx.npy", "@lw100.npy", "--out", "@lo", "--local", NULL}},
-		{1, "K = 96 not divisible by 128", {L, "@lx96.npy", "@lw96.npy", "--out", "@lo", "--local", NULL}},
+		{1, "N = 100 is not a positive multiple of 16", {L, "@lx64.npy", "@lw100.npy", "--out", "@lo", "--local", NULL}},
+		{1, "K = 104 is not a positive multiple of 16", {L, "@lx104.npy", "@lw104.npy", "--out", "@lo", "--local", NULL}},
 		{1, "lb129.npy: shape (129,) does not match N = 128",
 		 {L, "@lx.npy", "@lw.npy", "--out", "@lo", "--local", "--bias", "@lb129.npy", NULL}},
 		{1, "lb2d.npy: expected a 1-d array (N,), got shape (1, 128)",
@@ -430,7 +430,7 @@ static void test_daemon_commands_usage(void **state)
 		{2, "backward: missing argument DY.npy", {"backward", "@c.json", NULL}},
 		{2, "backward: option --recompute takes no value", {"backward", "@c.json", "@ldy.npy", "--out", "@b", "--recompute=1", NULL}},
 		{2, "bad value 'gemm' for --op", {"load", "--op", "gemm", NULL}},
-		{2, "load: M = 100 not divisible by 128", {"load", "--m", "100", NULL}},
+		{2, "load: K = 24 is not a positive multiple of 16", {"load", "--m", "100", "--k", "24", NULL}},
 		{2, "bad value '0' for --m", {"load", "--m", "0", NULL}},
 		{2, "load: --k 24 is not divisible by 16", {"load", "--op", "quantize", "--k", "24", NULL}},
 		{2, "load: --n has no meaning for --op quantize", {"load", "--op", "quantize", "--n", "128", NULL}},
