@@ -25,7 +25,7 @@ extern const shp_opt shp_opts[];
 extern const int shp_nopts;
 
 /* (M, N, K) shapes: together every M in {1, 2, 15, 17, 100, 129, 1000} and every N and K in
- * {16, 48, 144, 272, 1040}, none a multiple of 128 in all three dimensions. */
+ * {16, 48, 144, 272, 1040}; none of these values is a multiple of 128. */
 extern const int64_t shp_shapes[][3];
 extern const int shp_nshapes;
 

@@ -60,7 +60,7 @@ static int remote_setup(void **state)
 	}
 	th_save(th_p("x_f32.npy"), NPY_F4, 2, 128, 128, xff);
 	th_save(th_p("w_f32.npy"), NPY_F4, 2, 256, 128, wf);
-	/* a (128, 100) W: not a multiple of 128 */
+	/* a (128, 100) W: K = 100 is not a multiple of 16 */
 	th_save(th_p("w100.npy"), NPY_U2, 2, 128, 100, w);
 	th_save(th_p("x256.npy"), NPY_U2, 2, 128, 256, w);
 	free(x);
