@@ -344,6 +344,9 @@ typedef struct cli_load_result {
 	uint64_t bytes_per_request; /* request + reply tensor bytes */
 	uint64_t max_send_lag_ns;   /* open loop: the latest a request went out after its intended time */
 	int interrupted;
+	int unavailable;       /* stopped because fosd stayed unavailable (draining or gone) */
+	uint64_t unavailable_ns;    /* for this long */
+	char unavailable_why[300];  /* the last failure then */
 	cli_hist latency;      /* OK measured requests: closed loop from send, open loop from the
 				* intended send time (coordinated omission corrected) */
 	cli_hist service;      /* OK measured requests, from the actual send */

@@ -14,6 +14,7 @@
  * last worker wakes it with. Latencies go into per-worker histograms (cli_hist.c), merged at the
  * end. */
 #include "cli.h"
+#include "cli_load_gate.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -49,6 +50,7 @@ typedef struct load_worker {
 	uint64_t by_code[FOS_STATS_CODES];
 	char first_error[600];
 	uint64_t first_error_at;
+	atomic_int in_call; /* 1 in a request, 0 not, 2 left in it by the main thread (load_execute) */
 } load_worker;
 
 struct load_run {
@@ -71,6 +73,8 @@ struct load_run {
 	atomic_int running;
 	uv_async_t wake;
 	load_worker *workers;
+	cli_load_gate gate;        /* fosd draining or gone: back off, probe, give up (cli_load_gate.h) */
+	int stuck;                 /* workers still in a call when the run gave up on fosd */
 };
 
 /* ---- one request ------------------------------------------------------------------------------- */
@@ -196,12 +200,25 @@ static void *load_worker_main(void *arg)
 			if (measured && cfg->requests && atomic_fetch_add(&r->tickets, 1) >= cfg->requests)
 				break;
 		}
+		if (cli_load_gate_pass(&r->gate, w->c, &r->stop))
+			break; /* stopped, or fosd stayed unavailable */
 		uint64_t sent = uv_hrtime();
 		atomic_fetch_add(&r->inflight, 1);
+		atomic_store(&w->in_call, 1);
 		int code = load_one(w, &st);
+		int was = 1;
+		if (!atomic_compare_exchange_strong(&w->in_call, &was, 0))
+			return NULL; /* the run ended without this worker: touch nothing */
 		uint64_t done = uv_hrtime();
 		atomic_fetch_sub(&r->inflight, 1);
 		load_record(w, code, &st, measured, intended, sent, done);
+		if (cli_load_gate_after(&r->gate, code, &st)) {
+			/* the end: also for the main thread, which must not wait for a worker whose request
+			 * went out after the connection was lost (it ends only at its timeout) */
+			atomic_store(&r->stop, 1);
+			uv_async_send(&r->wake);
+			break;
+		}
 	}
 	if (atomic_fetch_sub(&r->running, 1) == 1)
 		uv_async_send(&r->wake);
@@ -634,14 +651,39 @@ static int load_execute(load_run *r, cli_load_result *res, fos_err *err)
 		uv_timer_start(&tick, load_on_tick, 500, 500);
 	if (started)
 		uv_run(&loop, UV_RUN_DEFAULT);
-	for (int i = 0; i < cfg->concurrency; i++)
-		if (r->workers[i].started)
+	int gave_up = cli_load_gate_gave_up(&r->gate, &res->unavailable_ns);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2; /* after giving up on fosd: the workers still in a call get this long */
+	for (int i = 0; i < cfg->concurrency; i++) {
+		if (!r->workers[i].started)
+			continue;
+		if (!gave_up) {
 			pthread_join(r->workers[i].th, NULL);
+			continue;
+		}
+		if (!pthread_timedjoin_np(r->workers[i].th, NULL, &until))
+			continue;
+		int in_call = 1;
+		/* still in a request that went out after the connection was lost: it ends only at
+		 * its timeout. It is left there (it touches nothing when it returns) and the process
+		 * ends without waiting for it; a worker that was just leaving its call is joined. */
+		if (atomic_compare_exchange_strong(&r->workers[i].in_call, &in_call, 2))
+			r->stuck++;
+		else
+			pthread_join(r->workers[i].th, NULL);
+	}
+	res->unavailable = gave_up;
+	if (gave_up) {
+		pthread_mutex_lock(&r->gate.mu);
+		snprintf(res->unavailable_why, sizeof res->unavailable_why, "%s", r->gate.why);
+		pthread_mutex_unlock(&r->gate.mu);
+	}
 	if (ui.shown) {
 		fprintf(stderr, "\r\033[K");
 		fflush(stderr);
 	}
-	res->interrupted = atomic_load(&r->stop) && !rc;
+	res->interrupted = atomic_load(&r->stop) && !rc && !gave_up;
 	uv_timer_stop(&tick);
 	uv_signal_stop(&sig_int);
 	uv_signal_stop(&sig_term);
@@ -687,10 +729,9 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 					  "dy in; y, dx, dw out), quantize (X, (M, K)) or check\n"
 					  "(a forward with the run's weight that sends a Y to check\n"
 					  "and gets the comparison back: fos check --remote)", 0, 0},
-		[LDF_M] = {"--m", "M", "rows of X (default 128; a multiple of 128 except for quantize)", 0, 0},
-		[LDF_N] = {"--n", "N", "rows of W (default 1024; a multiple of 128)", 0, 0},
-		[LDF_K] = {"--k", "K", "columns of X and W (default 1024; a multiple of 128, of 16\n"
-				       "for quantize)", 0, 0},
+		[LDF_M] = {"--m", "M", "rows of X (default 128; any M >= 1)", 0, 0},
+		[LDF_N] = {"--n", "N", "rows of W (default 1024; a multiple of 16)", 0, 0},
+		[LDF_K] = {"--k", "K", "columns of X and W (default 1024; a multiple of 16)", 0, 0},
 		[LDF_CONC] = {"--concurrency", "N", "closed loop: N requests in flight, each sent when the last\n"
 						    "one answered (default 1); with --rate: at most N in flight\n"
 						    "(default 16)", 0, 0},
@@ -728,14 +769,16 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 			 "name (fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16; check\n"
 			 "sends fosd's own Y of X (from one forward at the start), so any difference is a\n"
 			 "failure (DATA_LOSS). Latencies go into an HDR-style histogram (within 0.8 %). Ctrl-C\n"
-			 "stops early and still reports.",
+			 "stops early and still reports. When fosd stops answering (UNAVAILABLE: draining, or\n"
+			 "the connection lost) the workers stop sending and one of them probes fosd with Health,\n"
+			 "backing off from 10 ms to 1 s; after 3 s of that the run stops (\"fosd is unavailable\").",
 		.flags = flags,
 		.nflags = LDF_COUNT,
 		.footer = "Report: requests (measured, ok, failed), throughput in requests/s and GB/s of\n"
 			  "tensor bytes moved (request + reply), latency min/p50/p90/p99/p99.9/max/mean, and\n"
 			  "failures by status code.\n"
 			  "Exit status: 0 every request succeeded; 1 any request failed (or setup failed, or\n"
-			  "interrupted); 2 bad command line.",
+			  "interrupted, or fosd unavailable); 2 bad command line.",
 	};
 	fos_err err = {0, ""};
 	int rc = cli_parse(&cmd, argc, argv, &err);
@@ -754,6 +797,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	memset(&res, 0, sizeof res);
 	load_run *r = &run;
 	r->cfg = &cfg;
+	cli_load_gate_init(&r->gate, g->timeout_ms);
 	load_rand_state = uv_hrtime() | 1;
 	int code = CLI_EXIT_FAIL;
 	void *xd = NULL, *wd = NULL, *dyd = NULL;
@@ -804,7 +848,17 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		goto fail;
 	cli_load_report(&cfg, &res, stdout);
 	fflush(stdout);
-	if (res.interrupted)
+	if (res.unavailable) {
+		cli_fail(CLI_EXIT_FAIL, "load: fosd is unavailable (draining or gone): stopped after %llu requests; for %.1f s "
+					"every request and Health probe failed, the last: %s",
+			 (unsigned long long)(res.measured + res.warmup), (double)res.unavailable_ns / 1e9,
+			 res.unavailable_why);
+		if (r->stuck) /* their calls still use the handles: no cleanup, the process ends */
+			return CLI_EXIT_FAIL;
+		/* what is left to clean up gets a short timeout: fosd is not expected to answer */
+		for (int i = 0; i < cfg.connections; i++)
+			fos_set_timeout(r->clients[i], CLI_LOAD_PROBE_TIMEOUT_MS);
+	} else if (res.interrupted)
 		cli_fail(CLI_EXIT_FAIL, "load: interrupted; the report covers what ran");
 	else if (res.failed)
 		cli_fail(CLI_EXIT_FAIL, "load: %llu of %llu requests failed; first: %s", (unsigned long long)res.failed,
@@ -846,5 +900,6 @@ done:
 	free(dyd);
 	cli_hist_free(&res.latency);
 	cli_hist_free(&res.service);
+	cli_load_gate_destroy(&r->gate);
 	return code;
 }

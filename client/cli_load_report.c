@@ -116,6 +116,9 @@ void cli_load_report(const cli_load_cfg *cfg, const cli_load_result *r, FILE *f)
 		if (r->first_error[0])
 			cli_jw_str(&w, "first_error", r->first_error);
 		cli_jw_bool(&w, "interrupted", r->interrupted);
+		cli_jw_bool(&w, "unavailable", r->unavailable);
+		if (r->unavailable)
+			cli_jw_dbl(&w, "unavailable_s", (double)r->unavailable_ns / 1e9);
 		cli_jw_end(&w, '}');
 		return;
 	}
@@ -169,4 +172,7 @@ void cli_load_report(const cli_load_cfg *cfg, const cli_load_result *r, FILE *f)
 	}
 	if (r->interrupted)
 		fprintf(f, "  interrupted: the run was stopped early\n");
+	if (r->unavailable)
+		fprintf(f, "  stopped:     fosd was unavailable (draining or gone) for %s: %s\n",
+			load_dur((double)r->unavailable_ns, b1, sizeof b1), r->unavailable_why);
 }
