@@ -96,9 +96,10 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	int n = atomic_fetch_add(&t->inflight, 1) + 1;
 	int quota = atomic_load(&t->quota_inflight);
 	int share = 0;
-	if (!quota && __atomic_load_n(&ts->n, __ATOMIC_RELAXED) > 1) {
+	int slots = srv->cfg ? srv->cfg->concurrency : 0;
+	if (!quota && slots && __atomic_load_n(&ts->n, __ATOMIC_RELAXED) > 1) {
 		/* several tenants and no quota of its own: at most half of the request slots */
-		quota = srv->cfg->concurrency / 2 > 0 ? srv->cfg->concurrency / 2 : 1;
+		quota = slots / 2 > 0 ? slots / 2 : 1;
 		share = 1;
 	}
 	if (quota && n > quota) {
