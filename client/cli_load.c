@@ -573,6 +573,10 @@ static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
 		if (cli_parse_u64("--connections", flags[LDF_CONNECTIONS].value, 1, 64, &v, err))
 			return FOS_EINVAL;
 		c->connections = (int)v;
+	} else {
+		/* at most 8 workers a connection: within fosd's per-connection share of its request slots
+		 * (connection_requests, 16 by default), which refuses more */
+		c->connections = (c->concurrency + 7) / 8 < 64 ? (c->concurrency + 7) / 8 : 64;
 	}
 	if (c->connections > c->concurrency)
 		c->connections = c->concurrency;
@@ -743,7 +747,9 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		[LDF_REQUESTS] = {"--requests", "N", "measure N requests after the warmup instead of a duration", 0, 0},
 		[LDF_WARMUP] = {"--warmup", "DUR", "run this long first without measuring (default 1s; 0 for\n"
 						   "none)", 0, 0},
-		[LDF_CONNECTIONS] = {"--connections", "N", "client handles (sockets) the workers share (default 1)", 0, 0},
+		[LDF_CONNECTIONS] = {"--connections", "N", "client handles (sockets) the workers share (default one per 8\n"
+							   "workers: fosd refuses more than connection_requests\n"
+							   "in flight on one)", 0, 0},
 		[LDF_OVERRIDE] = {"--override", "MODE", "the backward override (forward, backward, linear):\n"
 							 "default, quantized, high_precision or dequantized", 0, 0},
 		[LDF_JSON] = {"--json", NULL, "print the report as one JSON object", 0, 0},
