@@ -1,0 +1,500 @@
+"""fosd.client: Client, one libfos handle (client/fos.h) and its shared-memory pool.
+
+A Client is thread-safe (libfos handles are; each call borrows its own region). Every method
+raises fosd.Error on any status but OK. Arrays are numpy arrays or torch tensors (fosd._arrays says
+which dtypes and what results come back as); shapes are as fosd's (PROTOCOL.md): X (M, K), W (N, K),
+Y and dY (M, N), bias (N,).
+
+Contexts: forward(..., save_context=True) returns a Context besides Y. A Context that is garbage
+collected while still saved on fosd is released there (a finalizer), so a dropped autograd graph
+does not leave contexts behind. backward(ctx, dy, x=X) recomputes an expired context from X.
+"""
+
+import ctypes
+import os
+import threading
+import weakref
+
+from . import _lib
+from ._arrays import Arr, Out
+from ._errors import Error, check
+from ._plane import Plane
+
+DEFAULT_URL = "ipc:///tmp/fosd.sock"
+BF16, F32, U8, E4M3 = _lib.DTYPE_BF16, _lib.DTYPE_F32, _lib.DTYPE_U8, _lib.DTYPE_E4M3
+
+
+def _opt(table, value, what):
+    if isinstance(value, str):
+        value = value.lower()
+    if value not in table:
+        names = sorted(k for k in table if k is not None)
+        raise Error(_lib.INVALID_ARGUMENT, "%s: %r is not one of %s" % (what, value, ", ".join(names)))
+    return table[value]
+
+
+def _bound(b, what="bound"):
+    if b is None:
+        return 0
+    if isinstance(b, bool) or not isinstance(b, int):
+        raise Error(_lib.INVALID_ARGUMENT, "%s: %r is not an integer (256 or 448)" % (what, b))
+    return b
+
+
+def _arr(x, what, ndim=None):
+    if x is None:
+        return None
+    a = Arr(x, what)
+    if ndim is not None and len(a.shape) != ndim:
+        want = {1: "1-D (N,)", 2: "2-D"}[ndim]
+        raise Error(_lib.INVALID_ARGUMENT, "%s must be %s, got shape %s" % (what, want, a.shape))
+    return a
+
+
+def _wire(a, what, accept):
+    if a is None:
+        return None
+    w = a.wire_dtype(accept)
+    if w is None:
+        raise Error(_lib.INVALID_ARGUMENT, "%s: %s elements are not accepted here" % (what, a.elem))
+    return w
+
+
+def _s(b):
+    return b.decode("utf-8", "replace")
+
+
+class WeightInfo:
+    """A weight in fosd's cache (put_weight, list_weights)."""
+
+    __slots__ = ("name", "version", "n", "k", "weight_block", "err", "bound", "bytes", "pinned",
+                 "has_master", "has_columnwise", "uses", "idle_ms")
+
+    def __init__(self, s):
+        self.name = _s(s.name)
+        self.version = s.version
+        self.n, self.k = s.n, s.k
+        self.weight_block = _lib.BLOCK_NAMES.get(s.weight_block, str(s.weight_block))
+        self.err = _lib.ERR_NAMES.get(s.err_mode, str(s.err_mode))
+        self.bound = s.bound
+        self.bytes = s.bytes
+        self.pinned, self.has_master, self.has_columnwise = (bool(s.pinned), bool(s.has_master),
+                                                             bool(s.has_columnwise))
+        self.uses, self.idle_ms = s.uses, s.idle_ms
+
+    def __repr__(self):
+        return "WeightInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+
+
+def _release_ctx(c, struct):
+    """Finalizer of a Context: release it on fosd if it is still saved there."""
+    if c._handle is None or not struct.id:
+        return
+    st = _lib.Status()
+    try:
+        c._lib.fos_release(c._handle, ctypes.byref(struct), ctypes.byref(st))
+    except Exception:  # a finalizer must not raise (interpreter shutdown)
+        pass
+
+
+class Context:
+    """A forward's saved context on fosd. .id is 0 once consumed by backward or released."""
+
+    def __init__(self, client, struct):
+        self._struct = struct
+        self._client = client
+        self._fin = weakref.finalize(self, _release_ctx, client, struct)
+
+    @property
+    def id(self):
+        return self._struct.id
+
+    @property
+    def saved(self):
+        return self._struct.id != 0
+
+    resolved_override = property(lambda s: _lib.OVERRIDE_NAMES.get(s._struct.resolved_override))
+    ttl_ms = property(lambda s: s._struct.ttl_ms)
+    recomputed = property(lambda s: s._struct.recomputed)
+    weight = property(lambda s: _s(s._struct.weight))
+    weight_version = property(lambda s: s._struct.weight_version)
+    m = property(lambda s: s._struct.m)
+    n = property(lambda s: s._struct.n)
+    k = property(lambda s: s._struct.k)
+    has_bias = property(lambda s: bool(s._struct.has_bias))
+
+    def __repr__(self):
+        return "Context(id=%d, weight=%r, version=%d, m=%d, n=%d, k=%d)" % (
+            self.id, self.weight, self.weight_version, self.m, self.n, self.k)
+
+
+def _close_handle(lib, plane, handle_box):
+    h = handle_box[0]
+    if h is None:
+        return
+    handle_box[0] = None
+    plane.close()
+    lib.fos_close(h)
+
+
+class Client:
+    """A connection to fosd (see fosd.connect)."""
+
+    def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
+                 reput_weights=False, shm=None, channel=False):
+        self._lib = _lib.load()
+        self.url = url or os.environ.get("FOS_SERVER") or DEFAULT_URL
+        if token is None:
+            token = os.environ.get("FOS_TOKEN") or None
+        o = _lib.ConnectOpts()
+        self._keep = [x.encode() if isinstance(x, str) else x for x in (token, tls_ca, server_name)]
+        o.token, o.ca_file, o.server_name = self._keep
+        o.timeout_ms = self._ms(timeout)
+        o.reput_weights = 1 if reput_weights else 0
+        h = ctypes.c_void_p()
+        st = _lib.Status()
+        check(self._lib.fos_connect_with(self.url.encode(), ctypes.byref(o), ctypes.byref(h),
+                                         ctypes.byref(st)), st)
+        self._box = [h]
+        if shm is None:
+            shm = self.url.startswith("ipc://")
+        self._plane = Plane(self._lib, h, shm)
+        self._weight_n = {}
+        self._wmu = threading.Lock()
+        self._fin = weakref.finalize(self, _close_handle, self._lib, self._plane, self._box)
+        if channel:
+            self.open_channel()
+
+    @staticmethod
+    def _ms(timeout):
+        if timeout is None:
+            return 0
+        ms = int(round(float(timeout) * 1000))
+        if ms <= 0:
+            raise Error(_lib.INVALID_ARGUMENT, "timeout must be positive seconds, got %r" % (timeout,))
+        return ms
+
+    @property
+    def _handle(self):
+        return self._box[0]
+
+    def _h(self):
+        h = self._box[0]
+        if h is None:
+            raise Error(_lib.FAILED_PRECONDITION, "the client is closed")
+        return h
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Releases the shared-memory regions and the connection. Contexts still saved on fosd
+        stay until their TTL (close the client after their backward or release)."""
+        self._fin()
+
+    @property
+    def closed(self):
+        return self._box[0] is None
+
+    def __enter__(self):
+        return self
+
+    # a Client is a connection: copies share it, and it cannot be pickled
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a fosd.Client cannot be pickled (pickle a model's state_dict, or build its "
+                        "layers with client=None to use fosd.default_client())")
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def set_timeout(self, seconds):
+        self._lib.fos_set_timeout(self._h(), self._ms(seconds))
+
+    def set_spin(self, spin_us):
+        self._lib.fos_set_spin(self._h(), int(spin_us))
+
+    @property
+    def reput_count(self):
+        return self._lib.fos_reput_count(self._h())
+
+    @property
+    def shm(self):
+        """True while tensors go through shared memory (False: inline; see shm_off_reason)."""
+        return self._plane.shm
+
+    @property
+    def shm_off_reason(self):
+        return self._plane.shm_off_reason
+
+    def open_channel(self, nbytes=0, spin_us=0):
+        """A request channel (fos_channel_open): same-host requests skip the socket."""
+        st = _lib.Status()
+        check(self._lib.fos_channel_open(self._h(), nbytes, spin_us, ctypes.byref(st)), st)
+
+    def close_channel(self):
+        st = _lib.Status()
+        check(self._lib.fos_channel_close(self._h(), ctypes.byref(st)), st)
+
+    # ---- health, stats, regions ----
+
+    def health(self):
+        info = _lib.HealthInfo()
+        st = _lib.Status()
+        check(self._lib.fos_health(self._h(), ctypes.byref(info), ctypes.byref(st)), st)
+        return {"version": _s(info.version), "backend": _s(info.backend), "device": _s(info.device),
+                "uptime_ms": info.uptime_ms, "max_message_bytes": info.max_message_bytes,
+                "draining": bool(info.draining)}
+
+    def stats(self):
+        """fosd's Stats as a dict; "ops" maps an op name to its counts and latencies."""
+        buf = _lib.StatsBuffer()
+        st = _lib.Status()
+        check(self._lib.fos_stats(self._h(), ctypes.byref(buf), ctypes.byref(st)), st)
+        s = buf.info
+        out = {"uptime_ms": s.uptime_ms, "backend": _s(s.backend), "device": _s(s.device)}
+        for name in _lib.STATS_U64_FIELDS:
+            out[name] = getattr(s, name)
+        out["msg_pool_active"] = bool(s.msg_pool_active)
+        out["channels"], out["channel_requests"] = s.channels, s.channel_requests
+        ops = {}
+        for i in range(min(s.n_ops, _lib.STATS_MAX_OPS)):
+            o = s.ops[i]
+            d = {}
+            for f, _ in _lib.OpStats._fields_:
+                if f == "op":
+                    continue
+                v = getattr(o, f)
+                d[f] = list(v) if f == "by_code" else v
+            d["by_code"] = {_lib.CODE_NAMES.get(c, str(c)): n for c, n in enumerate(d["by_code"]) if n}
+            ops[_s(o.op)] = d
+        out["ops"] = ops
+        return out
+
+    def region_stats(self):
+        """fosd's shared-memory regions over all connections: (regions, bytes, mapped bytes)."""
+        a, b, c = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+        st = _lib.Status()
+        check(self._lib.fos_region_stats(self._h(), ctypes.byref(a), ctypes.byref(b), ctypes.byref(c),
+                                         ctypes.byref(st)), st)
+        return a.value, b.value, c.value
+
+    # ---- the weight cache ----
+
+    def put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, *,
+                   pin=False, drop_master=False, eager_columnwise=False):
+        """Quantizes w (N, K) once and caches it as (name, version); returns its WeightInfo."""
+        a = _arr(w, "w", 2)
+        cfg = _lib.WeightConfig(_opt(_lib.BLOCKS, weight_block, "weight_block"),
+                                _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(pin)),
+                                int(bool(drop_master)), int(bool(eager_columnwise)))
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise Error(_lib.INVALID_ARGUMENT, "version must be a non-negative integer, got %r" % (version,))
+        info = _lib.WeightInfo()
+        bname = self._name(name)
+        h = self._h()
+
+        def fn(i, o):
+            st = _lib.Status()
+            return self._lib.fos_put_weight(h, bname, version, i[0], ctypes.byref(cfg),
+                                            ctypes.byref(info), ctypes.byref(st)), st
+
+        self._plane.call([(a, _wire(a, "w", (BF16,)))], [], fn)
+        with self._wmu:
+            self._weight_n[name] = a.shape[0]
+        return WeightInfo(info)
+
+    @staticmethod
+    def _name(name):
+        if not isinstance(name, str):
+            raise Error(_lib.INVALID_ARGUMENT, "a weight name must be a str, got %r" % (name,))
+        return name.encode()
+
+    def drop_weight(self, name):
+        st = _lib.Status()
+        with self._wmu:
+            self._weight_n.pop(name, None)
+        check(self._lib.fos_drop_weight(self._h(), self._name(name), ctypes.byref(st)), st)
+
+    def list_weights(self):
+        """The tenant's cached weights, most recently used first."""
+        p = ctypes.POINTER(_lib.WeightInfo)()
+        n = ctypes.c_size_t()
+        st = _lib.Status()
+        check(self._lib.fos_list_weights(self._h(), ctypes.byref(p), ctypes.byref(n), ctypes.byref(st)), st)
+        try:
+            out = [WeightInfo(p[i]) for i in range(n.value)]
+        finally:
+            if p:
+                _lib.libc_free(ctypes.cast(p, ctypes.c_void_p))
+        with self._wmu:
+            for w in out:
+                self._weight_n[w.name] = w.n
+        return out
+
+    # ---- forward / backward ----
+
+    def forward(self, name, x, bias=None, override=None, row_scaled=False, save_context=False,
+                version=0):
+        """y (M, N) = x (M, K) W^T [+ bias] with the cached weight name (version 0: whichever is
+        cached, else it must match). save_context: also return the Context for backward."""
+        ax, ab = _arr(x, "x", 2), _arr(bias, "bias", 1)
+        fo = _lib.ForwardOpts(int(version), _opt(_lib.OVERRIDES, override, "override"),
+                              int(bool(row_scaled)), int(bool(save_context)))
+        ctx = _lib.ContextStruct()
+        bname = self._name(name)
+        with self._wmu:
+            n = self._weight_n.get(name)
+        h = self._h()
+
+        def fn(i, o):
+            st = _lib.Status()
+            return self._lib.fos_forward(h, bname, i[0], i[1], ctypes.byref(fo), o[0],
+                                         ctypes.byref(ctx), ctypes.byref(st)), st
+
+        out = Out((ax.shape[0], n) if n is not None else None, BF16, ax)
+        (y,) = self._plane.call([(ax, _wire(ax, "x", (BF16,))), (ab, _wire(ab, "bias", (BF16,)))],
+                                [out], fn)
+        if save_context:
+            return y, Context(self, ctx)
+        return y
+
+    def backward(self, ctx, dy, keep_context=False, x=None, bias=None):
+        """(dx, dw, db) from dy (M, N) and a saved Context (db None when the forward had no
+        bias). The context is consumed unless keep_context. If it has expired (or was consumed),
+        x (and bias) of the forward recompute it, against the same weight version."""
+        if not isinstance(ctx, Context):
+            raise Error(_lib.INVALID_ARGUMENT, "ctx must be a fosd Context (from forward with save_context)")
+        ad = _arr(dy, "dy", 2)
+        s = ctx._struct
+        h = self._h()
+        m, n = ad.shape
+        k = s.k
+        outs = [Out((m, k), BF16, ad), Out((n, k), BF16, ad),
+                Out((n,), BF16, ad) if s.has_bias else None]
+
+        def run(ax, ab):
+            bo = _lib.BackwardOpts(int(bool(keep_context)), None, None)
+            ins = [(ad, _wire(ad, "dy", (BF16,)))]
+            if ax is not None:
+                ins.append((ax, _wire(ax, "x", (BF16,))))
+                ins.append((ab, _wire(ab, "bias", (BF16,))))
+
+            def fn(i, o):
+                st = _lib.Status()
+                if ax is not None:
+                    bo.recompute_x = i[1]
+                    bo.recompute_bias = i[2]
+                return self._lib.fos_backward(h, ctypes.byref(s), i[0], ctypes.byref(bo), o[0], o[1],
+                                              o[2], ctypes.byref(st)), st
+
+            return self._plane.call(ins, outs, fn)
+
+        try:
+            dx, dw, db = run(None, None)
+        except Error as e:
+            if e.code_number != _lib.NOT_FOUND or x is None:
+                raise
+            # the context expired or was consumed: send X (and bias) and let libfos recompute it
+            dx, dw, db = run(_arr(x, "x", 2), _arr(bias, "bias", 1))
+        return dx, dw, db
+
+    def release(self, ctx):
+        """Frees a saved context on fosd now (nothing to do once consumed or released)."""
+        if not isinstance(ctx, Context):
+            raise Error(_lib.INVALID_ARGUMENT, "ctx must be a fosd Context")
+        if not ctx._struct.id:
+            return
+        st = _lib.Status()
+        check(self._lib.fos_release(self._h(), ctypes.byref(ctx._struct), ctypes.byref(st)), st)
+
+    # ---- stateless ops ----
+
+    def linear(self, x, w, dy=None, bias=None, override=None, weight_block="16x16", row_scaled=False,
+               err="mae", bound=256):
+        """One linear layer without the cache: {"y"} and with dy also "dx", "dw" (and "db" with a
+        bias)."""
+        ax, aw, ad, ab = _arr(x, "x", 2), _arr(w, "w", 2), _arr(dy, "dy", 2), _arr(bias, "bias", 1)
+        cfg = _lib.LinearConfig(_opt(_lib.OVERRIDES, override, "override"),
+                                _opt(_lib.BLOCKS, weight_block, "weight_block"),
+                                _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(row_scaled)))
+        m, k = ax.shape
+        n = aw.shape[0]
+        outs = [Out((m, n), BF16, ax)]
+        if ad is not None:
+            outs += [Out((m, k), BF16, ax), Out((n, k), BF16, aw),
+                     Out((n,), BF16, ab) if ab is not None else None]
+        h = self._h()
+
+        def fn(i, o):
+            st = _lib.Status()
+            o = o + [None] * (4 - len(o))
+            return self._lib.fos_linear(h, i[0], i[1], i[2], i[3], ctypes.byref(cfg), o[0], o[1], o[2],
+                                        o[3], ctypes.byref(st)), st
+
+        res = self._plane.call([(ax, _wire(ax, "x", (BF16,))), (aw, _wire(aw, "w", (BF16,))),
+                                (ab, _wire(ab, "bias", (BF16,))), (ad, _wire(ad, "dy", (BF16,)))],
+                               outs, fn)
+        out = {"y": res[0]}
+        if ad is not None:
+            out["dx"], out["dw"] = res[1], res[2]
+            if ab is not None:
+                out["db"] = res[3]
+        return out
+
+    def quantize(self, x, recipe="4over6", block="1x16", err="mae", bound=None, row_scaled=False,
+                 amax=None):
+        """x (rows, cols) bf16 or float32 -> (codes uint8 (rows, cols/2), scales e4m3
+        (rows, cols/16), amax float32 (1,) or (rows,)). amax: use it instead of max|x|."""
+        ax, aa = _arr(x, "x", 2), _arr(amax, "amax", 1)
+        cfg = _lib.QuantConfig(_opt(_lib.RECIPES, recipe, "recipe"), _opt(_lib.BLOCKS, block, "block"),
+                               _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(row_scaled)))
+        rows, cols = ax.shape
+        if cols % 16:
+            raise Error(_lib.INVALID_ARGUMENT, "x (%d, %d): cols must be a multiple of 16" % (rows, cols))
+        outs = [Out((rows, cols // 2), U8, ax), Out((rows, cols // 16), E4M3, ax),
+                Out((rows if row_scaled else 1,), F32, ax)]
+        h = self._h()
+
+        def fn(i, o):
+            st = _lib.Status()
+            return self._lib.fos_quantize(h, i[0], ctypes.byref(cfg), i[1], o[0], o[1], o[2],
+                                          ctypes.byref(st)), st
+
+        codes, scales, am = self._plane.call(
+            [(ax, _wire(ax, "x", (BF16, F32))), (aa, _wire(aa, "amax", (F32,)))], outs, fn)
+        return codes, scales, am
+
+    def dequantize(self, codes, scales, amax, bound=256, row_scaled=False, dtype="bf16"):
+        """(rows, cols) of dtype ("bf16" or "float32") from codes, scales and amax."""
+        ac, asc, aa = _arr(codes, "codes", 2), _arr(scales, "scales", 2), _arr(amax, "amax", 1)
+        odt = {"bf16": BF16, "bfloat16": BF16, "f32": F32, "float32": F32}.get(str(dtype).lower())
+        if odt is None:
+            raise Error(_lib.INVALID_ARGUMENT, "dtype: %r is not one of bf16, float32" % (dtype,))
+        rows, half = ac.shape
+        out = Out((rows, half * 2), odt, ac)
+        if not ac.torch and odt == BF16:
+            out.ref = None  # numpy codes: bf16 comes back as uint16 bit patterns
+        h = self._h()
+
+        def fn(i, o):
+            st = _lib.Status()
+            return self._lib.fos_dequantize(h, i[0], i[1], i[2], _bound(bound), int(bool(row_scaled)),
+                                            odt, o[0], ctypes.byref(st)), st
+
+        (y,) = self._plane.call([(ac, _wire(ac, "codes", (U8,))), (asc, _wire(asc, "scales", (E4M3,))),
+                                 (aa, _wire(aa, "amax", (F32,)))], [out], fn)
+        return y
+
+
+def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, **kw):
+    """A Client connected to url (default $FOS_SERVER, then ipc:///tmp/fosd.sock). token: the
+    tenant's secret (default $FOS_TOKEN). timeout: seconds for the connect and every call.
+    tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (libfos puts a weight of this
+    client again when fosd lost it), shm (tensors through shared memory; default: on for ipc://),
+    channel (open a request channel)."""
+    return Client(url, token, timeout, tls_ca, server_name, **kw)
