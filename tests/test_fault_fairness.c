@@ -227,6 +227,18 @@ static void test_flooder_never_reads(void **state)
 enum { BN = 4096, BK = 128, BM = 128 };
 static uint16_t g_bw[BN * BK], g_bx[BM * BK];
 
+/* Puts the weight "big" (BN x BK) whose forwards of g_bx give 1 MiB replies. */
+static void put_big(const char *url)
+{
+	tsrv_fill_bf16(g_bw, BN * BK, 3, 0.05f);
+	tsrv_fill_bf16(g_bx, BM * BK, 4, 1.0f);
+	fos_client *c = connect_or_fail(url);
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, BN, BK, g_bw);
+	fos_status st;
+	ASSERT_OK(fos_put_weight(c, "big", 1, &tw, NULL, NULL, &st), st);
+	fos_close(c);
+}
+
 /* A client that asks for 1 MiB replies and does not read them. */
 static void test_slow_reader_send_timeout(void **state)
 {
@@ -234,13 +246,7 @@ static void test_slow_reader_send_timeout(void **state)
 	tsrv s;
 	const char *args[] = {"--workers", "1", "--send-timeout", "1s", NULL};
 	assert_int_equal(tsrv_start(&s, args), 0);
-	tsrv_fill_bf16(g_bw, BN * BK, 3, 0.05f);
-	tsrv_fill_bf16(g_bx, BM * BK, 4, 1.0f);
-	fos_client *c = connect_or_fail(s.url);
-	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, BN, BK, g_bw);
-	fos_status st;
-	ASSERT_OK(fos_put_weight(c, "big", 1, &tw, NULL, NULL, &st), st);
-	fos_close(c);
+	put_big(s.url);
 
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
@@ -404,13 +410,7 @@ static void test_drain_under_busy_clients(void **state)
 	tsrv s;
 	const char *args[] = {"--workers", "2", "--drain-timeout", "30s", NULL};
 	assert_int_equal(tsrv_start(&s, args), 0);
-	tsrv_fill_bf16(g_bw, BN * BK, 3, 0.05f);
-	tsrv_fill_bf16(g_bx, BM * BK, 4, 1.0f);
-	fos_client *c = connect_or_fail(s.url);
-	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, BN, BK, g_bw);
-	fos_status st;
-	ASSERT_OK(fos_put_weight(c, "big", 1, &tw, NULL, NULL, &st), st);
-	fos_close(c);
+	put_big(s.url);
 	atomic_int stop = 0;
 	pthread_t th[DRAIN_THREADS];
 	busy_arg a[DRAIN_THREADS];
