@@ -33,9 +33,11 @@ log=$(mktemp)
 for t in "$@"; do
 	name=$(basename "$t")
 	echo "== $name"
+	t0=$(date +%s)
 	timeout -k 10 "$LIMIT" "$t" >"$log" 2>&1
 	rc=$?
 	cat "$log"
+	echo "-- $name: $(($(date +%s) - t0)) s"
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
 	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
