@@ -1,7 +1,9 @@
-/* config.c: fosd's configuration: defaults, the key = value config file and the command line
- * flags. Every key of the file is also a flag (--cache-bytes for cache_bytes); flags win. A
- * duration is at most FOSD_DURATION_MAX_MS, so every `ms * 1000000` of fosd fits in 64 bits with
- * room for any monotonic clock value added to it. */
+/* config.c: fosd's configuration: the key table (fosd_config_keys) and what comes from it: the
+ * defaults, the key = value config file, the command line flags, `fosd --help`, the reload list
+ * and the record of the keys a reload cannot change. Every key of the file is also a flag
+ * (--cache-bytes for cache_bytes); flags win. Invariants: a value that does not parse leaves the
+ * configuration unchanged; a duration is at most FOSD_DURATION_MAX_MS, so every `ms * 1000000` of
+ * fosd fits in 64 bits with room for any monotonic clock value added to it. */
 #include "config.h"
 #include "http_metrics.h"
 #include "log.h"
@@ -17,57 +19,198 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef FOSD_VERSION
-#define FOSD_VERSION "0.1.0"
-#endif
+#include "fos_version.h"
+
+/* ---- the key table ----------------------------------------------------------------------------
+ * One row per setting, in the order of `fosd --help`. Adding a setting: a field in fosd_config
+ * (config.h), one row here, and a `#key = default` line in deploy/fosd.conf.example. */
+
+#define F(f) offsetof(fosd_config, f), sizeof(((fosd_config *)0)->f)
+
+static int listen_check(const char *v, char *msg, size_t msgsz);
+static void log_level_reloaded(const fosd_config *cur, const fosd_config *nc);
+
+static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+static const char *const levels[] = {"error", "warn", "info", "debug", NULL}; /* enum fosd_log_level */
+
+const fosd_config_key fosd_config_keys[] = {
+	{"config", FOSD_CT_STRING, F(config_path), NULL, .flags = FOSD_CK_FLAG_ONLY, .arg = "FILE",
+	 .help = "read settings from FILE (key = value; flags win)"},
+	{"listen", FOSD_CT_LIST, F(listen), FOSD_DEFAULT_URL, .hi = FOSD_MAX_LISTEN, .check = listen_check,
+	 .help = "listen on URL (repeatable; default {def})"},
+	{"backend", FOSD_CT_ENUM, F(backend), "auto", .choices = backends,
+	 .help = "numerics backend (default {def}: cuda if a GPU is usable)"},
+	{"threads", FOSD_CT_INT, F(threads), "0", 0, 4096, .help = "cpu backend threads (default {def} = one per CPU)"},
+	{"device", FOSD_CT_INT, F(device), "0", 0, 64, .help = "cuda device (default {def})"},
+	{"workers", FOSD_CT_INT, F(workers), "2", 1, 256, .help = "executor threads (default {def})"},
+	{"streams", FOSD_CT_INT, F(streams), "0", 0, 64,
+	 .help = "backend instances running requests at once, one stream each\n"
+		 "on cuda (default {def} = auto: 8 on cuda, 1 on cpu; a worker each)"},
+	{"concurrency", FOSD_CT_INT, F(concurrency), "64", 1, 65536,
+	 .help = "requests in progress at once (nng contexts, default {def})"},
+	{"cache_bytes", FOSD_CT_SIZE, F(cache_bytes), "8G", .help = "weight cache budget (default {def})"},
+	{"context_bytes", FOSD_CT_SIZE, F(context_bytes), "4G", .help = "saved-context budget (default {def})"},
+	{"context_ttl", FOSD_CT_DURATION, F(context_ttl_ms), "60s", .help = "saved-context lifetime (default {def})"},
+	{"max_message_bytes", FOSD_CT_SIZE, F(max_message_bytes), "1G",
+	 .help = "largest request or reply (default {def})"},
+	{"message_pool_bytes", FOSD_CT_SIZE, F(message_pool_bytes), "1G",
+	 .help = "freed message memory kept for reuse (default {def})"},
+	{"channel_spin_us", FOSD_CT_INT, F(channel_spin_us), "50", 0, 1000000,
+	 .help = "a request channel polls this long for the next request before\n"
+		 "it sleeps; the most a client may ask (default {def}; 0: never)"},
+	{"drain_timeout", FOSD_CT_DURATION, F(drain_timeout_ms), "30s",
+	 .help = "SIGTERM/SIGINT: wait for in-flight requests (default {def})"},
+	{"sweep_interval", FOSD_CT_DURATION, F(sweep_interval_ms), "1s",
+	 .help = "context expiry sweep period (default {def})"},
+	{"dedup_window", FOSD_CT_DURATION, F(dedup_window_ms), "10m",
+	 .help = "remember executed request ids (default {def})"},
+	{"send_timeout", FOSD_CT_DURATION, F(send_timeout_ms), "10s",
+	 .help = "a reply the client does not read for this long drops its\nconnection (default {def})"},
+	{"connection_requests", FOSD_CT_INT, F(connection_requests), "0", 0, 65536,
+	 .help = "most requests in progress from one connection; more get\n"
+		 "RESOURCE_EXHAUSTED (default {def} = a quarter of --concurrency)"},
+	{"max_connections", FOSD_CT_INT, F(max_connections), "0", 0, 1 << 20,
+	 .help = "most client connections (default {def} = from the descriptor limit)"},
+	{"metrics_max_connections", FOSD_CT_INT, F(metrics_max_connections), "64", 1, 1 << 20,
+	 .help = "most open HTTP endpoint connections (default {def})"},
+	{"metrics_idle_timeout", FOSD_CT_DURATION, F(metrics_idle_timeout_ms), "10s",
+	 .help = "close an idle HTTP endpoint connection (default {def})"},
+	{"ipc_mode", FOSD_CT_OCTAL, F(ipc_mode), "0600", 0, 0777, .help = "ipc socket permissions (default {def})"},
+	{"log_level", FOSD_CT_ENUM, F(log_level), "info", .flags = FOSD_CK_RELOAD, .choices = levels,
+	 .arg = "LEVEL", .on_reload = log_level_reloaded, .help = "error, warn, info (default) or debug"},
+	{"metrics_listen", FOSD_CT_URL, F(metrics_listen), NULL, .check = fosd_http_metrics_check_url,
+	 .help = "serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"
+		 "(port 0: any free one; default off; not loopback: a warning)"},
+	/* trust: tenants, TLS, per-tenant quota defaults (trust_config.c checks the listeners) */
+	{"tokens", FOSD_CT_STRING, F(tokens_path), NULL, .arg = "FILE",
+	 .help = "tenants: one 'NAME SECRET [cache=SIZE] [contexts=SIZE] [inflight=N]'\n"
+		 "a line; requests must carry a tenant's secret as auth_token\n"
+		 "(default: none, one anonymous tenant, ipc listeners only);\n"
+		 "SIGHUP rereads it"},
+	{"allow_insecure_tcp", FOSD_CT_BOOL, F(allow_insecure_tcp), "false",
+	 .help = "allow tcp:// and tls+tcp:// listeners without a tokens file"},
+	{"tls_cert", FOSD_CT_STRING, F(tls_cert), NULL, .arg = "FILE",
+	 .help = "PEM certificate (chain) of tls+tcp:// listeners"},
+	{"tls_key", FOSD_CT_STRING, F(tls_key), NULL, .arg = "FILE", .help = "PEM private key of tls+tcp:// listeners"},
+	{"tls_key_password", FOSD_CT_STRING, F(tls_key_password), NULL,
+	 .flags = FOSD_CK_SECRET | FOSD_CK_EMPTY_UNSETS, .arg = "PW", .help = "password of an encrypted key"},
+	{"tenant_cache_bytes", FOSD_CT_SIZE, F(tenant_cache_bytes), "0", .flags = FOSD_CK_RELOAD,
+	 .what = "a size (e.g. 512M, 8G; 0 for no quota)", .help = "default weight-cache quota of a tenant (0: none)"},
+	{"tenant_context_bytes", FOSD_CT_SIZE, F(tenant_context_bytes), "0", .flags = FOSD_CK_RELOAD,
+	 .what = "a size (e.g. 512M, 8G; 0 for no quota)",
+	 .help = "default saved-context quota of a tenant (0: none)"},
+	{"tenant_inflight", FOSD_CT_INT, F(tenant_inflight), "0", 0, 1000000, .flags = FOSD_CK_RELOAD,
+	 .what = "a count in [0, 1000000] (0: no limit)",
+	 .help = "default limit of a tenant's requests in flight (0: none)"},
+};
+const size_t fosd_config_nkeys = sizeof fosd_config_keys / sizeof fosd_config_keys[0];
+
+#undef F
+
+/* a LIST's count is the int right after its array */
+_Static_assert(offsetof(fosd_config, n_listen) == offsetof(fosd_config, listen) + sizeof(((fosd_config *)0)->listen),
+	       "n_listen must follow listen");
+
+static int listen_check(const char *v, char *msg, size_t msgsz)
+{
+	if (!strstr(v, "://")) {
+		snprintf(msg, msgsz, "listen: '%s' is not a URL (ipc:///path or tcp://host:port)", v);
+		return -1;
+	}
+	return 0;
+}
+
+static const char *level_name(int l)
+{
+	return l >= 0 && l < 4 ? levels[l] : "?";
+}
+
+static void log_level_reloaded(const fosd_config *cur, const fosd_config *nc)
+{
+	fosd_info("reload: log_level %s (was %s)", level_name(nc->log_level), level_name(cur->log_level));
+	fosd_log_set_level(nc->log_level);
+}
+
+const fosd_config_key *fosd_config_key_find(const char *key)
+{
+	for (size_t i = 0; i < fosd_config_nkeys; i++)
+		if (!strcmp(key, fosd_config_keys[i].key))
+			return &fosd_config_keys[i];
+	return NULL;
+}
+
+static void *key_field(fosd_config *c, const fosd_config_key *k)
+{
+	return (char *)c + k->off;
+}
+
+static const void *key_cfield(const fosd_config *c, const fosd_config_key *k)
+{
+	return (const char *)c + k->off;
+}
+
+/* a LIST's entries and count */
+static char **list_items(fosd_config *c, const fosd_config_key *k)
+{
+	return (char **)key_field(c, k);
+}
+
+static int *list_count(fosd_config *c, const fosd_config_key *k)
+{
+	return (int *)((char *)c + k->off + k->size);
+}
+
+static void list_clear(fosd_config *c, const fosd_config_key *k)
+{
+	char **v = list_items(c, k);
+	int *n = list_count(c, k);
+	for (int i = 0; i < *n; i++) {
+		free(v[i]);
+		v[i] = NULL;
+	}
+	*n = 0;
+}
+
+/* frees a string field (wiped first when secret) */
+static void string_clear(fosd_config *c, const fosd_config_key *k)
+{
+	char **p = key_field(c, k);
+	if (*p && (k->flags & FOSD_CK_SECRET))
+		explicit_bzero(*p, strlen(*p));
+	free(*p);
+	*p = NULL;
+}
+
+static int key_set(fosd_config *c, const fosd_config_key *k, const char *v, char *msg, size_t msgsz);
 
 void fosd_config_defaults(fosd_config *c)
 {
+	char msg[256];
 	memset(c, 0, sizeof *c);
-	snprintf(c->backend, sizeof c->backend, "auto");
-	c->threads = 0;
-	c->device = 0;
-	c->workers = 2;
-	c->concurrency = 64;
-	c->cache_bytes = (uint64_t)8 << 30;
-	c->context_bytes = (uint64_t)4 << 30;
-	c->context_ttl_ms = 60 * 1000;
-	c->max_message_bytes = (uint64_t)1 << 30;
-	c->message_pool_bytes = (uint64_t)1 << 30;
-	c->channel_spin_us = 50;
-	c->drain_timeout_ms = 30 * 1000;
-	c->sweep_interval_ms = 1000;
-	c->dedup_window_ms = 10 * 60 * 1000;
-	c->send_timeout_ms = 10 * 1000;
-	c->connection_requests = 0;
-	c->max_connections = 0;
-	c->metrics_max_connections = 64;
-	c->metrics_idle_timeout_ms = 10 * 1000;
-	c->ipc_mode = 0600;
-	c->log_level = FOSD_LOG_INFO;
-}
-
-static void config_clear_listen(fosd_config *c)
-{
-	for (int i = 0; i < c->n_listen; i++)
-		free(c->listen[i]);
-	c->n_listen = 0;
+	for (size_t i = 0; i < fosd_config_nkeys; i++) {
+		const fosd_config_key *k = &fosd_config_keys[i];
+		/* a LIST's default applies when nothing was given (fosd_config_finish) */
+		if (k->def && k->type != FOSD_CT_LIST && key_set(c, k, k->def, msg, sizeof msg)) {
+			fprintf(stderr, "fosd: the default of %s does not parse: %s\n", k->key, msg);
+			abort(); /* a wrong row: the table test catches it */
+		}
+	}
 }
 
 void fosd_config_free(fosd_config *c)
 {
-	config_clear_listen(c);
-	free(c->config_path);
-	c->config_path = NULL;
-	free(c->metrics_listen);
-	c->metrics_listen = NULL;
+	for (size_t i = 0; i < fosd_config_nkeys; i++) {
+		const fosd_config_key *k = &fosd_config_keys[i];
+		if (k->type == FOSD_CT_LIST)
+			list_clear(c, k);
+		else if (k->type == FOSD_CT_STRING || k->type == FOSD_CT_URL)
+			string_clear(c, k);
+	}
 	if (c->fixed) /* it holds a hash of tls_key_password */
 		explicit_bzero(c->fixed, strlen(c->fixed));
 	free(c->fixed);
 	c->fixed = NULL;
-	fosd_trust_config_free(c);
 }
-
 int fosd_parse_size(const char *s, uint64_t *out)
 {
 	static const struct {
@@ -169,144 +312,229 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	return 0;
 }
 
-int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, size_t msgsz)
+static int parse_bool(const char *v, int *out)
 {
-	uint64_t u;
-	if (!strcmp(key, "listen")) {
-		if (c->n_listen >= FOSD_MAX_LISTEN) {
-			snprintf(msg, msgsz, "at most %d listen URLs", FOSD_MAX_LISTEN);
+	if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1") || !strcasecmp(v, "on")) {
+		*out = 1;
+		return 0;
+	}
+	if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0") || !strcasecmp(v, "off")) {
+		*out = 0;
+		return 0;
+	}
+	return -1;
+}
+
+/* *dst = a copy of v (NULL for NULL), the old value freed (wiped when secret) */
+static int string_put(fosd_config *c, const fosd_config_key *k, const char *v, char *msg, size_t msgsz)
+{
+	char *d = NULL;
+	if (v && !(d = strdup(v))) {
+		snprintf(msg, msgsz, "out of memory");
+		return -1;
+	}
+	string_clear(c, k);
+	*(char **)key_field(c, k) = d;
+	return 0;
+}
+
+/* Parses v as k's type into c; on an error c is unchanged and msg names the key. */
+static int key_set(fosd_config *c, const fosd_config_key *k, const char *v, char *msg, size_t msgsz)
+{
+	void *f = key_field(c, k);
+	switch (k->type) {
+	case FOSD_CT_INT: {
+		int x;
+		if (parse_int(v, (int)k->lo, (int)k->hi, &x)) {
+			if (k->what)
+				snprintf(msg, msgsz, "%s: '%s' is not %s", k->key, v, k->what);
+			else
+				snprintf(msg, msgsz, "%s: '%s' is not an integer in [%lld, %lld]", k->key, v, k->lo, k->hi);
 			return -1;
 		}
-		if (!strstr(v, "://")) {
-			snprintf(msg, msgsz, "listen: '%s' is not a URL (ipc:///path or tcp://host:port)", v);
+		*(int *)f = x;
+		return 0;
+	}
+	case FOSD_CT_SIZE: {
+		uint64_t u;
+		if (fosd_parse_size(v, &u)) {
+			if (k->what)
+				snprintf(msg, msgsz, "%s: '%s' is not %s", k->key, v, k->what);
+			else
+				snprintf(msg, msgsz, "%s: '%.100s' is not a size (e.g. 512M, 8G)", k->key, v);
 			return -1;
 		}
+		*(uint64_t *)f = u;
+		return 0;
+	}
+	case FOSD_CT_DURATION: {
+		uint64_t u;
+		const char *why;
+		if (fosd_parse_duration_why(v, &u, &why)) {
+			snprintf(msg, msgsz, "%s: '%.100s' is not a duration: %s (e.g. 250ms, 30s, 5m, 1h; 0 to 24 days)",
+				 k->key, v, why);
+			return -1;
+		}
+		*(uint64_t *)f = u;
+		return 0;
+	}
+	case FOSD_CT_STRING:
+		if (!*v) {
+			if (k->flags & FOSD_CK_EMPTY_UNSETS)
+				return string_put(c, k, NULL, msg, msgsz);
+			snprintf(msg, msgsz, "%s: empty value", k->key);
+			return -1;
+		}
+		return string_put(c, k, v, msg, msgsz);
+	case FOSD_CT_BOOL:
+		if (parse_bool(v, (int *)f)) {
+			snprintf(msg, msgsz, "%s: '%s' is not true or false", k->key, v);
+			return -1;
+		}
+		return 0;
+	case FOSD_CT_ENUM: {
+		int n = 0, hit = -1;
+		for (; k->choices[n]; n++)
+			if (!strcmp(v, k->choices[n]))
+				hit = n;
+		if (hit < 0) {
+			/* "'x' is not a, b or c" */
+			int used = snprintf(msg, msgsz, "%s: '%s' is not ", k->key, v);
+			for (int i = 0; i < n && used >= 0 && (size_t)used < msgsz; i++)
+				used += snprintf(msg + used, msgsz - (size_t)used, "%s%s", i ? (i == n - 1 ? " or " : ", ") : "",
+						 k->choices[i]);
+			return -1;
+		}
+		if (k->size == sizeof(int))
+			*(int *)f = hit;
+		else
+			snprintf(f, k->size, "%s", k->choices[hit]);
+		return 0;
+	}
+	case FOSD_CT_URL:
+		/* "off" or empty: none (a flag can so turn off the file's setting) */
+		if (!*v || !strcmp(v, "off"))
+			return string_put(c, k, NULL, msg, msgsz);
+		if (k->check && k->check(v, msg, msgsz))
+			return -1;
+		return string_put(c, k, v, msg, msgsz);
+	case FOSD_CT_OCTAL: {
+		char *end;
+		errno = 0;
+		long m = strtol(v, &end, 8);
+		if (errno || end == v || *end || m < k->lo || m > k->hi) {
+			snprintf(msg, msgsz, "%s: '%s' is not an octal mode like 0600", k->key, v);
+			return -1;
+		}
+		*(int *)f = (int)m;
+		return 0;
+	}
+	case FOSD_CT_LIST: {
+		int *n = list_count(c, k);
+		if (*n >= k->hi) {
+			snprintf(msg, msgsz, "at most %lld %s URLs", k->hi, k->key);
+			return -1;
+		}
+		if (k->check && k->check(v, msg, msgsz))
+			return -1;
 		char *d = strdup(v);
 		if (!d) {
 			snprintf(msg, msgsz, "out of memory");
 			return -1;
 		}
-		c->listen[c->n_listen++] = d;
+		list_items(c, k)[(*n)++] = d;
 		return 0;
 	}
-	if (!strcmp(key, "backend")) {
-		if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
-			snprintf(msg, msgsz, "backend: '%s' is not auto, cpu or cuda", v);
-			return -1;
-		}
-		snprintf(c->backend, sizeof c->backend, "%s", v);
-		return 0;
 	}
-	struct {
-		const char *key;
-		int *dst;
-		int lo, hi;
-	} ints[] = {
-		{"threads", &c->threads, 0, 4096},
-		{"device", &c->device, 0, 64},
-		{"workers", &c->workers, 1, 256},
-		{"streams", &c->streams, 0, 64},
-		{"concurrency", &c->concurrency, 1, 65536},
-		{"channel_spin_us", &c->channel_spin_us, 0, 1000000},
-		{"connection_requests", &c->connection_requests, 0, 65536},
-		{"max_connections", &c->max_connections, 0, 1 << 20},
-		{"metrics_max_connections", &c->metrics_max_connections, 1, 1 << 20},
-	};
-	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-		if (!strcmp(key, ints[i].key)) {
-			if (parse_int(v, ints[i].lo, ints[i].hi, ints[i].dst)) {
-				snprintf(msg, msgsz, "%s: '%s' is not an integer in [%d, %d]", key, v, ints[i].lo,
-					 ints[i].hi);
-				return -1;
-			}
-			return 0;
-		}
-	struct {
-		const char *key;
-		uint64_t *dst;
-		int is_size;
-	} nums[] = {
-		{"cache_bytes", &c->cache_bytes, 1},	    {"context_bytes", &c->context_bytes, 1},
-		{"max_message_bytes", &c->max_message_bytes, 1}, {"context_ttl", &c->context_ttl_ms, 0},
-		{"message_pool_bytes", &c->message_pool_bytes, 1},
-		{"drain_timeout", &c->drain_timeout_ms, 0},   {"sweep_interval", &c->sweep_interval_ms, 0},
-		{"dedup_window", &c->dedup_window_ms, 0},
-		{"send_timeout", &c->send_timeout_ms, 0},
-		{"metrics_idle_timeout", &c->metrics_idle_timeout_ms, 0},
-	};
-	for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-		if (!strcmp(key, nums[i].key)) {
-			const char *why;
-			if (nums[i].is_size ? fosd_parse_size(v, &u) : fosd_parse_duration_why(v, &u, &why)) {
-				if (nums[i].is_size)
-					snprintf(msg, msgsz, "%s: '%.100s' is not a size (e.g. 512M, 8G)", key, v);
-				else
-					snprintf(msg, msgsz,
-						 "%s: '%.100s' is not a duration: %s (e.g. 250ms, 30s, 5m, 1h; 0 to 24 days)",
-						 key, v, why);
-				return -1;
-			}
-			*nums[i].dst = u;
-			return 0;
-		}
-	if (!strcmp(key, "ipc_mode")) {
-		char *end;
-		errno = 0;
-		long m = strtol(v, &end, 8);
-		if (errno || end == v || *end || m < 0 || m > 0777) {
-			snprintf(msg, msgsz, "ipc_mode: '%s' is not an octal mode like 0600", v);
-			return -1;
-		}
-		c->ipc_mode = (int)m;
-		return 0;
-	}
-	if (!strcmp(key, "metrics_listen")) {
-		char *d = NULL;
-		/* "off" or empty: no endpoint (a flag can so turn off the file's setting) */
-		if (*v && strcmp(v, "off")) {
-			if (fosd_http_metrics_check_url(v, msg, msgsz))
-				return -1;
-			if (!(d = strdup(v))) {
-				snprintf(msg, msgsz, "out of memory");
-				return -1;
-			}
-		}
-		free(c->metrics_listen);
-		c->metrics_listen = d;
-		return 0;
-	}
-	if (!strcmp(key, "log_level")) {
-		int l = fosd_log_parse_level(v);
-		if (l < 0) {
-			snprintf(msg, msgsz, "log_level: '%s' is not error, warn, info or debug", v);
-			return -1;
-		}
-		c->log_level = l;
-		return 0;
-	}
-	int trust = fosd_trust_config_set(c, key, v, msg, msgsz);
-	if (trust <= 0)
-		return trust;
-	snprintf(msg, msgsz, "unknown setting '%s'", key);
+	snprintf(msg, msgsz, "%s: no parser for its type", k->key);
 	return -1;
 }
 
-static int config_known_key(const char *key)
+int fosd_config_set(fosd_config *c, const char *key, const char *v, char *msg, size_t msgsz)
 {
-	static const char *const keys[] = {
-		"listen",	 "backend",	   "threads",	     "device",	       "workers",
-		"concurrency",	 "cache_bytes",	   "context_bytes",  "max_message_bytes", "context_ttl",
-		"drain_timeout", "sweep_interval", "dedup_window",   "ipc_mode",	  "log_level",
-		"tokens",	 "config",	   "streams",	     "message_pool_bytes", "metrics_listen",
-		"channel_spin_us", "send_timeout", "connection_requests", "max_connections",
-		"metrics_max_connections", "metrics_idle_timeout",
-	};
-	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-		if (!strcmp(key, keys[i]))
-			return 1;
-	return fosd_trust_config_known(key);
+	const fosd_config_key *k = fosd_config_key_find(key);
+	if (!k || (k->flags & FOSD_CK_FLAG_ONLY)) {
+		snprintf(msg, msgsz, "unknown setting '%s'", key);
+		return -1;
+	}
+	return key_set(c, k, v, msg, msgsz);
 }
 
+void fosd_config_reloadable(char *out, size_t outsz)
+{
+	size_t used = 0;
+	out[0] = 0;
+	for (size_t i = 0; i < fosd_config_nkeys; i++)
+		if (fosd_config_keys[i].flags & FOSD_CK_RELOAD) {
+			int n = snprintf(out + used, outsz - used, "%s%s", used ? ", " : "", fosd_config_keys[i].key);
+			if (n < 0 || (size_t)n >= outsz - used)
+				return;
+			used += (size_t)n;
+		}
+}
+
+void fosd_config_apply_reloadable(fosd_config *cur, const fosd_config *nc)
+{
+	for (size_t i = 0; i < fosd_config_nkeys; i++) {
+		const fosd_config_key *k = &fosd_config_keys[i];
+		if (!(k->flags & FOSD_CK_RELOAD))
+			continue;
+		/* scalars only (the table test checks): a plain copy of the field */
+		void *dst = key_field(cur, k);
+		const void *src = key_cfield(nc, k);
+		if (memcmp(dst, src, k->size) && k->on_reload)
+			k->on_reload(cur, nc);
+		memcpy(dst, src, k->size);
+	}
+}
+
+/* FNV-1a of a secret setting: fixed shows whether it changed, never the value */
+static unsigned long long config_hash(const char *s)
+{
+	unsigned long long h = 0xcbf29ce484222325ull;
+	for (; s && *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return s ? h : 0;
+}
+
+void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *stream)
+{
+	FILE *out = stream;
+	const void *f = key_cfield(c, k);
+	switch (k->type) {
+	case FOSD_CT_INT:
+	case FOSD_CT_BOOL:
+	case FOSD_CT_OCTAL:
+		fprintf(out, "%d", *(const int *)f);
+		break;
+	case FOSD_CT_SIZE:
+	case FOSD_CT_DURATION:
+		fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)f);
+		break;
+	case FOSD_CT_ENUM:
+		if (k->size == sizeof(int))
+			fprintf(out, "%d", *(const int *)f);
+		else
+			fprintf(out, "%.*s", (int)k->size, (const char *)f);
+		break;
+	case FOSD_CT_STRING:
+	case FOSD_CT_URL: {
+		const char *s = *(const char *const *)f;
+		if (k->flags & FOSD_CK_SECRET)
+			fprintf(out, "%llx", config_hash(s));
+		else
+			fputs(s ? s : "", out);
+		break;
+	}
+	case FOSD_CT_LIST: {
+		const char *const *v = f;
+		int n = *(const int *)((const char *)c + k->off + k->size);
+		for (int i = 0; i < n; i++)
+			fprintf(out, "%s%s", i ? " " : "", v[i]);
+		break;
+	}
+	}
+}
 static char *trim(char *s)
 {
 	while (isspace((unsigned char)*s))
@@ -421,47 +649,70 @@ int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t ms
 	return rc;
 }
 
+/* One row's --help lines: "  --flag ARG" then its text at column 27 (29 after a long flag),
+ * "{def}" replaced by the default, each '\n' continued at column 27. */
+static void usage_row(FILE *f, const fosd_config_key *k)
+{
+	char flag[96];
+	const char *arg = k->arg;
+	char choices[64] = "";
+	if (!arg) {
+		switch (k->type) {
+		case FOSD_CT_INT:
+			arg = "N";
+			break;
+		case FOSD_CT_SIZE:
+			arg = "SIZE";
+			break;
+		case FOSD_CT_DURATION:
+			arg = "DUR";
+			break;
+		case FOSD_CT_OCTAL:
+			arg = "OCTAL";
+			break;
+		case FOSD_CT_URL:
+		case FOSD_CT_LIST:
+			arg = "URL";
+			break;
+		case FOSD_CT_ENUM: /* auto|cpu|cuda */
+			for (int i = 0; k->choices[i]; i++)
+				snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s", i ? "|" : "",
+					 k->choices[i]);
+			arg = choices;
+			break;
+		default:
+			arg = k->type == FOSD_CT_BOOL ? "" : "VALUE";
+		}
+	}
+	int n = snprintf(flag, sizeof flag, "--%s%s%s", k->key, *arg ? " " : "", arg);
+	for (int i = 2; i < n && flag[i] && flag[i] != ' '; i++)
+		if (flag[i] == '_')
+			flag[i] = '-';
+	fprintf(f, "  %-*s", n <= 24 ? 25 : 29, flag);
+	for (const char *p = k->help; *p; p++) {
+		if (!strncmp(p, "{def}", 5)) {
+			fputs(k->def ? k->def : "none", f);
+			p += 4;
+		} else if (*p == '\n') {
+			fprintf(f, "\n%27s", "");
+		} else {
+			fputc(*p, f);
+		}
+	}
+	fputc('\n', f);
+}
+
 void fosd_config_usage(void *stream)
 {
-	fprintf((FILE *)stream,
-		"usage: fosd [options]\n"
-		"  --config FILE            read settings from FILE (key = value; flags win)\n"
-		"  --listen URL             listen on URL (repeatable; default " FOSD_DEFAULT_URL ")\n"
-		"  --backend auto|cpu|cuda  numerics backend (default auto: cuda if a GPU is usable)\n"
-		"  --threads N              cpu backend threads (default 0 = one per CPU)\n"
-		"  --device N               cuda device (default 0)\n"
-		"  --workers N              executor threads (default 2)\n"
-		"  --streams N              backend instances running requests at once, one stream each\n"
-		"                           on cuda (default 0 = auto: 8 on cuda, 1 on cpu; a worker each)\n"
-		"  --concurrency N          requests in progress at once (nng contexts, default 64)\n"
-		"  --cache-bytes SIZE       weight cache budget (default 8G)\n"
-		"  --context-bytes SIZE     saved-context budget (default 4G)\n"
-		"  --context-ttl DUR        saved-context lifetime (default 60s)\n"
-		"  --max-message-bytes SIZE largest request or reply (default 1G)\n"
-		"  --message-pool-bytes SIZE freed message memory kept for reuse (default 1G)\n"
-		"  --channel-spin-us N      a request channel polls this long for the next request before\n"
-		"                           it sleeps; the most a client may ask (default 50; 0: never)\n"
-		"  --drain-timeout DUR      SIGTERM/SIGINT: wait for in-flight requests (default 30s)\n"
-		"  --sweep-interval DUR     context expiry sweep period (default 1s)\n"
-		"  --dedup-window DUR       remember executed request ids (default 10m)\n"
-		"  --send-timeout DUR       a reply the client does not read for this long drops its\n"
-		"                           connection (default 10s)\n"
-		"  --connection-requests N  most requests in progress from one connection; more get\n"
-		"                           RESOURCE_EXHAUSTED (default 0 = a quarter of --concurrency)\n"
-		"  --max-connections N      most client connections (default 0 = from the descriptor limit)\n"
-		"  --metrics-max-connections N  most open HTTP endpoint connections (default 64)\n"
-		"  --metrics-idle-timeout DUR   close an idle HTTP endpoint connection (default 10s)\n"
-		"  --ipc-mode OCTAL         ipc socket permissions (default 0600)\n"
-		"  --log-level LEVEL        error, warn, info (default) or debug\n"
-		"  --metrics-listen URL     serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"
-		"                           (port 0: any free one; default off; not loopback: a warning)\n");
-	fosd_trust_config_usage(stream);
-	fprintf((FILE *)stream,
-		"  --help, --version\n"
-		"DUR: a decimal number with ms, s, m or h (250ms, 1.5s, 5m; bare: seconds), 0 to 24 days.\n"
-		"SIGHUP reloads: reads --config and the flags again, applies log_level and the tenant_* keys,\n"
-		"rereads the tokens file (a removed tenant is refused from its next request on) and keeps\n"
-		"cached weights and contexts; other keys wait for a restart; a bad file changes nothing.\n");
+	FILE *f = stream;
+	fprintf(f, "usage: fosd [options]\n");
+	for (size_t i = 0; i < fosd_config_nkeys; i++)
+		usage_row(f, &fosd_config_keys[i]);
+	fprintf(f, "  --help, --version\n"
+		   "DUR: a decimal number with ms, s, m or h (250ms, 1.5s, 5m; bare: seconds), 0 to 24 days.\n"
+		   "SIGHUP reloads: reads --config and the flags again, applies log_level and the tenant_* keys,\n"
+		   "rereads the tokens file (a removed tenant is refused from its next request on) and keeps\n"
+		   "cached weights and contexts; other keys wait for a restart; a bad file changes nothing.\n");
 }
 
 int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, size_t msgsz)
@@ -475,7 +726,7 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 			return 1;
 		}
 		if (!strcmp(argv[i], "--version")) {
-			printf("fosd %s\n", FOSD_VERSION);
+			printf("fosd %s\n", FOS_VERSION);
 			return 1;
 		}
 		const char *path = NULL;
@@ -495,8 +746,8 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 				return -1;
 		}
 	}
-	/* pass 2: the other flags */
-	int listen_from_flags = 0;
+	/* pass 2: the other flags; the first flag of a LIST key replaces the file's entries */
+	unsigned char from_flags[sizeof fosd_config_keys / sizeof fosd_config_keys[0]] = {0};
 	char err[512];
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -517,13 +768,14 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 		for (char *p = key; *p; p++)
 			if (*p == '-')
 				*p = '_';
-		if (!config_known_key(key)) {
+		const fosd_config_key *k = fosd_config_key_find(key);
+		if (!k) {
 			snprintf(msg, msgsz, "unknown option '%s' (see --help)", a);
 			return -1;
 		}
 		if (eq) {
 			val = eq + 1;
-		} else if (fosd_trust_config_is_flag(key)) {
+		} else if (k->type == FOSD_CT_BOOL) {
 			val = "true"; /* a boolean flag takes no separate value */
 		} else {
 			if (i + 1 >= argc) {
@@ -532,11 +784,11 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 			}
 			val = argv[++i];
 		}
-		if (!strcmp(key, "config"))
+		if (k->flags & FOSD_CK_FLAG_ONLY) /* --config: read in pass 1 */
 			continue;
-		if (!strcmp(key, "listen") && !listen_from_flags) {
-			config_clear_listen(c);
-			listen_from_flags = 1;
+		if (k->type == FOSD_CT_LIST && !from_flags[k - fosd_config_keys]) {
+			list_clear(c, k);
+			from_flags[k - fosd_config_keys] = 1;
 		}
 		if (fosd_config_set(c, key, val, err, sizeof err)) {
 			snprintf(msg, msgsz, "--%s: %s", a + 2, err);
@@ -546,17 +798,8 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 	return 0;
 }
 
-/* FNV-1a of a secret setting: fixed shows whether it changed, never the value */
-static unsigned long long config_hash(const char *s)
-{
-	unsigned long long h = 0xcbf29ce484222325ull;
-	for (; s && *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return s ? h : 0;
-}
-
-/* c->fixed: one "key=value" line for each key a reload cannot change (malloc'd; NULL when out of
- * memory). */
+/* c->fixed: one "key=value" line for each file key a reload cannot change, in table order
+ * (malloc'd; NULL when out of memory). */
 static char *config_render_fixed(const fosd_config *c)
 {
 	char *buf = NULL;
@@ -564,49 +807,14 @@ static char *config_render_fixed(const fosd_config *c)
 	FILE *f = open_memstream(&buf, &len);
 	if (!f)
 		return NULL;
-	fputs("listen=", f);
-	for (int i = 0; i < c->n_listen; i++)
-		fprintf(f, "%s%s", i ? " " : "", c->listen[i]);
-	fprintf(f, "\nbackend=%s\n", c->backend);
-	const struct {
-		const char *key;
-		long long v;
-	} ints[] = {
-		{"threads", c->threads},
-		{"device", c->device},
-		{"workers", c->workers},
-		{"streams", c->streams},
-		{"concurrency", c->concurrency},
-		{"cache_bytes", (long long)c->cache_bytes},
-		{"context_bytes", (long long)c->context_bytes},
-		{"context_ttl", (long long)c->context_ttl_ms},
-		{"max_message_bytes", (long long)c->max_message_bytes},
-		{"message_pool_bytes", (long long)c->message_pool_bytes},
-		{"channel_spin_us", c->channel_spin_us},
-		{"drain_timeout", (long long)c->drain_timeout_ms},
-		{"sweep_interval", (long long)c->sweep_interval_ms},
-		{"dedup_window", (long long)c->dedup_window_ms},
-		{"send_timeout", (long long)c->send_timeout_ms},
-		{"connection_requests", c->connection_requests},
-		{"max_connections", c->max_connections},
-		{"metrics_max_connections", c->metrics_max_connections},
-		{"metrics_idle_timeout", (long long)c->metrics_idle_timeout_ms},
-		{"ipc_mode", c->ipc_mode},
-		{"allow_insecure_tcp", c->allow_insecure_tcp},
-	};
-	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-		fprintf(f, "%s=%lld\n", ints[i].key, ints[i].v);
-	const struct {
-		const char *key, *v;
-	} strs[] = {
-		{"metrics_listen", c->metrics_listen},
-		{"tokens", c->tokens_path},
-		{"tls_cert", c->tls_cert},
-		{"tls_key", c->tls_key},
-	};
-	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-		fprintf(f, "%s=%s\n", strs[i].key, strs[i].v ? strs[i].v : "");
-	fprintf(f, "tls_key_password=%llx\n", config_hash(c->tls_key_password));
+	for (size_t i = 0; i < fosd_config_nkeys; i++) {
+		const fosd_config_key *k = &fosd_config_keys[i];
+		if (k->flags & (FOSD_CK_RELOAD | FOSD_CK_FLAG_ONLY))
+			continue;
+		fprintf(f, "%s=", k->key);
+		fosd_config_key_show(c, k, f);
+		fputc('\n', f);
+	}
 	if (fclose(f)) {
 		free(buf);
 		return NULL;
@@ -616,8 +824,11 @@ static char *config_render_fixed(const fosd_config *c)
 
 int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz)
 {
-	if (c->n_listen == 0 && fosd_config_set(c, "listen", FOSD_DEFAULT_URL, msg, msgsz))
-		return -1;
+	for (size_t i = 0; i < fosd_config_nkeys; i++) {
+		const fosd_config_key *k = &fosd_config_keys[i];
+		if (k->type == FOSD_CT_LIST && k->def && !*list_count(c, k) && key_set(c, k, k->def, msg, msgsz))
+			return -1;
+	}
 	if (c->max_message_bytes < 4096) {
 		snprintf(msg, msgsz, "max_message_bytes %llu is below the minimum of 4096",
 			 (unsigned long long)c->max_message_bytes);

@@ -1,5 +1,6 @@
 /* config.h: fosd's configuration: defaults, the config file (key = value lines) and the command
- * line flags (which win over the file). deploy/fosd.conf.example documents every key. */
+ * line flags (which win over the file), all from one table of keys (fosd_config_keys, below).
+ * deploy/fosd.conf.example documents every key. */
 #ifndef FOSD_CONFIG_H
 #define FOSD_CONFIG_H
 
@@ -80,12 +81,63 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 /* Cross-field checks and defaults that depend on other fields; records c->fixed. */
 int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz);
 
-/* The keys a reload (SIGHUP, reload.c) applies while fosd runs; every other key keeps its value
- * until a restart. */
-#define FOSD_CONFIG_RELOADABLE "log_level, tenant_cache_bytes, tenant_context_bytes, tenant_inflight"
-/* The names of the keys outside FOSD_CONFIG_RELOADABLE whose values differ between the finished
+/* The keys a reload (SIGHUP, reload.c) applies while fosd runs (the rows of fosd_config_keys with
+ * FOSD_CK_RELOAD), ", "-separated in out: "log_level, tenant_cache_bytes, ...". Every other key
+ * keeps its value until a restart. */
+void fosd_config_reloadable(char *out, size_t outsz);
+/* Copies the reloadable keys of the finished configuration nc into cur (a row's on_reload runs
+ * first when its value changed). */
+void fosd_config_apply_reloadable(fosd_config *cur, const fosd_config *nc);
+/* The names of the keys outside the reloadable ones whose values differ between the finished
  * configurations a and b, comma-separated in out ("" when none). */
 void fosd_config_fixed_diff(const fosd_config *a, const fosd_config *b, char *out, size_t outsz);
+
+/* ---- the key table ------------------------------------------------------------------------------
+ * Every setting is one row of fosd_config_keys (config.c): its file key (and flag, --key-name),
+ * type, field, default, bounds, whether SIGHUP applies it and its --help text. The defaults, the
+ * file and flag parsers, the known-key check, `fosd --help`, the reload list and the fixed-key
+ * record all read the table; deploy/fosd.conf.example documents every row (a test checks it). */
+typedef enum fosd_config_type {
+	FOSD_CT_INT,      /* int in [lo, hi] (strtol: decimal) */
+	FOSD_CT_SIZE,     /* uint64_t bytes: 512M, 8GiB (fosd_parse_size) */
+	FOSD_CT_DURATION, /* uint64_t milliseconds: 250ms, 1.5s (fosd_parse_duration_why) */
+	FOSD_CT_STRING,   /* char * (malloc'd); empty is refused unless FOSD_CK_EMPTY_UNSETS */
+	FOSD_CT_BOOL,     /* int 0 or 1: true/false, yes/no, on/off, 1/0; as a flag it takes no value */
+	FOSD_CT_ENUM,     /* one of choices: its index in an int field, or its name in a char array */
+	FOSD_CT_URL,      /* char *; "" or "off": NULL; otherwise the row's check must accept it */
+	FOSD_CT_OCTAL,    /* int in [lo, hi], written in octal (0600) */
+	FOSD_CT_LIST,     /* repeatable: char *[hi] at the field, its count the int right after it;
+			   * the row's check accepts each; flags replace the file's; def when none */
+} fosd_config_type;
+
+#define FOSD_CK_RELOAD 1u       /* SIGHUP applies it (scalar types only) */
+#define FOSD_CK_SECRET 2u       /* the fixed-key record keeps a hash; wiped before it is freed */
+#define FOSD_CK_EMPTY_UNSETS 4u /* STRING: an empty value means none (NULL) */
+#define FOSD_CK_FLAG_ONLY 8u    /* a command line flag, not a file key (--config) */
+
+typedef struct fosd_config_key {
+	const char *key;            /* file key; the flag is --key with '-' for '_' */
+	fosd_config_type type;
+	size_t off, size;           /* the field in fosd_config */
+	const char *def;            /* default, as a file writes it (parsed by the row's type); NULL:
+				     * none (unset) */
+	long long lo, hi;           /* INT and OCTAL bounds; LIST: most entries */
+	unsigned flags;             /* FOSD_CK_* */
+	const char *const *choices; /* ENUM: the names, NULL-terminated */
+	const char *arg;            /* --help's name of the value; NULL: from the type (N, SIZE, DUR...) */
+	const char *help;           /* --help text: "{def}" stands for def, '\n' starts a continued line */
+	const char *what;           /* the message's "'value' is not <what>" instead of the type's */
+	int (*check)(const char *v, char *msg, size_t msgsz); /* URL, LIST: the value's own check */
+	void (*on_reload)(const fosd_config *cur, const fosd_config *nc); /* RELOAD: a change applied */
+} fosd_config_key;
+
+extern const fosd_config_key fosd_config_keys[];
+extern const size_t fosd_config_nkeys;
+/* The row of key (with '_'), or NULL. */
+const fosd_config_key *fosd_config_key_find(const char *key);
+/* Writes a row's value of c to the FILE stream (for the fixed-key record): a LIST
+ * space-separated, an unset string empty, a SECRET as a hash. */
+void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *stream);
 
 /* "64M", "1GiB", "1073741824" -> bytes. Returns 0 or -1. */
 int fosd_parse_size(const char *s, uint64_t *out);

@@ -1,6 +1,7 @@
 /* http_metrics.c: fosd's HTTP endpoint for operators (metrics_listen), served by http_server.c
  * (connection cap metrics_max_connections, idle timeout metrics_idle_timeout):
- *   GET /metrics  the Stats op's numbers in the Prometheus text exposition format 0.0.4;
+ *   GET /metrics  the Stats op's numbers (one snapshot, stats.h) in the Prometheus text
+ *                 exposition format 0.0.4;
  *   GET /healthz  200 "ok" while serving, 503 "draining" once fosd drains (503 "backend failed"
  *                 when the backend failed for good);
  *   HEAD of both; another method 405 (Allow: GET, HEAD); another path 404.
@@ -26,10 +27,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
-
-#ifndef FOSD_VERSION
-#define FOSD_VERSION "0.1.0"
-#endif
 
 _Static_assert(FOSD_PROM_LE_MAX_LOG2 * FOSD_LAT_SUB < FOSD_LAT_BUCKETS,
 	       "exported buckets must lie inside fosd's histogram");
@@ -169,9 +166,9 @@ static void pb_hist(prom_buf *b, const char *name, const char *op, const fosd_hi
 	pb_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
 }
 
-/* One histogram family over the ops that were answered at least once. which: 0 latency, 1 queue,
- * 2 run. */
-static void pb_hist_family(prom_buf *b, const fosd_prom_snapshot *s, const char *name, const char *help, int which)
+/* One histogram family over the ops that were answered at least once; off: the fosd_hist in
+ * fosd_op_metrics. */
+static void pb_hist_family(prom_buf *b, const fosd_prom_snapshot *s, const char *name, const char *help, size_t off)
 {
 	char bucket[96], sum[96], count[96], v[48];
 	snprintf(bucket, sizeof bucket, "%s_bucket", name);
@@ -182,7 +179,7 @@ static void pb_hist_family(prom_buf *b, const fosd_prom_snapshot *s, const char 
 		const fosd_op_metrics *om = &s->ops[i];
 		if (!om->requests)
 			continue;
-		const fosd_hist *h = which == 0 ? &om->lat : which == 1 ? &om->queue : &om->run;
+		const fosd_hist *h = (const fosd_hist *)(const void *)((const char *)om + off);
 		const char *op = fosd_op_name(i);
 		pb_hist(b, bucket, op, h);
 		us_to_seconds(h->sum_us, v, sizeof v);
@@ -209,6 +206,23 @@ static void pb_op_family(prom_buf *b, const fosd_prom_snapshot *s, const char *n
 	}
 }
 
+/* requests by op and status code: the codes seen so far */
+static void pb_codes_family(prom_buf *b, const fosd_prom_snapshot *s, const char *name, const char *type,
+			    const char *help)
+{
+	pb_family(b, name, type, help);
+	for (int i = 0; i < FOSD_NUM_OPS; i++)
+		for (int c = 0; c < FOSD_NUM_CODES; c++) {
+			uint64_t n = s->ops[i].codes[c];
+			if (!n)
+				continue;
+			pb_series_op(b, name, fosd_op_name(i));
+			pb_printf(b, ",code=\"");
+			pb_escaped(b, fosw_code_name(c), 1);
+			pb_printf(b, "\"} %llu\n", (unsigned long long)n);
+		}
+}
+
 static void pb_scalar(prom_buf *b, const char *name, const char *type, const char *help, uint64_t v)
 {
 	pb_family(b, name, type, help);
@@ -232,93 +246,35 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 	snprintf(v, sizeof v, "%llu.%03llu", (unsigned long long)(s->uptime_ms / 1000u),
 		 (unsigned long long)(s->uptime_ms % 1000u));
 	pb_printf(&b, "fosd_uptime_seconds %s\n", v);
-	pb_scalar(&b, "fosd_draining", "gauge",
-		  "1 once fosd drains (SIGTERM/SIGINT or a failed backend): new requests get UNAVAILABLE.",
-		  (uint64_t)(s->draining != 0));
-	pb_scalar(&b, "fosd_backend_failed", "gauge", "1 once the backend failed for good (fosd then exits 1).",
-		  (uint64_t)(s->failed != 0));
-
-	/* requests by op and status code: the codes seen so far */
-	pb_family(&b, "fosd_requests_total", "counter", "Requests answered, by operation and status code.");
-	for (int i = 0; i < FOSD_NUM_OPS; i++)
-		for (int c = 0; c < FOSD_NUM_CODES; c++) {
-			uint64_t n = s->ops[i].codes[c];
-			if (!n)
-				continue;
-			pb_series_op(&b, "fosd_requests_total", fosd_op_name(i));
-			pb_printf(&b, ",code=\"");
-			pb_escaped(&b, fosw_code_name(c), 1);
-			pb_printf(&b, "\"} %llu\n", (unsigned long long)n);
+	for (size_t i = 0; i < fosd_stats_nrows; i++) {
+		const fosd_stat_row *r = &fosd_stats_rows[i];
+		const char *src = (const char *)s + r->off;
+		if (!r->prom)
+			continue;
+		switch (r->kind) {
+		case FOSD_STAT_U64: {
+			uint64_t x;
+			memcpy(&x, src, sizeof x);
+			pb_scalar(&b, r->prom, r->type, r->help, x);
+			break;
 		}
-	pb_hist_family(&b, s, "fosd_request_duration_seconds",
-		       "OK requests: from receipt (the whole message read) to the reply handed to nng.", 0);
-	pb_hist_family(&b, s, "fosd_request_queue_seconds",
-		       "OK requests an executor lane ran: from receipt until a lane took the request.", 1);
-	pb_hist_family(&b, s, "fosd_request_run_seconds",
-		       "OK requests an executor lane ran: the op and its device synchronization on the lane.", 2);
-	pb_op_family(&b, s, "fosd_requests_run_at_once_total", "counter",
-		     "OK requests run on the thread that received them (small, nothing queued, a lane free).",
-		     offsetof(fosd_op_metrics, ran_at_once));
-	pb_op_family(&b, s, "fosd_request_bytes_total", "counter", "Bytes of request messages received, by operation.",
-		     offsetof(fosd_op_metrics, bytes_in));
-	pb_op_family(&b, s, "fosd_response_bytes_total", "counter", "Bytes of reply messages sent, by operation.",
-		     offsetof(fosd_op_metrics, bytes_out));
-
-	static const struct {
-		const char *name, *type, *help;
-		size_t off;
-	} scalars[] = {
-#define SNAP(f) offsetof(fosd_prom_snapshot, f)
-		{"fosd_duplicate_requests_total", "counter",
-		 "Repeated request ids answered with the first copy's reply instead of running again.", SNAP(duplicates)},
-		{"fosd_bad_messages_total", "counter", "Messages that were not a decodable request.", SNAP(bad_messages)},
-		{"fosd_inflight_requests", "gauge", "Requests received and not yet answered.", SNAP(inflight)},
-		{"fosd_queued_requests", "gauge", "Requests waiting for an executor worker.", SNAP(queued)},
-		{"fosd_workers", "gauge", "Executor worker threads.", SNAP(workers)},
-		{"fosd_weight_cache_bytes", "gauge", "Bytes held by the weight cache.", SNAP(cache.bytes)},
-		{"fosd_weight_cache_budget_bytes", "gauge", "The weight cache budget (cache_bytes).", SNAP(cache.budget)},
-		{"fosd_weight_cache_entries", "gauge", "Weights cached.", SNAP(cache.entries)},
-		{"fosd_weight_cache_hits_total", "counter", "Weight lookups that found the weight.", SNAP(cache.hits)},
-		{"fosd_weight_cache_misses_total", "counter", "Weight lookups that did not find it.", SNAP(cache.misses)},
-		{"fosd_weight_cache_evictions_total", "counter", "Weights evicted to make room.", SNAP(cache.evictions)},
-		{"fosd_contexts", "gauge", "Saved contexts held.", SNAP(contexts.count)},
-		{"fosd_context_bytes", "gauge", "Bytes held by saved contexts.", SNAP(contexts.bytes)},
-		{"fosd_context_budget_bytes", "gauge", "The saved-context budget (context_bytes).", SNAP(contexts.budget)},
-		{"fosd_contexts_expired_total", "counter", "Saved contexts freed after their TTL.", SNAP(contexts.expired)},
-		{"fosd_contexts_evicted_total", "counter", "Saved contexts evicted to make room.", SNAP(contexts.evicted)},
-		{"fosd_shm_regions", "gauge", "Shared-memory regions registered by clients.", SNAP(shm_regions)},
-		{"fosd_shm_region_bytes", "gauge", "Bytes of the registered shared-memory regions.", SNAP(shm_region_bytes)},
-		{"fosd_shm_mapped_bytes", "gauge", "Bytes of shared-memory regions still mapped.", SNAP(shm_mapped_bytes)},
-		{"fosd_channels", "gauge", "Request channels being served.", SNAP(channels)},
-		{"fosd_channel_requests_total", "counter", "Requests taken from request channels.", SNAP(channel_requests)},
-		{"fosd_connections", "gauge", "Client connections now.", SNAP(connections)},
-		{"fosd_connections_dropped_total", "counter", "Connections closed for not reading their replies.",
-		 SNAP(connections_dropped)},
-		{"fosd_connection_refusals_total", "counter",
-		 "Requests refused for a connection's share, the token-less cap or max_connections.",
-		 SNAP(connection_refusals)},
-		{"fosd_connections_rejected_total", "counter", "Connections past max_connections.",
-		 SNAP(connections_rejected)},
-		{"fosd_msg_pool_taken_total", "counter", "Message bodies of 1 MiB and more handed out by the pool.",
-		 SNAP(pool.taken)},
-		{"fosd_msg_pool_reused_total", "counter", "Of those, reused from the pool.", SNAP(pool.reused)},
-		{"fosd_msg_pool_mapped_new_total", "counter", "Of those, freshly mapped.", SNAP(pool.mapped_new)},
-		{"fosd_msg_pool_free_bytes", "gauge", "Pool bytes mapped and kept for the next message.",
-		 SNAP(pool.bytes_free)},
-		{"fosd_msg_pool_used_bytes", "gauge", "Pool bytes mapped and holding a message now.", SNAP(pool.bytes_used)},
-		{"fosd_msg_pool_pinned_bytes", "gauge", "Pool bytes registered with the device for DMA.",
-		 SNAP(pool.bytes_pinned)},
-		{"fosd_msg_pool_pin_failures_total", "counter", "Pool buffers that could not be pinned.",
-		 SNAP(pool.pin_failures)},
-#undef SNAP
-	};
-	for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
-		uint64_t x;
-		memcpy(&x, (const char *)s + scalars[i].off, sizeof x);
-		pb_scalar(&b, scalars[i].name, scalars[i].type, scalars[i].help, x);
+		case FOSD_STAT_FLAG: {
+			int x;
+			memcpy(&x, src, sizeof x);
+			pb_scalar(&b, r->prom, r->type, r->help, (uint64_t)(x != 0));
+			break;
+		}
+		case FOSD_STAT_OP_U64:
+			pb_op_family(&b, s, r->prom, r->type, r->help, r->off);
+			break;
+		case FOSD_STAT_OP_HIST:
+			pb_hist_family(&b, s, r->prom, r->help, r->off);
+			break;
+		case FOSD_STAT_OP_CODES:
+			pb_codes_family(&b, s, r->prom, r->type, r->help);
+			break;
+		}
 	}
-	pb_scalar(&b, "fosd_msg_pool_active", "gauge", "1 once the message pool handed out its first buffer.",
-		  (uint64_t)(s->pool.active != 0));
 	if (b.oom) {
 		free(b.p);
 		return NULL;
@@ -326,39 +282,6 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 	if (len)
 		*len = b.len;
 	return b.p;
-}
-
-void fosd_prom_snapshot_take(fosd_server *srv, fosd_prom_snapshot *out)
-{
-	memset(out, 0, sizeof *out);
-	out->version = FOSD_VERSION;
-	out->backend = srv->be->name;
-	out->device = srv->be->device;
-	out->uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
-	out->draining = atomic_load(&srv->draining) != 0;
-	out->failed = atomic_load(&srv->fatal) != 0;
-	fosd_metrics *m = malloc(sizeof *m);
-	if (m) {
-		fosd_metrics_snapshot(&srv->metrics, m);
-		memcpy(out->ops, m->ops, sizeof out->ops);
-		out->duplicates = m->duplicates;
-		out->bad_messages = m->bad_messages;
-		free(m);
-	}
-	fosd_wcache_stats_get(&srv->wc, &out->cache);
-	fosd_contexts_stats_get(&srv->cx, &out->contexts);
-	int inflight = atomic_load(&srv->inflight);
-	out->inflight = inflight > 0 ? (uint64_t)inflight : 0;
-	out->queued = fosd_executor_queued(srv);
-	out->workers = (uint64_t)srv->n_workers;
-	fosd_regions_stats(&srv->regions, &out->shm_regions, &out->shm_region_bytes, &out->shm_mapped_bytes);
-	out->channels = fosd_chans_count(&srv->chans);
-	out->channel_requests = atomic_load(&srv->chans.requests);
-	out->connections = (uint64_t)atomic_load(&srv->pipes);
-	out->connections_dropped = atomic_load(&srv->conns.dropped);
-	out->connection_refusals = atomic_load(&srv->conns.refused);
-	out->connections_rejected = atomic_load(&srv->conns.rejected);
-	fosd_msgpool_get_stats(&out->pool);
 }
 
 /* ---- the URL -------------------------------------------------------------------------------- */
@@ -435,7 +358,7 @@ static void route(void *arg, const char *path, fosd_http_page *pg)
 		char *text = NULL;
 		size_t len = 0;
 		if (snap) {
-			fosd_prom_snapshot_take(hm->srv, snap);
+			fosd_stats_take(hm->srv, snap);
 			text = fosd_prom_format(snap, &len);
 			free(snap);
 		}

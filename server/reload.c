@@ -1,8 +1,9 @@
 /* reload.c: fosd_reload (see reload.h). Invariants: a reload changes the tenant table only
  * through fosd_tenants_replace (no tenant object is ever freed while fosd runs), and the
- * configuration object only in the fields of FOSD_CONFIG_RELOADABLE, which no request path reads
- * (log_level takes effect through fosd_log_set_level, the tenant_* defaults through the tenants'
- * own quota fields). */
+ * configuration object only in the fields of the keys the config table marks FOSD_CK_RELOAD
+ * (fosd_config_apply_reloadable), which no request path reads (log_level takes effect through its
+ * row's on_reload, fosd_log_set_level; the tenant_* defaults through the tenants' own quota
+ * fields). */
 #include "reload.h"
 #include "log.h"
 
@@ -29,12 +30,6 @@ static void reload_note(void *arg, const fosd_tenant *t, int what)
 	} else {
 		k->kept++;
 	}
-}
-
-static const char *level_name(int l)
-{
-	static const char *const names[] = {"error", "warn", "info", "debug"};
-	return l >= 0 && l < 4 ? names[l] : "?";
 }
 
 static int same_str(const char *a, const char *b)
@@ -82,19 +77,13 @@ static int reload_locked(fosd_server *srv)
 			  n, cur->tokens_path, k.added, k.removed, k.kept);
 	}
 	if (have_new) {
-		if (nc.log_level != cur->log_level) {
-			fosd_info("reload: log_level %s (was %s)", level_name(nc.log_level), level_name(cur->log_level));
-			cur->log_level = nc.log_level;
-			fosd_log_set_level(nc.log_level);
-		}
-		cur->tenant_cache_bytes = nc.tenant_cache_bytes;
-		cur->tenant_context_bytes = nc.tenant_context_bytes;
-		cur->tenant_inflight = nc.tenant_inflight;
-		char diff[512];
+		fosd_config_apply_reloadable(cur, &nc);
+		char diff[512], reloadable[256];
 		fosd_config_fixed_diff(cur, &nc, diff, sizeof diff);
+		fosd_config_reloadable(reloadable, sizeof reloadable);
 		if (diff[0])
 			fosd_warn("reload: changed, waiting for a restart: %s (a reload applies the tokens file and %s)",
-				  diff, FOSD_CONFIG_RELOADABLE);
+				  diff, reloadable);
 		if (!same_str(cur->tokens_path, nc.tokens_path) && !srv->tenants)
 			fosd_warn("reload: fosd started without a tokens file; tenants need a restart");
 		fosd_config_free(&nc);

@@ -1,7 +1,7 @@
 /* reload.h: SIGHUP. fosd reads its tokens file and its configuration (the --config file and the
  * command line, flags winning as at start) again and applies what can change while it serves:
- * the tenants of the tokens file and the keys of FOSD_CONFIG_RELOADABLE (config.h). Cached
- * weights and saved contexts stay as they are. */
+ * the tenants of the tokens file and the keys the config table marks reloadable
+ * (fosd_config_reloadable, config.h). Cached weights and saved contexts stay as they are. */
 #ifndef FOSD_RELOAD_H
 #define FOSD_RELOAD_H
 
@@ -14,8 +14,8 @@
  * unchanged keeps its weights, contexts and usage, with the quotas of its new line; a new one can
  * authenticate from the next request on; a removed one (or whose secret changed) gets
  * UNAUTHENTICATED from its next request on, on connections already open too. The tokens file
- * itself is the one fosd started with: a changed `tokens` path, like every key outside
- * FOSD_CONFIG_RELOADABLE, waits for a restart (logged as a warning). Safe to call from the control
+ * itself is the one fosd started with: a changed `tokens` path, like every key outside the
+ * reloadable ones, waits for a restart (logged as a warning). Safe to call from the control
  * thread while requests run; calls are serialized. Returns 0 when applied, -1 when nothing
  * changed because of an error. */
 int fosd_reload(fosd_server *srv);
