@@ -70,8 +70,6 @@ typedef struct cli_cmd {
  * or FOS_EINVAL with a message (unknown flag, missing value, flag repeated, wrong positionals). */
 int cli_parse(cli_cmd *c, int argc, char **argv, fos_err *err);
 void cli_print_help(const cli_cmd *c, FILE *f);
-/* The flag named name (which must exist in c). */
-cli_flag *cli_flag_of(cli_cmd *c, const char *name);
 /* Maps f->value through names[i] -> values[i]; when the flag was not given *out is left alone. */
 int cli_choice(const cli_flag *f, int n, const char *const *names, const int *values, int *out, fos_err *err);
 
@@ -149,8 +147,6 @@ void cli_dev_free(fos_backend *be, void *p);
 int cli_connect(const cli_global *g, fos_client **out, fos_err *err);
 /* A libfos failure as a fos_err: "CODE_NAME: message" (prefixed with what when not NULL). */
 int cli_status_err(const fos_status *st, const char *what, fos_err *err);
-/* backend.h enums -> the wire's (fos.h) */
-int cli_wire_block(int fos_block);
 /* fos.h's FOS_BLOCKS_* / FOS_ERRMODE_* / FOS_OVERRIDE_* value names, for printing */
 const char *cli_block_name(int wire_block, int is_weight);
 const char *cli_errmode_name(int wire_err);

@@ -4,14 +4,6 @@
 
 #include <string.h>
 
-cli_flag *cli_flag_of(cli_cmd *c, const char *name)
-{
-	for (int i = 0; i < c->nflags; i++)
-		if (!strcmp(c->flags[i].name, name))
-			return &c->flags[i];
-	return NULL;
-}
-
 static cli_flag *cli_find_flag(cli_cmd *c, const char *arg, size_t len)
 {
 	for (int i = 0; i < c->nflags; i++)

@@ -42,7 +42,7 @@ int cli_dequantize_remote(const cli_dequantize_job *job, void *out, fos_err *err
 		return err->rc;
 	const cli_qhost *h = &job->q;
 	int64_t R = h->rows, C = h->cols;
-	int od = job->out_dtype == FOS_F32 ? FOS_DTYPE_F32 : FOS_DTYPE_BF16;
+	int od = fos_dtype_to_wire(job->out_dtype);
 	fos_tensor codes = fos_tensor_2d(FOS_DTYPE_U8, R, C / 2, h->codes);
 	fos_tensor scales = fos_tensor_2d(FOS_DTYPE_E4M3, R, C / 16, h->scales);
 	fos_tensor amax = fos_tensor_1d(FOS_DTYPE_F32, h->row_scaled ? R : 1, h->amax);

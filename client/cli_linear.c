@@ -87,9 +87,8 @@ int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *e
 	fos_tensor bias = fos_tensor_1d(FOS_DTYPE_BF16, N, job->bias), dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, job->dy);
 	fos_tensor y = fos_tensor_2d(FOS_DTYPE_BF16, M, N, out->y), dx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, out->dx);
 	fos_tensor dw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, out->dw), db = fos_tensor_1d(FOS_DTYPE_BF16, N, out->db);
-	fos_linear_config cfg = {job->opts.override, cli_wire_block(job->opts.weight_block),
-				 job->opts.err_mode == FOS_ERR_MSE ? FOS_ERRMODE_MSE : FOS_ERRMODE_MAE, job->opts.bound,
-				 job->opts.row_scaled};
+	fos_linear_config cfg = {job->opts.override, fos_block_to_wire(job->opts.weight_block), job->opts.err_mode,
+				 job->opts.bound, job->opts.row_scaled};
 	int bwd = job->dy != NULL, has_bias = job->bias != NULL;
 	fos_tensor *t[8] = {&x, &w, &bias, &dy, &y, &dx, &dw, &db}, st_[8];
 	cli_shm sh;

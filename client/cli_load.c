@@ -513,7 +513,7 @@ static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
 	int ovr = FOS_OVR_DEFAULT;
 	if (cli_choice(&flags[LDF_OP], 5, ops, opv, &c->op, err) || cli_opt_override(&flags[LDF_OVERRIDE], &ovr, err))
 		return FOS_EINVAL;
-	c->override = ovr; /* FOS_OVR_* and FOS_OVERRIDE_* share their numbers */
+	c->override = ovr; /* FOS_OVR_* are FOS_OVERRIDE_* (fos_wire_enums.h) */
 	int64_t *dims[3] = {&c->m, &c->n, &c->k};
 	static const char *const dn[3] = {"--m", "--n", "--k"};
 	for (int i = 0; i < 3; i++) {

@@ -55,6 +55,7 @@ static void cli_main_help(FILE *f)
 		   "                 tls+tcp: the name fosd's certificate must carry (default: the\n"
 		   "                 URL's host)\n"
 		   "  -h, --help     this help\n"
+		   "  --version      print fos's version (that of libfos) and exit\n"
 		   "\n"
 		   "Arrays are .npy files (format 1.0-3.0, C order): bf16 as '<u2' holding bf16 bit\n"
 		   "patterns, float32 as '<f4', codes and scales as uint8 '|u1'. Inputs may be bf16 or\n"
@@ -104,6 +105,10 @@ int main(int argc, char **argv)
 		const char *a = argv[i];
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			cli_main_help(stdout);
+			return CLI_EXIT_OK;
+		}
+		if (!strcmp(a, "--version")) {
+			printf("fos %s\n", fos_version());
 			return CLI_EXIT_OK;
 		}
 		int r = cli_global_opt(argc, argv, &i, "--server", &g.server);

@@ -56,14 +56,12 @@ int cli_quantize_remote(const cli_quantize_job *job, cli_qhost *out, fos_err *er
 		return err->rc;
 	int rs = job->cfg.row_scaled;
 	int64_t R = job->rows, C = job->cols, na = rs ? R : 1;
-	fos_tensor x = fos_tensor_2d(job->x_dtype == FOS_F32 ? FOS_DTYPE_F32 : FOS_DTYPE_BF16, R, C, job->x);
+	fos_tensor x = fos_tensor_2d(fos_dtype_to_wire(job->x_dtype), R, C, job->x);
 	fos_tensor amax_in = fos_tensor_1d(FOS_DTYPE_F32, na, job->amax);
 	fos_tensor codes = fos_tensor_2d(FOS_DTYPE_U8, R, C / 2, out->codes);
 	fos_tensor scales = fos_tensor_2d(FOS_DTYPE_E4M3, R, C / 16, out->scales);
 	fos_tensor amax = fos_tensor_1d(FOS_DTYPE_F32, na, out->amax);
-	fos_quant_config qc = {job->cfg.recipe == FOS_RECIPE_NVFP4 ? FOS_QRECIPE_NVFP4 : FOS_QRECIPE_4OVER6,
-			       cli_wire_block(job->cfg.block),
-			       job->cfg.err_mode == FOS_ERR_MSE ? FOS_ERRMODE_MSE : FOS_ERRMODE_MAE, job->cfg.bound, rs};
+	fos_quant_config qc = {job->cfg.recipe, fos_block_to_wire(job->cfg.block), job->cfg.err_mode, job->cfg.bound, rs};
 	fos_status st;
 	int rc = FOS_OK;
 	if (fos_quantize(c, &x, &qc, job->amax ? &amax_in : NULL, &codes, &scales, &amax, &st))

@@ -44,11 +44,6 @@ int cli_status_err(const fos_status *st, const char *what, fos_err *err)
 	return fos_seterr(err, rc, "%s: %s", fos_code_name(st->code), st->message);
 }
 
-int cli_wire_block(int fos_block)
-{
-	return fos_block == FOS_BLOCK_16X16 ? FOS_BLOCKS_16X16 : FOS_BLOCKS_1X16;
-}
-
 const char *cli_block_name(int wire_block, int is_weight)
 {
 	switch (wire_block) {

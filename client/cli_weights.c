@@ -109,7 +109,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
 	fos_tensor t = fos_tensor_2d(FOS_DTYPE_BF16, w.shape[0], w.shape[1], w.data);
-	fos_weight_config cfg = {cli_wire_block(block), errm == FOS_ERR_MSE ? FOS_ERRMODE_MSE : FOS_ERRMODE_MAE, bound,
+	fos_weight_config cfg = {fos_block_to_wire(block), errm, bound,
 				 flags[PF_PIN].given, flags[PF_DROP_MASTER].given, flags[PF_EAGER].given};
 	fos_weight_info info;
 	fos_status st;

@@ -31,9 +31,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fos_version.h" /* FOS_VERSION_MAJOR, _MINOR, _PATCH and the string FOS_VERSION */
+#include "fos_wire_enums.h" /* FOS_DTYPE_*, FOS_OVERRIDE_*, FOS_BLOCKS_*, FOS_ERRMODE_*, FOS_QRECIPE_* */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of the libfos linked in ("MAJOR.MINOR.PATCH"; FOS_VERSION is that of this header). */
+const char *fos_version(void);
 
 /* Status codes: the gRPC codes (the wire's fos.Code). */
 enum fos_code {
@@ -63,25 +69,6 @@ typedef struct fos_status {
 
 /* "NOT_FOUND" etc. */
 const char *fos_code_name(int code);
-
-/* Element types (the wire's fos.DType). */
-enum fos_wire_dtype {
-	FOS_DTYPE_BF16 = 1, /* bfloat16 bit patterns, 2 bytes */
-	FOS_DTYPE_F32 = 2,  /* float, 4 bytes */
-	FOS_DTYPE_U8 = 3,   /* packed E2M1 codes, two per byte (element 2j in the low nibble) */
-	FOS_DTYPE_E4M3 = 4  /* float8_e4m3fn scales */
-};
-
-/* Option values (the wire's enums; 0 is always the default). */
-enum fos_override_opt {
-	FOS_OVERRIDE_DEFAULT = 0, /* quantized, or high_precision with row-scaled X */
-	FOS_OVERRIDE_QUANTIZED = 1,
-	FOS_OVERRIDE_HIGH_PRECISION = 2,
-	FOS_OVERRIDE_DEQUANTIZED = 3
-};
-enum fos_block_opt { FOS_BLOCKS_DEFAULT = 0, FOS_BLOCKS_1X16 = 1, FOS_BLOCKS_16X16 = 2 };
-enum fos_errmode_opt { FOS_ERRMODE_MAE = 0, FOS_ERRMODE_MSE = 1 };
-enum fos_recipe_opt { FOS_QRECIPE_4OVER6 = 0, FOS_QRECIPE_NVFP4 = 1 };
 
 #define FOS_TENSOR_MAX_DIMS 2
 
@@ -183,7 +170,32 @@ typedef struct fos_stats_info {
 	uint64_t connections, connections_dropped, connection_refusals, connections_rejected;
 } fos_stats_info;
 
+/* Fills *out (a fixed struct: counters fosd added after it was laid out are only in the snapshot
+ * below). */
 int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st);
+
+/* Stats as named values, every numeric one fosd sends (new ones too, with no change to this ABI),
+ * by their fos.proto names: "cache_hits", "msg_pool_active" (0 or 1); per op "ops.OP.requests",
+ * "ops.OP.bytes_in", "ops.OP.latency.p99_us" (also .queue. and .run.: count, mean_us, p50_us,
+ * p90_us, p99_us, p999_us, max_us), "ops.OP.codes.CODE.count" ("ops.forward.codes.NOT_FOUND.count").
+ * Strings ("backend", "device") through fos_stats_text. Names are unique, in the order fosd sends
+ * them; a name fosd does not send is not there (NOT_FOUND), so read what you need by name. */
+typedef struct fos_stats_snapshot fos_stats_snapshot;
+
+/* One Stats request; *out (fos_stats_free it) is NULL on failure. */
+int fos_stats_take(fos_client *c, fos_stats_snapshot **out, fos_status *st);
+void fos_stats_free(fos_stats_snapshot *s);
+/* Values in the snapshot (numbers and strings) and the name of value i (NULL past the end). */
+size_t fos_stats_count(const fos_stats_snapshot *s);
+const char *fos_stats_name_at(const fos_stats_snapshot *s, size_t i);
+/* The integer value of name: FOS_CODE_OK, NOT_FOUND (no such value) or INVALID_ARGUMENT (it is a
+ * mean, read it with fos_stats_get_double, or a string). */
+int fos_stats_get(const fos_stats_snapshot *s, const char *name, uint64_t *out);
+/* Any numeric value of name as a double (means are doubles): OK, NOT_FOUND or INVALID_ARGUMENT. */
+int fos_stats_get_double(const fos_stats_snapshot *s, const char *name, double *out);
+/* The string value of name ("backend", "device"), NULL when there is none; valid until
+ * fos_stats_free. */
+const char *fos_stats_text(const fos_stats_snapshot *s, const char *name);
 
 /* ---- the weight cache ---------------------------------------------------------------------- */
 
@@ -402,15 +414,18 @@ int fos_region_stats(fos_client *c, uint64_t *regions, uint64_t *bytes, uint64_t
  * the channel; calls made meanwhile from other threads take the socket, as does a call whose
  * request does not fit, and one whose reply did not fit (fosd ran it and answered
  * RESOURCE_EXHAUSTED: libfos sends it again over the socket with a new id; size the channel for
- * the replies you expect, or have results written to regions). Both sides poll for up to spin_us
- * microseconds (0: 50; fosd: at most its channel_spin_us) before they sleep on a futex; a call
- * polls for the larger of this and fos_set_spin's value.
+ * the replies you expect, or have results written to regions). spin_us is the channel's one spin
+ * setting: both sides poll for up to spin_us microseconds before they sleep on a futex (0:
+ * FOS_CHANNEL_SPIN_DEFAULT_US; fosd polls for at most its channel_spin_us, and for exactly that
+ * when spin_us is 0); a call on the channel polls for the larger of this and fos_set_spin's value.
  *
  * bytes: the region's size (0: 4 MiB; at least 8704), split into equal request and reply areas.
  * The channel ends with fos_channel_close, fos_close or the process. When fosd stops serving it
  * (the connection was lost and redialled, fosd restarted, its region unregistered), calls take the
  * socket, and the first one that succeeds opens a new channel like it (at most one try a second),
  * until fos_channel_close. */
+#define FOS_CHANNEL_SPIN_DEFAULT_US 50 /* spin_us 0; fosd's channel_spin_us defaults to the same */
+#define FOS_CHANNEL_SPIN_MAX_US 1000000 /* the largest spin_us (INVALID_ARGUMENT above) */
 int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st);
 /* Unregisters the channel; later calls use the socket. Waits for a call using it to finish. */
 int fos_channel_close(fos_client *c, fos_status *st);

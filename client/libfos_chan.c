@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #define FOSC_CHAN_DEFAULT_BYTES ((size_t)4 << 20)
-#define FOSC_CHAN_DEFAULT_SPIN_US 50
 
 typedef struct fosc_chan {
 	pthread_mutex_t mu;   /* one exchange at a time; closed, base */
@@ -84,8 +83,9 @@ int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st)
 	if (bytes < FOS_CHAN_MIN_SIZE || bytes > ((size_t)1 << 34))
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "a channel needs %u bytes to 16 GiB, not %zu",
 				   FOS_CHAN_MIN_SIZE, bytes);
-	if (spin_us < 0 || spin_us > 1000000)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "spin_us %d is not in 0 .. 1000000", spin_us);
+	if (spin_us < 0 || spin_us > FOS_CHANNEL_SPIN_MAX_US)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "spin_us %d is not in 0 .. %d", spin_us,
+				   FOS_CHANNEL_SPIN_MAX_US);
 	if (atomic_load(&c->chan))
 		return fosc_status(st, FOS_CODE_ALREADY_EXISTS, "the handle has a channel open already");
 	static atomic_uint seq;
@@ -94,7 +94,7 @@ int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st)
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	ch->fd = -1;
 	ch->size = bytes;
-	ch->spin_us = spin_us ? spin_us : FOSC_CHAN_DEFAULT_SPIN_US;
+	ch->spin_us = spin_us ? spin_us : FOS_CHANNEL_SPIN_DEFAULT_US;
 	snprintf(ch->name, sizeof ch->name, "libfos.chan.%d.%u", (int)getpid(), atomic_fetch_add(&seq, 1));
 	if (pthread_mutex_init(&ch->mu, NULL)) {
 		free(ch);

@@ -13,6 +13,8 @@
 
 #include <nng/protocol/reqrep0/req.h>
 
+const char *fos_version(void) { return FOS_VERSION; }
+
 const char *fos_code_name(int code)
 {
 	return fosw_code_name(code);

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fos_wire_enums.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,18 +38,43 @@ int fos_seterr(fos_err *err, int rc, const char *fmt, ...)
 #endif
 	;
 
+/* Options share the wire's numbers (fos_wire_enums.h); element types and block modes count from 0
+ * and are mapped to and from the wire's by the four functions below, nowhere else. */
 enum fos_dtype { FOS_BF16 = 0, FOS_F32 = 1 };
-enum fos_recipe { FOS_RECIPE_4OVER6 = 0, FOS_RECIPE_NVFP4 = 1 }; /* NVFP4 = gradient quantizer */
+enum fos_recipe { FOS_RECIPE_4OVER6 = FOS_QRECIPE_4OVER6, FOS_RECIPE_NVFP4 = FOS_QRECIPE_NVFP4 }; /* NVFP4 = gradient quantizer */
 enum fos_block { FOS_BLOCK_1X16 = 0, FOS_BLOCK_16X16 = 1 };
-enum fos_errmode { FOS_ERR_MAE = 0, FOS_ERR_MSE = 1 };
+enum fos_errmode { FOS_ERR_MAE = FOS_ERRMODE_MAE, FOS_ERR_MSE = FOS_ERRMODE_MSE };
 enum fos_override {
-	FOS_OVR_DEFAULT = 0,
-	FOS_OVR_QUANTIZED = 1,
-	FOS_OVR_HIGH_PRECISION = 2,
-	FOS_OVR_DEQUANTIZED = 3
+	FOS_OVR_DEFAULT = FOS_OVERRIDE_DEFAULT,
+	FOS_OVR_QUANTIZED = FOS_OVERRIDE_QUANTIZED,
+	FOS_OVR_HIGH_PRECISION = FOS_OVERRIDE_HIGH_PRECISION,
+	FOS_OVR_DEQUANTIZED = FOS_OVERRIDE_DEQUANTIZED
 };
 
+/* FOS_DTYPE_BF16 / FOS_DTYPE_F32 -> FOS_BF16 / FOS_F32; any other wire type: -1. */
+static inline int fos_dtype_from_wire(int wire)
+{
+	return wire == FOS_DTYPE_BF16 ? FOS_BF16 : wire == FOS_DTYPE_F32 ? FOS_F32 : -1;
+}
+/* FOS_BF16 / FOS_F32 -> the wire's. */
+static inline int fos_dtype_to_wire(int dt) { return dt == FOS_F32 ? FOS_DTYPE_F32 : FOS_DTYPE_BF16; }
+/* FOS_BLOCKS_1X16 / FOS_BLOCKS_16X16 -> FOS_BLOCK_*; FOS_BLOCKS_DEFAULT -> dflt; any other: -1. */
+static inline int fos_block_from_wire(int wire, int dflt)
+{
+	return wire == FOS_BLOCKS_DEFAULT ? dflt
+	       : wire == FOS_BLOCKS_1X16  ? FOS_BLOCK_1X16
+	       : wire == FOS_BLOCKS_16X16 ? FOS_BLOCK_16X16
+					  : -1;
+}
+/* FOS_BLOCK_* -> the wire's (never FOS_BLOCKS_DEFAULT). */
+static inline int fos_block_to_wire(int block) { return block == FOS_BLOCK_16X16 ? FOS_BLOCKS_16X16 : FOS_BLOCKS_1X16; }
+
 static inline size_t fos_dtype_size(int dt) { return dt == FOS_F32 ? 4 : 2; }
+
+/* A small op's largest input (bytes): the one threshold of fosd's small ops (run at once on the
+ * receiving thread when nothing is queued), of the lanes' own buffers, and of the forwards
+ * linear.c replays through be->replay. */
+#define FOS_SMALL_OP_BYTES ((size_t)2 << 20)
 
 /* How to quantize. Defaults (fos_qcfg_default): 4over6, 1x16, MAE, bound 256, per-tensor. */
 typedef struct fos_qcfg {

@@ -30,7 +30,8 @@ def test_struct_layouts(tmp_path):
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "layout"
-    subprocess.run([cc, "-std=c11", "-I", os.path.join(REPO, "client"), str(src), "-o", str(exe)], check=True)
+    inc = ["-I", os.path.join(REPO, "client"), "-I", os.path.join(REPO, "kernels")]  # fos.h includes fos_version.h
+    subprocess.run([cc, "-std=c11"] + inc + [str(src), "-o", str(exe)], check=True)
     got = {}
     for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines():
         key, _, val = line.rpartition(" ")
@@ -50,3 +51,8 @@ def test_library_search_order(monkeypatch):
     pkg = os.path.join(REPO, "client", "python", "fosd")
     assert c == ["/somewhere/libfos.so", os.path.join(pkg, "libfos.so"), os.path.join(REPO, "build-x", "libfos.so"),
                  os.path.join(REPO, "build", "libfos.so"), "libfos.so"]
+
+
+def test_version_matches_libfos():
+    import fosd
+    assert _lib.load().fos_version().decode() == fosd.__version__

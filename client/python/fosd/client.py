@@ -251,29 +251,48 @@ class Client:
                 "draining": bool(info.draining)}
 
     def stats(self):
-        """fosd's Stats as a dict; "ops" maps an op name to its counts and latencies."""
-        buf = _lib.StatsBuffer()
+        """fosd's Stats as a dict of every value fosd sends (libfos's named snapshot, so counters
+        added to fosd appear without a change here): top-level counters by their fos.proto names,
+        "backend" and "device"; "ops" maps an op name to its counts ("requests", "bytes_in", ...),
+        "by_code" (code name -> requests, nonzero only) and latencies "lat_*", "queue_*", "run_*"
+        (count, mean_us, p50_us, p90_us, p99_us, p999_us, max_us)."""
+        snap = ctypes.c_void_p()
         st = _lib.Status()
-        check(self._lib.fos_stats(self._h(), ctypes.byref(buf), ctypes.byref(st)), st)
-        s = buf.info
-        out = {"uptime_ms": s.uptime_ms, "backend": _s(s.backend), "device": _s(s.device)}
-        for name in _lib.STATS_U64_FIELDS:
-            out[name] = getattr(s, name)
-        out["msg_pool_active"] = bool(s.msg_pool_active)
-        out["channels"], out["channel_requests"] = s.channels, s.channel_requests
-        ops = {}
-        for i in range(min(s.n_ops, _lib.STATS_MAX_OPS)):
-            o = s.ops[i]
-            d = {}
-            for f, _ in _lib.OpStats._fields_:
-                if f == "op":
+        check(self._lib.fos_stats_take(self._h(), ctypes.byref(snap), ctypes.byref(st)), st)
+        try:
+            out, ops = {}, {}
+            lat = {"latency": "lat", "queue": "queue", "run": "run"}
+            d = ctypes.c_double()
+            for i in range(self._lib.fos_stats_count(snap)):
+                raw = self._lib.fos_stats_name_at(snap, i)
+                name = raw.decode()
+                text = self._lib.fos_stats_text(snap, raw)
+                if text is not None:
+                    value = text.decode(errors="replace")
+                else:
+                    u = ctypes.c_uint64()
+                    if self._lib.fos_stats_get(snap, raw, ctypes.byref(u)) == 0:
+                        value = u.value
+                    else:
+                        self._lib.fos_stats_get_double(snap, raw, ctypes.byref(d))
+                        value = d.value
+                parts = name.split(".")
+                if parts[0] != "ops" or len(parts) < 3:
+                    out[name] = value
                     continue
-                v = getattr(o, f)
-                d[f] = list(v) if f == "by_code" else v
-            d["by_code"] = {_lib.CODE_NAMES.get(c, str(c)): n for c, n in enumerate(d["by_code"]) if n}
-            ops[_s(o.op)] = d
-        out["ops"] = ops
-        return out
+                o = ops.setdefault(parts[1], {"by_code": {}})
+                if parts[2] == "codes" and len(parts) == 5:
+                    if value:
+                        o["by_code"][parts[3]] = value
+                elif parts[2] in lat and len(parts) == 4:
+                    o["%s_%s" % (lat[parts[2]], parts[3])] = value
+                elif len(parts) == 3:
+                    o[parts[2]] = value
+            out["msg_pool_active"] = bool(out.get("msg_pool_active", 0))
+            out["ops"] = ops
+            return out
+        finally:
+            self._lib.fos_stats_free(snap)
 
     def region_stats(self):
         """fosd's shared-memory regions over all connections: (regions, bytes, mapped bytes)."""
