@@ -3,8 +3,8 @@
  * each op back to back, the GEMM rows alternate op and baseline run by run so both see the same
  * clock and power state):
  *   - 4/6 quantize (amax pass included) of bf16 8192x5120 and 8192x8192: 1x16 per-tensor (with and
- *     without the fused bf16 decoding), MSE, 16x16, row-scaled, the NVFP4 gradient quantizer, and
- *     the kernel variants; baseline: a device-to-device copy of the input;
+ *     without the fused bf16 decoding), MSE, 16x16, row-scaled and the NVFP4 gradient quantizer;
+ *     baseline: a device-to-device copy of the input;
  *   - amax, dequantize, transpose alone;
  *   - forward (quantize X + GEMM with the cached quantized W) at 8192^3 and 8192x4096x4096;
  *     baseline: a plain cuBLASLt bf16 GEMM of the same shape (heuristic's first choice, 32 MiB
@@ -21,18 +21,14 @@
  *   - grad_pair (both decoded operands of the quantized backward's gradient from one read of dY) at
  *     8192x4096: against a device-to-device copy of dY, and against the rowwise + quantize_t
  *     gradient quantizes it replaces (with and without the amax pass), alternated in the same run;
- *     the quantized backward with grad_pair off (variant bit 9) next to its default row;
- *   - the kernel variants of fos_cuda_set_variant that matter for speed, same run: cp.async rings
- *     2 deep (bit 4: quantize_t's previous pipeline) or 3 deep (bit 5) instead of 4, 4/6 through
- *     the rowwise ring kernel (bit 6), the rowwise gradient quantizer through the ring kernel (bit
- *     8), no reverse walk after an amax pass (bit 2), on the kernels alone and on the quantized
- *     backward and the forward.
+ *     the quantized backward with be->grad_pair switched off (linear.c then quantizes dY rowwise
+ *     and through quantize_t) next to its default row;
  *   - small M (the shape rule: any M >= 1): the forward with a cached 4096x4096 weight (16x16) at
  *     M = 1, 16, 64, 128, with no saved context (replayed from a CUDA graph) and with one (quantized
  *     override: columnwise X, M padded to 16), and the quantized backward; baseline: the plain
  *     cuBLASLt bf16 GEMM of the same shape, alternated in the same run.
  * Prints markdown table rows. Usage: bench_cuda [quick | qt | small]; qt: only the quick quantize_t
- * rows (for a profiler: one k_quant_t and one k_quant_rows launch early); small: only the small-M
+ * rows (for a profiler: one k_quant_t launch early); small: only the small-M
  * rows. */
 #include "backend.h"
 #include "bench_util.h"
@@ -264,18 +260,16 @@ static void row_pair(const char *what, const char *shape, op_fn f, void *c, cons
 	row(what, shape, t, base, tb);
 }
 
-/* fn under kernel variant var (fos_cuda_set_variant), timed like time_us / time_pair_us. */
-typedef struct {
-	op_fn fn;
-	void *ctx;
-	int var;
-} var_ctx;
-static void op_var(void *c)
+/* op_bwd with be->grad_pair switched off: linear.c then quantizes dY rowwise and through
+ * quantize_t. */
+typedef int (*grad_pair_fn)(fos_backend *, const uint16_t *, int64_t, int64_t, const float *, uint16_t *, uint16_t *,
+			    fos_err *);
+static void op_bwd_nopair(void *c)
 {
-	var_ctx *v = c;
-	CK(fos_cuda_set_variant(be, v->var, &err));
-	v->fn(v->ctx);
-	CK(fos_cuda_set_variant(be, 0, &err));
+	grad_pair_fn keep = be->grad_pair;
+	be->grad_pair = NULL;
+	op_bwd(c);
+	be->grad_pair = keep;
 }
 
 typedef struct {
@@ -326,39 +320,6 @@ static void bench_quant(int64_t rows, int64_t cols, int quick)
 		q.cfg.bound = cases[i].recipe ? 448 : 256;
 		q.dec = cases[i].dec ? dec : NULL;
 		row(cases[i].name, shape, time_us(op_quant, &q), "copy", copy);
-		if (cases[i].recipe && !quick) {
-			var_ctx vc = {op_quant, &q, 256};
-			row("  the same through the ring kernel k_quant_rows (variant 256)", shape, time_us(op_var, &vc), "copy",
-			    copy);
-			vc.var = 256 | 32;
-			row("  the same, ring 3 deep (variant 288)", shape, time_us(op_var, &vc), "copy", copy);
-		}
-	}
-	/* variants of the headline case: bit 0 generic kernel, bit 1 software e4m3, bit 2 forward walk */
-	q.cfg = fos_qcfg_default();
-	for (int v = 1; v < 8 && !quick; v++) {
-		char name[96];
-		CK(fos_cuda_set_variant(be, v, &err));
-		snprintf(name, sizeof name, "  variant %d (%s%s%s) 1x16 per-tensor MAE", v, v & 1 ? "generic " : "",
-			 v & 2 ? "sw-e4m3 " : "", v & 4 ? "forward-walk" : "");
-		q.dec = NULL;
-		row(name, shape, time_us(op_quant, &q), "copy", copy);
-		snprintf(name, sizeof name, "  variant %d + decoded", v);
-		q.dec = dec;
-		row(name, shape, time_us(op_quant, &q), "copy", copy);
-	}
-	CK(fos_cuda_set_variant(be, 0, &err));
-	q.cfg = fos_qcfg_default();
-	for (int v = 64; v <= 96 && !quick; v += 32) { /* 4/6 through the rowwise ring kernel */
-		char name[96];
-		var_ctx vc = {op_quant, &q, v};
-		snprintf(name, sizeof name, "  variant %d (4/6 through the ring kernel%s) 1x16 per-tensor MAE", v,
-			 v & 32 ? ", 3 deep" : "");
-		q.dec = NULL;
-		row(name, shape, time_us(op_var, &vc), "copy", copy);
-		snprintf(name, sizeof name, "  variant %d + decoded", v);
-		q.dec = dec;
-		row(name, shape, time_us(op_var, &vc), "copy", copy);
 	}
 	q.dec = NULL;
 	row("amax alone (per tensor)", shape, time_us(op_amax, &q), "copy", copy);
@@ -420,19 +381,6 @@ static void bench_quant_t(int64_t rows, int64_t cols, int quick)
 		t_row = time_us(op_q_rowwise, &q);
 		row("  the same quantize on an untransposed tensor", shape, t_row, "copy", copy);
 		printf("|   quantize_t over the untransposed quantize | %s | | | %.2fx |\n", shape, t_qt / t_row);
-		if (i == 0 && !quick) { /* the previous pipelines and the ring depth, same bytes */
-			const int vs[] = {16, 32, 256, 4};
-			const char *vn[] = {"rings 2 deep (variant 16: quantize_t's previous pipeline)", "rings 3 deep (variant 32)",
-					    "rowwise gradient through the ring kernel (variant 256)", "no reverse walk (variant 4)"};
-			for (int j = 0; j < 4; j++) {
-				char name[128];
-				var_ctx vq = {op_qt, &q, vs[j]}, vr = {op_q_rowwise, &q, vs[j]};
-				snprintf(name, sizeof name, "  quantize_t, %s", vn[j]);
-				row(name, shape, time_us(op_var, &vq), "copy", copy);
-				snprintf(name, sizeof name, "  untransposed quantize, %s", vn[j]);
-				row(name, shape, time_us(op_var, &vr), "copy", copy);
-			}
-		}
 	}
 	fos_qtensor_free(be, &q.q);
 	be->free(be, dam);
@@ -469,7 +417,7 @@ static void op_gp_two(void *c)
 	CK(be->quantize_t(be, x->dy, FOS_BF16, x->n, x->m, &g, x->amax, &x->q2, x->cols, &err));
 }
 
-static void bench_grad_pair(int64_t m, int64_t n, int quick)
+static void bench_grad_pair(int64_t m, int64_t n)
 {
 	if (!be->grad_pair || !be->quantize_t) {
 		printf("| grad_pair | | not offered by this backend | | |\n");
@@ -502,17 +450,6 @@ static void bench_grad_pair(int64_t m, int64_t n, int quick)
 	time_pair_us(op_gp, &g, op_gp_two, &g, &t_gp, &t_two);
 	row("  amax + grad_pair (the backward's gradient work)", shape, t_gp, "amax + quantize + quantize_t", t_two);
 	g.with_amax = 0;
-	if (!quick) { /* ring depth, walk and one more e4m3 path, same bytes */
-		const int vs[] = {16, 32, 4, 2};
-		const char *vn[] = {"ring 2 deep (variant 16)", "ring 3 deep (variant 32)", "no reverse walk (variant 4)",
-				    "software e4m3 (variant 2)"};
-		for (int j = 0; j < 4; j++) {
-			char name[96];
-			var_ctx vc = {op_gp, &g, vs[j]};
-			snprintf(name, sizeof name, "  grad_pair, %s", vn[j]);
-			row(name, shape, time_us(op_var, &vc), "copy", copy);
-		}
-	}
 	fos_qtensor_free(be, &g.q1);
 	fos_qtensor_free(be, &g.q2);
 	be->free(be, g.amax);
@@ -585,11 +522,6 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 		char name[96];
 		snprintf(name, sizeof name, "forward (quantize X + GEMM, cached W %s)", wb ? "16x16" : "1x16");
 		row_pair(name, shape, op_fwd, &l, "plain GEMM", op_gemm, &g);
-		if (wb == 1 && !quick) {
-			var_ctx vf = {op_fwd, &l, 64};
-			row_pair("  same, X through the 4/6 ring kernel (variant 64)", shape, op_var, &vf, "plain GEMM", op_gemm,
-				 &g);
-		}
 		if (wb == 1) {
 			l.o.row_scaled = 1;
 			l.o.override = FOS_OVR_HIGH_PRECISION;
@@ -614,25 +546,8 @@ static void bench_linear(int64_t m, int64_t n, int64_t k, int quick)
 				snprintf(name, sizeof name, "backward %s (dX + dW)", on[i]);
 				row_pair(name, shape, op_bwd, &l, "its 2 plain GEMMs", op_two_gemms, &both);
 				if (i == 0 && be->grad_pair) { /* the two gradient quantizes instead of grad_pair */
-					var_ctx vg = {op_bwd, &l, 512};
-					row_pair("  backward quantized, grad_pair off (variant 512: quantize + quantize_t)", shape, op_var,
-						 &vg, "its 2 plain GEMMs", op_two_gemms, &both);
-				}
-				if (i == 0 && !quick) { /* other kernels, and no reverse walk after the amax */
-					var_ctx vb = {op_bwd, &l, 16};
-					row_pair("  backward quantized, quantize_t ring 2 deep (variant 16)", shape, op_var, &vb,
+					row_pair("  backward quantized, grad_pair off (quantize + quantize_t)", shape, op_bwd_nopair, &l,
 						 "its 2 plain GEMMs", op_two_gemms, &both);
-					vb.var = 256;
-					row_pair("  backward quantized, rowwise gradient through the ring kernel (variant 256)", shape,
-						 op_var, &vb, "its 2 plain GEMMs", op_two_gemms, &both);
-					vb.var = 4;
-					row_pair("  backward quantized, no reverse walk (variant 4)", shape, op_var, &vb,
-						 "its 2 plain GEMMs", op_two_gemms, &both);
-					vb.var = 20;
-					row_pair("  backward quantized, ring 2 deep and no reverse walk (variant 20)", shape, op_var,
-						 &vb, "its 2 plain GEMMs", op_two_gemms, &both);
-					row_pair("  backward quantized again (default)", shape, op_bwd, &l, "its 2 plain GEMMs",
-						 op_two_gemms, &both);
 				}
 				if (i == 0 && be->quantize_t && !quick) { /* dY^T through transpose + quantize */
 					quantize_t_fn keep = be->quantize_t;
@@ -723,7 +638,7 @@ int main(int argc, char **argv)
 	bench_quant(8192, 5120, quick);
 	bench_quant(8192, 8192, quick);
 	bench_quant_t(4096, 8192, quick);
-	bench_grad_pair(8192, 4096, quick);
+	bench_grad_pair(8192, 4096);
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
 	bench_small_m();

@@ -116,9 +116,6 @@ fos_backend *fos_backend_cpu(int threads, fos_err *err)
 {
 	if (threads <= 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
-		const char *env = getenv("FOS_CPU_THREADS");
-		if (env && atoi(env) > 0)
-			n = atoi(env);
 		threads = n > 0 ? (int)n : 1;
 	}
 	fos_backend *be = calloc(1, sizeof *be);

@@ -168,10 +168,6 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	im->dev = device;
 	im->sms = prop.multiProcessorCount;
 	pthread_mutex_init(&im->mu, 0);
-	const char *v = getenv("FOS_CUDA_VARIANT");
-	im->variant = v ? atoi(v) : 0;
-	const char *f = getenv("FOS_CUDA_GEMM_F32");
-	im->force_f32 = f ? atoi(f) != 0 : 0;
 	const char *gr = getenv("FOS_CUDA_GRAPHS");
 	im->use_graphs = gr ? atoi(gr) != 0 : 1;
 	be->name = "cuda";
@@ -240,6 +236,37 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	return be;
 }
 
+/* Resident blocks per SM of each kernel, asked once per kernel (keyed by its address). max_smem:
+ * first ask for the largest shared-memory carveout (the cp.async ring kernels, 3 or 4 CTAs of
+ * about 42 KiB per SM; a preference, so a refusal is ignored). */
+int fcu_occupancy(const void *kernel, int bs, int max_smem)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static const void *keys[256];
+	static int vals[256], n;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < n; i++)
+		if (keys[i] == kernel) {
+			int v = vals[i];
+			pthread_mutex_unlock(&mu);
+			return v;
+		}
+	int v = 0;
+	if (max_smem && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+					     (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+		cudaGetLastError();
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, bs, 0) != cudaSuccess || v < 1) {
+		cudaGetLastError();
+		v = 2;
+	}
+	if (n < 256) {
+		keys[n] = kernel;
+		vals[n++] = v;
+	}
+	pthread_mutex_unlock(&mu);
+	return v;
+}
+
 /* ---- cuda_backend.h extras ------------------------------------------------------------------- */
 
 extern "C" int fos_cuda_mark(fos_backend *be, int slot, fos_err *err)
@@ -280,10 +307,10 @@ extern "C" int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err)
 	return FOS_OK;
 }
 
-extern "C" int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err)
+extern "C" int fos_cuda_set_one_cta(fos_backend *be, int on, fos_err *err)
 {
 	if (!be || strcmp(be->name, "cuda"))
 		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
-	fcu(be)->variant = variant;
+	fcu(be)->one_cta = on != 0;
 	return FOS_OK;
 }

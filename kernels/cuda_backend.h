@@ -1,7 +1,8 @@
 /* cuda_backend.h: CUDA-only extras of the CUDA backend (kernels/cuda_*.cu), for its GPU tests and
- * benchmarks: stream-event timing, the GEMM path switch, a baseline cuBLASLt GEMM, the chosen
- * GEMM algorithm's description (per operand layout), and exhaustive self-tests of every fast
- * replacement of an exact operation used by the kernels. Every function returns FOS_OK or an error code with err set. The
+ * benchmarks: stream-event timing, the GEMM path and grid switches, a baseline cuBLASLt GEMM, the
+ * chosen GEMM algorithm's description (per operand layout), and exhaustive self-tests of every fast
+ * replacement of an exact operation used by the kernels. Every function returns FOS_OK or an error
+ * code with err set. fosd calls none of the switches: they default to the shipped paths. The
  * backend itself is made with fos_backend_cuda (backend.h). Only defined in builds with CUDA
  * (FOS_HAVE_CUDA); callers guard their uses with #ifdef FOS_HAVE_CUDA. */
 #ifndef FOS_CUDA_BACKEND_H
@@ -23,19 +24,10 @@ int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos_err *err);
  * a row scale use the FP32 path, and a bias is added by a separate kernel in both. */
 int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
 
-/* Quantize kernel variant, for benchmarks and cross-checks (0 = default, every variant gives the
- * same bytes). Bit 0: 4/6 per-tensor 1x16 through the generic kernel (per-thread candidate tables)
- * instead of the per-CTA tabled one; bit 1: software e4m3 encode instead of the hardware
- * conversion; bit 2: always walk the blocks from the start (by default from the end after an amax
- * pass over the same input); bit 3: transpose through the 16-byte kernel; bit 4: cp.async rings 2
- * deep instead of 4 (quantize_t: the previous pipeline, 2 tile buffers); bit 5: rings 3 deep; bit
- * 6: 4/6 per-tensor 1x16 through the rowwise ring kernel k_quant_rows; bit 7: every quantize launch
- * on one CTA (tests: each ring buffer reused many times at small shapes); bit 8: the rowwise
- * gradient quantize through k_quant_rows instead of k_grad_1x16; bit 9: no grad_pair (the op
- * answers FOS_EUNSUPPORTED, so the quantized backward quantizes dY twice, rowwise and through
- * quantize_t, as before the fused kernel). Bits 1, 2, 4, 5 and 7 apply to quantize_t and grad_pair
- * too. */
-int fos_cuda_set_variant(fos_backend *be, int variant, fos_err *err);
+/* 1: every quantize, quantize_t and grad_pair launch runs on one CTA (tests: a persistent kernel
+ * then walks every work item itself, so each cp.async ring buffer is refilled many times at small
+ * shapes); 0 (default): grids sized by occupancy. Same bytes either way. */
+int fos_cuda_set_one_cta(fos_backend *be, int on, fos_err *err);
 
 /* 1: be->h2d queues the copy and returns without waiting for it (the caller then keeps src unchanged
  * and mapped until its next d2h or sync on this instance; fosd's executor does: its sources live

@@ -13,12 +13,12 @@
  * through split-K. The chosen algorithm is kept process-wide (fcu_algos): every instance (fosd
  * runs one per executor lane, each with its own handle, stream and descriptors) runs the algorithm
  * the first one chose for that key, so results do not depend on which instance ran a request.
- * (On the H200 with cuBLASLt 13, every layout gave the bytes of gemm on transposed copies, even
- * with another tile: gpu_linear's test_gemm_ex_layouts reports it.)
+ * gemm_ex's layouts are not promised to give gemm's bytes on transposed copies (another layout may
+ * get another algorithm); gpu_linear's test_gemm_ex_layouts reports whether they do.
  *
  * Epilogue: alpha = rn(ga * gb) (computed on the device when an amax is involved). Without a row
  * scale, cuBLASLt writes bf16 = RNE(rn(acc * alpha)) itself (fos_cuda_set_gemm_f32 switches this
- * off; the GPU test gpu_gemm proves both paths equal bit for bit). With a row scale, cuBLASLt writes
+ * off; the GPU test gpu_linear proves both paths equal bit for bit). With a row scale, cuBLASLt writes
  * FP32 acc and k_epilogue applies alpha, the row scale and the cast. A bias is added afterwards,
  * after the bf16 cast, exactly as specified: y = bf16(float(y) + float(bias)). */
 #include "cuda_internal.cuh"

@@ -6,13 +6,11 @@
  *                       same cfg, amax).
  * Bit-identical to those by construction: every 1x16 block goes through the same block function
  * (fcu_blk_grad of cuda_qblock.cuh), tables (fcu_pt_setup: sinv, sdec) and decoding (fcu_dec_pt) as
- * k_grad_1x16 / k_quant_rows / k_quant_t, with the same e4m3 path (hw: the hardware conversion
- * unless kernel variant bit 1) and the same raw input bits per block.
+ * k_grad_1x16 / k_quant_t, with the same e4m3 path and the same raw input bits per block.
  *
  * Layout: a persistent CTA walks tiles of GP_R = 64 rows x GP_C = 64 columns of dY (row-major tile
  * order; from the end when the amax pass just read dY, as the quantize kernels do: its tail is still
- * in L2) through a cp.async ring of shared-memory tile buffers (the protocol of the ring kernels,
- * cuda_qblock.cuh; 4 deep by default, 2 or 3 under variant bits 4 / 5). Per tile, each of the 256
+ * in L2) through the cp.async ring of cuda_ring.cuh, 4 tile buffers deep. Per tile, each of the 256
  * threads owns one row block and one column block:
  *   phase 1: row j = t / 4, columns 16 (t % 4) .. + 15 (four lanes cover a row's 128 bytes): two
  *            16-byte shared loads, the block arithmetic, 32 bytes to dec_rows;
@@ -27,6 +25,7 @@
  * barrier per tile (the ring's) is all the synchronisation. */
 #include "cuda_internal.cuh"
 #include "cuda_qblock.cuh"
+#include "cuda_ring.cuh"
 
 #include <stdint.h>
 
@@ -80,20 +79,10 @@ __global__ void __launch_bounds__(GP_T, 4)
 				       on ? (const void *)(x + (int64_t)r * n + c) : (const void *)x, on);
 		}
 	};
-	const int G = gridDim.x;
 	int i = blockIdx.x;
-	for (int s = 0; s < S - 1; s++) { /* prologue: the CTA's first S - 1 tiles */
-		if (i + s * G < ntiles)
-			issue(i + s * G, s);
-		fcu_cp_commit();
-	}
-	for (int buf = 0; i < ntiles; i += G, buf = buf + 1 == S ? 0 : buf + 1) {
-		fcu_cp_wait_ring(S);
-		__syncthreads(); /* tile i landed; every thread is done with the previous tile's buffer */
-		const int ahead = i + (S - 1) * G;
-		if (ahead < ntiles)
-			issue(ahead, buf == 0 ? S - 1 : buf - 1);
-		fcu_cp_commit();
+	fcu_ring_start(ntiles, S, issue);
+	for (int buf = 0; i < ntiles; i += gridDim.x, buf = fcu_ring_next(buf, S)) {
+		fcu_ring_advance(i, buf, ntiles, S, issue);
 		int r0, c0;
 		tile_at(i, r0, c0);
 		const uint16_t *tb = tile + buf * GP_TSZ;
@@ -124,37 +113,10 @@ __global__ void __launch_bounds__(GP_T, 4)
 	}
 }
 
-static int gp_aligned(const void *p)
-{
-	return ((uintptr_t)p % 16) == 0;
-}
-
-/* Resident CTAs per SM, asked once (after asking for the largest shared-memory carveout: about
- * 45 KiB of static shared memory per CTA; a preference, so a refusal is ignored). */
-static int gp_occupancy(void)
-{
-	static const int occ = [] {
-		int v = 0;
-		if (cudaFuncSetAttribute((const void *)k_grad_pair, cudaFuncAttributePreferredSharedMemoryCarveout,
-					 (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-			cudaGetLastError();
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, (const void *)k_grad_pair, GP_T, 0) != cudaSuccess ||
-		    v < 1) {
-			cudaGetLastError();
-			v = 2;
-		}
-		return v;
-	}();
-	return occ;
-}
-
 int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
 		  uint16_t *dec_cols_t, fos_err *err)
 {
 	struct fcu_impl *im = fcu(be);
-	const int var = im->variant;
-	if (var & 512)
-		return fos_seterr(err, FOS_EUNSUPPORTED, "grad_pair is switched off (kernel variant bit 9)");
 	if (m <= 0 || n <= 0 || m % 16 || n % 16)
 		return fos_seterr(err, FOS_EINVAL,
 				  "grad_pair of a (%lld, %lld) gradient: both dimensions must be positive multiples of 16",
@@ -164,21 +126,18 @@ int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, con
 				  (long long)m, (long long)n);
 	if (!dy || !amax || !dec_rows || !dec_cols_t)
 		return fos_seterr(err, FOS_EINVAL, "grad_pair: a NULL pointer");
-	if (!gp_aligned(dy) || !gp_aligned(dec_rows) || !gp_aligned(dec_cols_t))
+	if (!fcu_aligned(dy, 16) || !fcu_aligned(dec_rows, 16) || !fcu_aligned(dec_cols_t, 16))
 		return fos_seterr(err, FOS_EINVAL, "grad_pair: dy, dec_rows or dec_cols_t not 16-byte aligned");
 	int rc = fcu_enter(be, err);
 	if (rc)
 		return rc;
-	/* the quantize launchers' choices (fcu_qargs, cuda_quant.cu): hardware e4m3 unless bit 1; from the
-	 * end when the last amax pass read dy, unless bit 2; ring depth 2 (bit 4) or 3 (bit 5), else 4;
-	 * one CTA under bit 7 (tests). Only speed depends on them, never the bytes. */
-	const int hw = !(var & 2);
-	const int rev = !(var & 4) && dy == __atomic_load_n(&im->amax_x, __ATOMIC_RELAXED);
-	const int stages = (var & 16) ? 2 : ((var & 32) ? 3 : 4);
+	/* the quantize launchers' choices (fcu_qargs): from the end when the last amax pass read dy */
+	const fcu_qa A = fcu_qargs(be, dy, 1, amax, 0);
 	const int ntr = (int)((m + GP_R - 1) / GP_R), ntc = (int)((n + GP_C - 1) / GP_C);
 	const int ntiles = ntr * ntc;
-	const unsigned grid = (var & 128) ? 1u : fcu_grid(be, (int64_t)ntiles * GP_T, GP_T, gp_occupancy());
-	k_grad_pair<<<grid, GP_T, 0, im->st>>>(dy, (int)m, (int)n, ntc, ntiles, amax, hw, rev, stages, dec_rows,
+	const int occ = fcu_occupancy((const void *)k_grad_pair, GP_T, 1);
+	const unsigned grid = A.one_cta ? 1u : fcu_grid(be, (int64_t)ntiles * GP_T, GP_T, occ);
+	k_grad_pair<<<grid, GP_T, 0, im->st>>>(dy, (int)m, (int)n, ntc, ntiles, amax, A.hw, A.rev, A.stages, dec_rows,
 					       dec_cols_t);
 	return fcu_launched(err, "grad_pair kernel launch");
 }

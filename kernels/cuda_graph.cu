@@ -1,21 +1,20 @@
 /* cuda_graph.cu: backend.h's `replay` for the CUDA backend: the stream work a caller queues for a
  * key is recorded into a CUDA graph the second time the key is seen, and later calls with the same
  * key launch the graph instead of making every API call again. A small forward queues a memset,
- * three kernels and a cuBLASLt matmul, whose host-side cost (about 30 us, more on a CPU that was
- * idle) exceeds their GPU time at M = 128; one graph launch costs a few microseconds. The graph
+ * three kernels and a cuBLASLt matmul, whose host-side cost can exceed their GPU time at M = 128;
+ * one graph launch costs a few microseconds. The graph
  * holds the very kernels with the very arguments of the recorded call (the cuBLASLt plan included),
  * so its results are the same bits.
  *
  * A key names everything the work depends on except the contents of device memory (pointers,
- * shapes, options); this file adds the instance's kernel variant and GEMM path switch. Entries:
+ * shapes, options); this file adds the instance's one-CTA and GEMM path switches. Entries:
  * FCU_GRAPHS per instance, least recently used replaced. A recording that fails (an API call that
  * cannot be captured, an instantiation error) marks the key never to be recorded again and the
  * work runs the ordinary way.
  *
  * Memory the recorded work allocates (the quantized X) is not recorded as graph allocation nodes:
  * the graph memory pool is shared by every stream, and launches on different lanes that share its
- * pages were measured to serialize (8 clients on 4 lanes: 19.5k requests/s against 23k without
- * graphs). While a key is recorded, be->alloc makes ordinary allocations the entry owns (freed
+ * pages serialize (bench/BENCHMARKS.md). While a key is recorded, be->alloc makes ordinary allocations the entry owns (freed
  * with the entry) and be->free of them is a no-op: each graph has its own scratch. */
 #include "cuda_internal.cuh"
 
@@ -30,7 +29,7 @@
 struct fcu_graph {
 	unsigned char key[FCU_KEY_MAX];
 	size_t keylen;
-	int variant, force_f32;
+	int one_cta, force_f32;
 	int seen, never;
 	cudaGraphExec_t exec;
 	unsigned long long use;
@@ -57,7 +56,7 @@ static struct fcu_graph *fcu_graph_find(struct fcu_impl *im, const void *key, si
 	struct fcu_graphs *gs = (struct fcu_graphs *)im->graphs;
 	for (int i = 0; i < gs->n; i++) {
 		struct fcu_graph *e = &gs->g[i];
-		if (e->keylen == keylen && e->variant == im->variant && e->force_f32 == im->force_f32 &&
+		if (e->keylen == keylen && e->one_cta == im->one_cta && e->force_f32 == im->force_f32 &&
 		    !memcmp(e->key, key, keylen))
 			return e;
 	}
@@ -162,7 +161,7 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 		e = fcu_graph_slot(im);
 		memcpy(e->key, key, keylen);
 		e->keylen = keylen;
-		e->variant = im->variant;
+		e->one_cta = im->one_cta;
 		e->force_f32 = im->force_f32;
 	}
 	e->use = ++gs->tick;

@@ -1,6 +1,7 @@
-/* cuda_internal.cuh: what the CUDA backend's files share (cuda_backend.cu, cuda_quant.cu,
- * cuda_gemm.cu, cuda_selftest.cu): the per-instance state, error helpers that turn a CUDA or
- * cuBLASLt status into FOS_EINTERNAL with a message, and the ops' prototypes. Not a public header. */
+/* cuda_internal.cuh: what the CUDA backend's files (kernels/cuda_*.cu) share: the per-instance
+ * state, error helpers that turn a CUDA or cuBLASLt status into FOS_EINTERNAL with a message, the
+ * grid sizing of the persistent kernels, what every quantize launch takes besides its shape
+ * (fcu_qa), and the ops' prototypes. Not a public header. */
 #ifndef FOS_CUDA_INTERNAL_CUH
 #define FOS_CUDA_INTERNAL_CUH
 
@@ -44,9 +45,9 @@ struct fcu_impl {
 	size_t acc_bytes;
 	void *ws;       /* cuBLASLt workspace for the baseline GEMM only */
 	size_t ws_bytes;
-	int force_f32;  /* every GEMM through the FP32 output + own epilogue */
+	int force_f32;  /* every GEMM through the FP32 output + own epilogue (fos_cuda_set_gemm_f32) */
 	int h2d_nowait; /* h2d returns without waiting for the copy (fos_cuda_set_h2d_nowait) */
-	int variant;    /* quantize kernel variant (benchmarks) */
+	int one_cta;    /* every quantize and grad_pair launch on one CTA (fos_cuda_set_one_cta) */
 	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
 	void *graphs;       /* recorded work by key (cuda_graph.cu), made on first use */
 	void *recording;    /* the entry being recorded: be->alloc/free give and keep its memory */
@@ -99,7 +100,61 @@ static inline unsigned fcu_grid(fos_backend *be, int64_t n, int bs, int per_sm)
 	return (unsigned)(g < 1 ? 1 : g);
 }
 
-/* ops (cuda_quant.cu) */
+static inline int fcu_aligned(const void *p, size_t a)
+{
+	return ((uintptr_t)p % a) == 0;
+}
+
+#define FCU_QT 256 /* threads per CTA of the elementwise and quantize kernels */
+
+/* Resident CTAs per SM of a kernel with bs threads, asked once per kernel (cuda_backend.cu).
+ * max_smem: first ask for the largest shared-memory carveout (the cp.async ring kernels). */
+int fcu_occupancy(const void *kernel, int bs, int max_smem = 0);
+
+template <class K>
+static inline unsigned fcu_grid_for(fos_backend *be, K kernel, int64_t items, int bs)
+{
+	return fcu_grid(be, items, bs, fcu_occupancy((const void *)kernel, bs));
+}
+
+/* What every quantize launch takes besides its shape: where the kernel reads the amax (q->amax, or
+ * the caller's per-tensor amax_in, which the kernel then copies to amax_out = q->amax: no separate
+ * copy on the stream), and how it walks. Only speed depends on these, never the bytes. */
+struct fcu_qa {
+	const float *amax;
+	float *amax_out;
+	int hw;      /* the hardware e4m3 conversion (equal to the software one: self-test 2) */
+	int rev;     /* walk from the end */
+	int stages;  /* cp.async ring depth (clamped to the kernel's buffers) */
+	int one_cta; /* one CTA per launch */
+};
+
+static inline fcu_qa fcu_qargs(fos_backend *be, const void *x, int amax_given, const float *amax, float *amax_out)
+{
+	struct fcu_impl *im = fcu(be);
+	fcu_qa A;
+	A.amax = amax;
+	A.amax_out = amax_out;
+	A.hw = 1;
+	/* From the end when the last amax pass read these bytes (computed here, or the caller's
+	 * amax(x) just before, as the quantized backward does): its tail is still in L2. Only a
+	 * direction: every walk gives the same bytes. */
+	A.rev = !amax_given || x == __atomic_load_n(&im->amax_x, __ATOMIC_RELAXED);
+	A.stages = 4;
+	A.one_cta = im->one_cta;
+	return A;
+}
+
+/* Grid of a quantize launch over items (threads' worth of work): persistent, sized by occupancy;
+ * ring: the kernel is a cp.async ring kernel (largest shared-memory carveout). */
+template <class K>
+static inline unsigned fcu_qgrid(fos_backend *be, K kernel, int64_t items, const fcu_qa &A, int ring)
+{
+	const int occ = fcu_occupancy((const void *)kernel, FCU_QT, ring);
+	return A.one_cta ? 1u : fcu_grid(be, items, FCU_QT, occ);
+}
+
+/* ops (cuda_amax.cu, cuda_transpose.cu, cuda_quantize.cu, cuda_quantize_t.cu, cuda_dequantize.cu) */
 int fcu_amax(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, int per_row, float *out,
 	     fos_err *err);
 int fcu_transpose(fos_backend *be, const void *src, void *dst, int64_t rows, int64_t cols, size_t esize,
@@ -110,6 +165,10 @@ int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int6
 		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
 int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
+/* the rowwise gradient quantize of fcu_quantize (cuda_gradient.cu): nblk 1x16 blocks of x (bf16 or
+ * f32) into q's codes and scales, and their decoding into dec unless NULL */
+void fcu_grad_rows(fos_backend *be, const void *x, int dtype, int nblk, const fcu_qa &A, fos_qtensor *q,
+		   uint16_t *dec);
 /* ops (cuda_grad_pair.cu) */
 int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
 		  uint16_t *dec_cols_t, fos_err *err);

@@ -47,7 +47,7 @@ FOS_HD uint32_t fcu_e2m1_mag_code(float a)
 	return (hi << 2) | (mid << 1) | lo;
 }
 
-/* The same code by one rounding FMA (kernel variant-free replacement of the search above, proven
+/* The same code by one rounding FMA (a replacement of the search above, proven
  * equal over every float by fos_cuda_selftest 3 and on the CPU): with c = min(a, 6) (NaN -> 6) and
  * u = 2^e', e' = clamp(floor(log2 c), 0, 2), r = rn(c + 2^(22 + e')) rounds c to a multiple of the
  * e2m1 step 2^(e' - 1) with ties to even (the hardware rounding), k = bits(r) - bits(2^(22 + e'))

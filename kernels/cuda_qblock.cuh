@@ -1,11 +1,12 @@
-/* cuda_qblock.cuh: the per-block pieces of the CUDA quantize kernels that more than one file uses
- * (moved here unchanged from cuda_quant.cu, so cuda_grad_pair.cu runs the very same arithmetic as
- * the quantize kernels): raw 16-element loads and their unpacking, the per-CTA per-tensor tables
- * (fcu_pt_smem: inverse scales, 4/6 candidate values, decoded bf16), the gradient quantizer's block
- * function fcu_blk_grad (NUMERICS.md section 5) with its magnitude and sign helpers, the decoding
- * of a block's codes into bf16 from the sdec table (fcu_dec_pt: one 16-byte row load and byte
- * permutes), and the cp.async helpers of the
- * ring kernels. Device code only; every float operation an __f*_rn intrinsic (cuda_q46.cuh). */
+/* cuda_qblock.cuh: the per-block pieces of the CUDA quantize kernels that more than one file uses,
+ * so the rowwise kernels (cuda_quantize.cu, cuda_gradient.cu), the transposed-input kernel
+ * (cuda_quantize_t.cu) and grad_pair (cuda_grad_pair.cu) run the very same arithmetic: raw
+ * 16-element loads and their unpacking, the per-CTA per-tensor tables (fcu_pt_smem: inverse
+ * scales, 4/6 candidate values, decoded bf16), the block functions fcu_blk46 / fcu_blk46_tile (4/6,
+ * NUMERICS.md section 3) and fcu_blk_grad (the gradient quantizer, section 5) with their magnitude
+ * and sign helpers, the stores of a block's codes and scale byte, and the decoding of a block's
+ * codes into bf16 from the sdec table (fcu_dec_pt: one 16-byte row load and byte permutes). Device
+ * code only; every float operation an __f*_rn intrinsic (cuda_q46.cuh). */
 #ifndef FOS_CUDA_QBLOCK_CUH
 #define FOS_CUDA_QBLOCK_CUH
 
@@ -92,30 +93,9 @@ __device__ __forceinline__ void fcu_pt_setup(fcu_pt_smem &sm, float a, float d, 
 	__syncthreads();
 }
 
-/* The gradient quantizer's helpers exist in two forms with the same results: by default the cheaper
- * ones (e2m1 code by one FMA, decode by byte permutes, signs by byte permutes, one NaN-propagating
- * max for the NaN check); built with -DFCU_GRAD_OLD_HELPERS, the previous ones (3-comparison search,
- * sdec look-up per element, shifts and masks, a NaN test per element), for A/B timing. */
-
-/* Magnitude codes only (gradient quantizer): the 3-comparison search. */
-__device__ __forceinline__ uint64_t fcu_mags_search(const float *xf, float inva)
-{
-	uint32_t w[2] = {0, 0};
-#pragma unroll
-	for (int i = 0; i < 16; i++) {
-		const float a = FOS_MUL(fabsf(xf[i]), inva);
-		const bool p0 = !(a < 1.75f);
-		const float t2 = p0 ? 3.5f : 0.75f;
-		const bool p1 = !(a < t2);
-		const float t3 = p0 ? (p1 ? 5.0f : 2.5f) : (p1 ? 1.25f : 0.25f);
-		const bool p2 = !(a <= t3);
-		w[i / 8] |= ((p0 ? 4u : 0u) + (p1 ? 2u : 0u) + (p2 ? 1u : 0u)) << (4 * (i % 8));
-	}
-	return (uint64_t)w[0] | ((uint64_t)w[1] << 32);
-}
-
-/* The same codes by fcu_e2m1_mag_code_fma (cuda_q46.cuh): 8 biased codes summed per word, the bias
- * removed once per word. */
+/* Magnitude codes only (gradient quantizer) of the 16 elements |x| * inva, by
+ * fcu_e2m1_mag_code_fma (cuda_q46.cuh): 8 biased codes summed per word, the bias removed once per
+ * word. */
 __device__ __forceinline__ uint64_t fcu_mags_fma(const float *xf, float inva)
 {
 	uint32_t w[2] = {0, 0};
@@ -126,32 +106,13 @@ __device__ __forceinline__ uint64_t fcu_mags_fma(const float *xf, float inva)
 	return (uint64_t)(w[0] - k) | ((uint64_t)(w[1] - k) << 32);
 }
 
-__device__ __forceinline__ uint64_t fcu_mags_fast(const float *xf, float inva)
-{
-#ifdef FCU_GRAD_OLD_HELPERS
-	return fcu_mags_search(xf, inva);
-#else
-	return fcu_mags_fma(xf, inva);
-#endif
-}
-
 /* Sign bits (bit 4i+3) of the 16 inputs straight from their bits. Equal to fcu_signs(xf, inv) for
  * a positive finite inv when no input is NaN; the callers check that (a NaN input makes both
  * candidate errors NaN) and take fcu_signs otherwise. */
 __device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<uint16_t> &r)
 {
 	const uint32_t *w = reinterpret_cast<const uint32_t *>(r.v);
-#ifndef FCU_GRAD_OLD_HELPERS
 	return fcu_bf16_signs(w); /* byte permutes (cuda_q46.cuh) */
-#else
-	uint32_t h[2] = {0, 0};
-#pragma unroll
-	for (int j = 0; j < 8; j++) {
-		const uint32_t s = w[j] & 0x80008000u;
-		h[j / 4] |= (((s >> 12) | (s >> 24)) & 0x88u) << (8 * (j % 4));
-	}
-	return (uint64_t)h[0] | ((uint64_t)h[1] << 32);
-#endif
 }
 __device__ __forceinline__ uint64_t fcu_fast_signs(const fcu_raw<float> &r)
 {
@@ -180,17 +141,9 @@ __device__ __forceinline__ void fcu_dec_pt(uint64_t cw, uint32_t sf, const uint1
 {
 	const uint16_t *row = sdec + sf * 16;
 	uint32_t o[8];
-#ifndef FCU_GRAD_OLD_HELPERS
 	/* one 16-byte load of the row's magnitude entries 0..7, then byte permutes (fcu_dec_words) */
 	const uint4 rv = *reinterpret_cast<const uint4 *>(row);
 	fcu_dec_words(cw, sf, rv.x, rv.y, rv.z, rv.w, o);
-#else
-#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		const uint32_t byte = (uint32_t)(cw >> (8 * i)) & 0xFFu;
-		o[i] = row[byte & 15u] | ((uint32_t)row[byte >> 4] << 16);
-	}
-#endif
 	uint4 *dp = reinterpret_cast<uint4 *>(dst);
 	dp[0] = make_uint4(o[0], o[1], o[2], o[3]);
 	dp[1] = make_uint4(o[4], o[5], o[6], o[7]);
@@ -204,7 +157,6 @@ __device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g,
 {
 	float xf[16], bamax = 0.0f;
 	fcu_unpack(cur, xf);
-#ifndef FCU_GRAD_OLD_HELPERS
 	/* NaN-propagating max: equal to the NaN-dropping one unless an input is NaN, which it detects */
 #pragma unroll
 	for (int j = 0; j < 16; j++)
@@ -216,61 +168,139 @@ __device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g,
 		for (int j = 0; j < 16; j++)
 			bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
 	}
-#else
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
-	bool has_nan = false;
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-		has_nan |= xf[j] != xf[j];
-#endif
 	const float v = FOS_MUL(bamax, g);
 	const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
 	const float inv = sm.sinv[sf];
-	const uint64_t m = fcu_mags_fast(xf, fabsf(inv));
+	const uint64_t m = fcu_mags_fma(xf, fabsf(inv));
 	*sf_out = sf;
 	return m | fcu_pick_signs(cur, xf, inv, has_nan);
 }
 
-/* ---- cp.async rings ---------------------------------------------------------------------------- */
+/* ---- 4/6 blocks (section 3) ---------------------------------------------------------------- */
 
-/* The pipelined kernels (k_quant_t, k_quant_rows, k_grad_pair) stream their input through a ring
- * of `stages` shared-memory buffers (2..NS) filled by 16-byte cp.async (L2 only; zero-filled where
- * off). A persistent CTA takes work items i, i + G, i + 2G, ... (G = gridDim.x); its k-th item
- * lands in buffer k % stages, and stages - 1 items are in flight while one is worked on. One commit
- * group per item, committed even when empty (past the end), so the group count stays in step; one
- * barrier per item:
- *   prologue: issue the CTA's items 0 .. stages - 2;
- *   item k:   wait until at most stages - 2 groups are pending (item k landed, this thread's part);
- *             barrier (item k landed for every thread, and every thread is done with item k - 1's
- *             buffer); issue item k + stages - 1 into item k - 1's buffer; work on item k.
- * NS = 4 buffers for 2-byte inputs, 2 for f32 (the same bytes), so a CTA stays under 48 KiB of
- * static shared memory and 3 or 4 CTAs fit on an SM. */
-
-__device__ __forceinline__ void fcu_cp_async16(uint32_t dst, const void *src, bool on)
+/* Both candidate scale bytes from base (section 3): sf6 = e4m3(min(base,448)), sf4 from 1.5 base. */
+__device__ __forceinline__ void fcu_cands(float base, int hw, uint32_t *sf6, uint32_t *sf4)
 {
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(on ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void fcu_cp_commit()
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Waits until at most stages - 2 commit groups of this thread are pending (stages 2..4). */
-__device__ __forceinline__ void fcu_cp_wait_ring(int stages)
-{
-	if (stages >= 4)
-		asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-	else if (stages == 3)
-		asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-	else
-		asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+	float b4 = FOS_MUL(base, 1.5f);
+	if (hw) {
+		uint32_t two = fcu_e4m3x2_hw(b4, base);
+		*sf6 = two & 0xFFu;
+		*sf4 = two >> 8;
+	} else {
+		*sf6 = fcu_e4m3_capped(base);
+		*sf4 = fcu_e4m3_capped(b4);
+	}
 }
 
-/* Ring depth in buffers for input type T, and the depth a launch asked for clamped to 2..NS. */
-template <typename T> struct fcu_ring {
-	static constexpr int NS = sizeof(T) == 2 ? 4 : 2;
-	static __device__ __forceinline__ int depth(int stages) { return stages < 2 ? 2 : (stages > NS ? NS : stages); }
-};
+__device__ __forceinline__ float fcu_lds_f32(uint32_t addr)
+{
+	float v;
+	asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+	return v;
+}
+
+/* One candidate's error and magnitude codes against the shared row svt[sf][0..7] at shared
+ * address rb. The code's 3-comparison search selects the row entry's address directly:
+ * addr = rb + 4 c, and the packed words accumulate addr << 4j (element j of word i / 7); the
+ * rb terms are removed afterwards (mod 2^32, exact). */
+template <bool MSE>
+__device__ __forceinline__ float fcu_cand_pt(const float *xf, float inva, uint32_t rb, uint64_t *mags)
+{
+	float err = 0.0f;
+	uint32_t w[3] = {0, 0, 0};
+	const uint32_t rb4 = rb + 4;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		const float ax = fabsf(xf[i]);
+		const float a = FOS_MUL(ax, inva);
+		const bool p0 = !(a < 1.75f);
+		const float t2 = p0 ? 3.5f : 0.75f;
+		const bool p1 = !(a < t2);
+		const float t3 = p0 ? (p1 ? 5.0f : 2.5f) : (p1 ? 1.25f : 0.25f);
+		const bool p2 = !(a <= t3);
+		uint32_t addr = p2 ? rb4 : rb;
+		if (p0)
+			addr += 16u;
+		if (p1)
+			addr += 8u;
+		const float d = FOS_SUB(fcu_lds_f32(addr), ax);
+		err = FOS_ADD(err, MSE ? FOS_MUL(d, d) : fabsf(d));
+		w[i / 7] += addr << (4 * (i % 7));
+	}
+	const uint32_t k7 = 0x01111111u * rb, k2 = 0x11u * rb; /* sum of rb << 4j over the word's elements */
+	*mags = (uint64_t)((w[0] - k7) >> 2) | ((uint64_t)((w[1] - k7) >> 2) << 28) | ((uint64_t)((w[2] - k2) >> 2) << 56);
+	return err;
+}
+
+/* Codes, scale byte and (DEC) decoded bf16 from the shared sdec table. */
+template <bool DEC>
+__device__ __forceinline__ void fcu_store_pt(int64_t b, uint64_t cw, uint32_t sf, uint8_t *codes, uint8_t *scales,
+					     uint16_t *dec, const uint16_t *sdec)
+{
+	reinterpret_cast<uint64_t *>(codes)[b] = cw;
+	scales[b] = (uint8_t)sf;
+	if (DEC)
+		fcu_dec_pt(cw, sf, sdec, dec + 16 * b);
+}
+
+/* One 1x16 block of the per-tensor 4/6 quantizer (section 3) from its raw input bits: returns the
+ * 16 codes (element i at bits 4i) and sets *sf_out to the scale byte. Shared by the rowwise kernel
+ * and the transposed-input kernel, so both run the same arithmetic. */
+template <typename T, bool MSE>
+__device__ __forceinline__ uint64_t fcu_blk46(const fcu_raw<T> &cur, float s_enc, float r6, int hw,
+					      const fcu_pt_smem &sm, uint32_t svt0, uint32_t *sf_out)
+{
+	float xf[16];
+	fcu_unpack(cur, xf);
+	float bamax = 0.0f;
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+	const float base = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+	uint32_t sf6, sf4;
+	fcu_cands(base, hw, &sf6, &sf4);
+	const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
+	uint64_t m6, m4;
+	const float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
+	const float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
+	const bool p4 = e4 < e6;
+	*sf_out = p4 ? sf4 : sf6;
+	return (p4 ? m4 : m6) | fcu_pick_signs(cur, xf, p4 ? inv4 : inv6, e6 != e6 || e4 != e4);
+}
+
+/* One row-group (16 elements) of a 16x16 tile; the tile's 16 row-groups are held by 16 lanes of
+ * one warp, lane stride LS apart (LS 1: the lanes of a half-warp; LS 2: every other lane). The
+ * tile amax is a max over those lanes (exact), the tile error the section 3 tree by xor-shuffles
+ * 8, 4, 2, 1 row-groups apart (every lane ends with the same sum: the tree's additions only
+ * commute). Every lane of the warp must call it. Returns the row-group's codes, *sf_out its scale. */
+template <typename T, bool MSE, int LS>
+__device__ __forceinline__ uint64_t fcu_blk46_tile(const fcu_raw<T> &raw, float s_enc, float r6, int hw,
+						   const fcu_pt_smem &sm, uint32_t svt0, uint32_t *sf_out)
+{
+	float xf[16], bamax = 0.0f;
+	fcu_unpack(raw, xf);
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+#pragma unroll
+	for (int o = 8; o >= 1; o >>= 1)
+		bamax = fmaxf(bamax, __shfl_xor_sync(0xffffffffu, bamax, o * LS, 16 * LS)); /* no NaN here */
+	const float bs = FOS_MUL(fcu_div_const(bamax, 6.0f, r6), s_enc);
+	uint32_t sf6, sf4;
+	fcu_cands(bs, hw, &sf6, &sf4);
+	const float inv6 = sm.sinv[sf6], inv4 = sm.sinv[sf4];
+	uint64_t m6, m4;
+	float e6 = fcu_cand_pt<MSE>(xf, fabsf(inv6), svt0 + sf6 * 32, &m6);
+	float e4 = fcu_cand_pt<MSE>(xf, fabsf(inv4), svt0 + sf4 * 32, &m4);
+	const bool nan_err = e6 != e6 || e4 != e4; /* this row-group's own */
+#pragma unroll
+	for (int o = 8; o >= 1; o >>= 1) {
+		e6 = FOS_ADD(e6, __shfl_xor_sync(0xffffffffu, e6, o * LS, 16 * LS));
+		e4 = FOS_ADD(e4, __shfl_xor_sync(0xffffffffu, e4, o * LS, 16 * LS));
+	}
+	const bool p4 = e4 < e6;
+	*sf_out = p4 ? sf4 : sf6;
+	return (p4 ? m4 : m6) | fcu_pick_signs(raw, xf, p4 ? inv4 : inv6, nan_err);
+}
 
 #endif

@@ -8,13 +8,12 @@
  * the amax computed just before (the backward's order) or given (1, 1e-3, 1e30, 0, inf), at
  * (16, 16), (16, 256), (128, 256), (384, 256), (256, 4096), shapes whose n or m is not a multiple of
  * the kernel's 64 (48 x 272, 80 x 208, 400 x 1040) and (8192, 4096); outputs poisoned beforehand
- * with guard zones around them (no byte unwritten, none written outside); every kernel variant that
- * changes its walk, ring depth, grid or e4m3 conversion gives the same bytes; repeated runs give
- * the same bytes; bad shapes and pointers are refused (FOS_EINVAL naming the value) and kernel
- * variant bit 9 switches it off (FOS_EUNSUPPORTED); the CPU backend offers none. And the whole
+ * with guard zones around them (no byte unwritten, none written outside); one CTA (every ring
+ * buffer reused many times) gives the same bytes; repeated runs give the same bytes; bad shapes and
+ * pointers are refused (FOS_EINVAL naming the value); the CPU backend offers none. And the whole
  * quantized backward (fos_linear_backward) with grad_pair against the same call with grad_pair
- * off (variant bit 9) and with quantize_t also off: identical dX and dW bytes, grad_pair seen to
- * run. Skips cleanly (exit 0) when there is no usable GPU. */
+ * refusing (linear.c then quantizes dY rowwise and through quantize_t) and with quantize_t also
+ * off: identical dX and dW bytes, grad_pair seen to run. Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,13 +45,13 @@ static fos_backend *g_cpu, *g_gpu;
 
 static const fos_qcfg k_grad = {FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0};
 
-static int set_variant(int v)
+static int set_one_cta(int on)
 {
 #ifdef FOS_HAVE_CUDA
 	fos_err e;
-	return fos_cuda_set_variant(g_gpu, v, &e);
+	return fos_cuda_set_one_cta(g_gpu, on, &e);
 #else
-	(void)v;
+	(void)on;
 	return FOS_OK;
 #endif
 }
@@ -370,13 +369,13 @@ static void test_large(void **state)
 	assert_true(bad == 0);
 }
 
-/* Kernel variants (software e4m3, forward walk, ring 2 or 3 deep, one CTA: every ring buffer reused
- * many times) give the default's bytes, with the amax computed just before and given. */
-static void test_variants(void **state)
+/* One CTA (every ring buffer reused many times) and a repeated default run give the default's
+ * bytes, with the amax computed just before (walk from the end) and given (from the start). */
+static void test_one_cta(void **state)
 {
 	(void)state;
 	NEED_GPU();
-	static const int vars[] = {2, 4, 16, 32, 128, 128 | 4, 128 | 16, 128 | 32, 2 | 4 | 16, 2 | 128};
+	static const int vars[] = {1, 0};
 	const int64_t sh[][2] = {{400, 1040}, {1024, 2048}, {48, 272}};
 	int64_t bad = 0;
 	for (int s = 0; s < 3; s++) {
@@ -389,15 +388,16 @@ static void test_variants(void **state)
 			const float g1 = 0.75f;
 			const float *ah = given ? &g1 : NULL;
 			float a;
-			assert_int_equal(set_variant(0), FOS_OK);
+			assert_int_equal(set_one_cta(0), FOS_OK);
 			bad += run_pair(dy, m, n, ah, r0, c0, &a);
 			for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++) {
-				assert_int_equal(set_variant(vars[v]), FOS_OK);
+				assert_int_equal(set_one_cta(vars[v]), FOS_OK);
 				bad += run_pair(dy, m, n, ah, r1, c1, &a);
-				assert_int_equal(set_variant(0), FOS_OK);
+				assert_int_equal(set_one_cta(0), FOS_OK);
 				const int64_t d = diff_bits(r0, r1, m, n, "dec_rows") + diff_bits(c0, c1, n, m, "dec_cols_t");
 				if (d)
-					fprintf(stderr, "variant %d (%lld, %lld) amax %s: %lld elements differ from variant 0\n", vars[v],
+					fprintf(stderr, "%s (%lld, %lld) amax %s: %lld elements differ from the default\n",
+						vars[v] ? "one CTA" : "repeated run",
 						(long long)m, (long long)n, given ? "given" : "computed", (long long)d);
 				bad += d;
 			}
@@ -408,12 +408,11 @@ static void test_variants(void **state)
 		free(r1);
 		free(c1);
 	}
-	assert_int_equal(set_variant(0), FOS_OK);
+	assert_int_equal(set_one_cta(0), FOS_OK);
 	assert_true(bad == 0);
 }
 
-/* Bad shapes and pointers: FOS_EINVAL naming the value; variant bit 9: FOS_EUNSUPPORTED; the CPU
- * backend offers no grad_pair. */
+/* Bad shapes and pointers: FOS_EINVAL naming the value; the CPU backend offers no grad_pair. */
 static void test_errors(void **state)
 {
 	(void)state;
@@ -439,16 +438,6 @@ static void test_errors(void **state)
 	assert_non_null(strstr(e.msg, "aligned"));
 	assert_int_equal(g_gpu->grad_pair(g_gpu, dy, 64, 64, am, r, c + 4, &e), FOS_EINVAL);
 	assert_int_equal(g_gpu->grad_pair(g_gpu, dy + 1, 64, 64, am, r, c, &e), FOS_EINVAL);
-	assert_int_equal(set_variant(512), FOS_OK);
-	memset(&e, 0, sizeof e);
-	int rc = g_gpu->grad_pair(g_gpu, dy, 64, 64, am, r, c, &e);
-	assert_int_equal(set_variant(0), FOS_OK);
-#ifdef FOS_HAVE_CUDA
-	assert_int_equal(rc, FOS_EUNSUPPORTED);
-	assert_non_null(strstr(e.msg, "variant"));
-#else
-	(void)rc;
-#endif
 	assert_int_equal(g_gpu->grad_pair(g_gpu, dy, 64, 64, am, r, c, &e), FOS_OK);
 	g_gpu->free(g_gpu, dy);
 	g_gpu->free(g_gpu, r);
@@ -462,12 +451,13 @@ static void test_errors(void **state)
 typedef int (*grad_pair_fn)(fos_backend *, const uint16_t *, int64_t, int64_t, const float *, uint16_t *, uint16_t *,
 			    fos_err *);
 static grad_pair_fn g_real_pair;
-static int g_pair_calls, g_pair_ok;
+static int g_pair_calls, g_pair_ok, g_pair_refuse;
 
 static int counting_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *r,
 			 uint16_t *c, fos_err *err)
 {
-	int rc = g_real_pair(be, dy, m, n, amax, r, c, err);
+	int rc = g_pair_refuse ? fos_seterr(err, FOS_EUNSUPPORTED, "grad_pair refused by the test")
+			       : g_real_pair(be, dy, m, n, amax, r, c, err);
 	g_pair_calls++;
 	g_pair_ok += rc == FOS_OK;
 	return rc;
@@ -482,8 +472,8 @@ static void *host_get(const void *d, size_t n)
 }
 
 /* fos_linear_backward (quantized override) with grad_pair, twice, against the same with grad_pair
- * off (variant bit 9: quantize + quantize_t) and with grad_pair and quantize_t off (transpose +
- * quantize): dX and dW bit for bit. */
+ * refusing (FOS_EUNSUPPORTED: linear.c then runs quantize + quantize_t) and with grad_pair refusing
+ * and quantize_t off (transpose + quantize): dX and dW bit for bit. */
 static void test_backward(void **state)
 {
 	(void)state;
@@ -531,7 +521,7 @@ static void test_backward(void **state)
 			for (int pass = 0; pass < 4; pass++) {
 				int (*qt)(fos_backend *, const void *, int, int64_t, int64_t, const fos_qcfg *, const float *,
 					  fos_qtensor *, uint16_t *, fos_err *) = g_gpu->quantize_t;
-				assert_int_equal(set_variant(pass >= 2 ? 512 : 0), FOS_OK);
+				g_pair_refuse = pass >= 2;
 				if (pass == 3)
 					g_gpu->quantize_t = NULL;
 				g_gpu->grad_pair = counting_pair;
@@ -539,7 +529,7 @@ static void test_backward(void **state)
 				rc = fos_linear_backward(g_gpu, &sv, &qw, dy, dx, dw, NULL, &e);
 				g_gpu->grad_pair = g_real_pair;
 				g_gpu->quantize_t = qt;
-				assert_int_equal(set_variant(0), FOS_OK);
+				g_pair_refuse = 0;
 				if (rc)
 					fprintf(stderr, "backward pass %d: %s\n", pass, e.msg);
 				assert_int_equal(rc, FOS_OK);
@@ -615,7 +605,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_errors),	 cmocka_unit_test(test_kinds),	   cmocka_unit_test(test_scales),
-		cmocka_unit_test(test_variants), cmocka_unit_test(test_large),	   cmocka_unit_test(test_backward),
+		cmocka_unit_test(test_one_cta), cmocka_unit_test(test_large),	   cmocka_unit_test(test_backward),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

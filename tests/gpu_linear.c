@@ -10,9 +10,9 @@
  * repeated runs; a report of batch invariance (rows 0..15 of Y for M = 16 against M = 8192); and
  * the quantized forward / backward with the backend's quantize_t (columnwise X, the weight's
  * columnwise copy, dY^T read in place) bit for bit equal to the same calls with quantize_t
- * switched off (linear.c's transpose-then-quantize path), and to the same calls through other
- * quantize kernels (variant 16: quantize_t with 2 tile buffers; variant 256: the rowwise gradient
- * quantizer through its cp.async ring kernel).
+ * switched off (linear.c's transpose-then-quantize path), to the same calls with every quantize
+ * launch on one CTA, and to the same calls with grad_pair switched off (the two gradient quantizes
+ * of dY, rowwise and through quantize_t).
  * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -696,8 +696,9 @@ static void test_linear_all_overrides(void **state)
 
 /* The quantized override through quantize_t against the same calls with be->quantize_t switched
  * off (linear.c then transposes and quantizes), and against the same calls through other kernels
- * (variant 16: quantize_t with 2 tile buffers instead of its 4-deep cp.async ring; variant 256: the
- * rowwise gradient quantizer through the ring kernel k_quant_rows): saved columnwise X, the
+ * (every quantize launch on one CTA, so each cp.async ring buffer of quantize_t is refilled many
+ * times; and be->grad_pair switched off, so dY goes through the rowwise gradient quantizer and
+ * quantize_t instead of the fused kernel): saved columnwise X, the
  * weight's columnwise copy (made eagerly and lazily from the master), dX and dW, bit for bit. */
 static void test_linear_quantize_t(void **state)
 {
@@ -721,13 +722,17 @@ static void test_linear_quantize_t(void **state)
 			uint16_t *dy = dev_copy(g_gpu, dyh, (size_t)(m * n) * 2);
 			uint16_t *y = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
 			void *res[4][8];
-			static const int pass_var[4] = {0, 0, 16, 256};
+			/* pass 0: default; 1: quantize_t off; 2: one CTA; 3: grad_pair off */
+			static const char *pass_name[4] = {"default", "quantize_t off", "one CTA", "grad_pair off"};
 			int (*keep)(fos_backend *, const void *, int, int64_t, int64_t, const fos_qcfg *, const float *,
 				    fos_qtensor *, uint16_t *, fos_err *) = g_gpu->quantize_t;
+			int (*keep_pair)(fos_backend *, const uint16_t *, int64_t, int64_t, const float *, uint16_t *,
+					 uint16_t *, fos_err *) = g_gpu->grad_pair;
 			for (int pass = 0; pass < 4; pass++) {
 				g_gpu->quantize_t = pass == 1 ? NULL : keep;
+				g_gpu->grad_pair = pass == 3 ? NULL : keep_pair;
 #ifdef FOS_HAVE_CUDA
-				assert_int_equal(fos_cuda_set_variant(g_gpu, pass_var[pass], &e), FOS_OK);
+				assert_int_equal(fos_cuda_set_one_cta(g_gpu, pass == 2, &e), FOS_OK);
 #endif
 				fos_qweight qw;
 				fos_saved sv;
@@ -738,12 +743,12 @@ static void test_linear_quantize_t(void **state)
 				if (!rc)
 					rc = fos_linear_backward(g_gpu, &sv, &qw, dy, dx, dw, NULL, &e);
 				g_gpu->quantize_t = keep;
+				g_gpu->grad_pair = keep_pair;
 #ifdef FOS_HAVE_CUDA
-				assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+				assert_int_equal(fos_cuda_set_one_cta(g_gpu, 0, &e), FOS_OK);
 #endif
 				if (rc)
-					fprintf(stderr, "quantized linear (quantize_t %s, variant %d): %s\n", pass == 1 ? "off" : "on",
-						pass_var[pass], e.msg);
+					fprintf(stderr, "quantized linear (%s): %s\n", pass_name[pass], e.msg);
 				assert_int_equal(rc, FOS_OK);
 				assert_non_null(qw.qcol.codes);
 				assert_non_null(sv.xcol.codes);
@@ -774,7 +779,7 @@ static void test_linear_quantize_t(void **state)
 					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ with quantize_t\n",
 						(long long)m, (long long)n, (long long)k, v, what[i], (long long)di);
 				if (dv)
-					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ with variants 16 / 256\n",
+					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ on one CTA / without grad_pair\n",
 						(long long)m, (long long)n, (long long)k, v, what[i], (long long)dv);
 				d += di + dv;
 				free(res[0][i]);
@@ -793,7 +798,7 @@ static void test_linear_quantize_t(void **state)
 			free(wh);
 			free(dyh);
 		}
-	printf("quantized linear with quantize_t vs transpose + quantize, and vs kernel variants 16 and 256: %lld cases, "
+	printf("quantized linear with quantize_t vs transpose + quantize, on one CTA and without grad_pair: %lld cases, "
 	       "identical\n",
 	       (long long)cases);
 }

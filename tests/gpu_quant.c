@@ -10,9 +10,9 @@
  * quantize_t (an input stored transposed, read in place) against the CPU's quantize_t and against
  * CUDA quantize on a GPU-transposed copy, bit for bit, for every per-tensor config, bf16 and f32,
  * given and computed amax, with and without the decoded output, on support_ref.h's data kinds at
- * odd, non-square and large shapes (logical 4096x8192), under every kernel variant; row-scaled
- * refused; the cp.async ring kernels (rowwise and transposed) on one CTA at every ring depth, so
- * every ring buffer is reused many times, against the CPU. Skips cleanly (exit 0) when there is no
+ * odd, non-square and large shapes (logical 4096x8192), on grids sized by occupancy and on one
+ * CTA; row-scaled refused; the quantize kernels (rowwise and the transposed cp.async ring) on one
+ * CTA, so every ring buffer is reused many times, against the CPU. Skips cleanly (exit 0) when there is no
  * usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -420,18 +420,8 @@ static void test_large_random(void **state)
 	assert_true(bad == 0);
 }
 
-#ifdef FOS_HAVE_CUDA
-/* The kernel variants of fos_cuda_set_variant (cuda_backend.h), each list ending with -1: every
- * combination that selects another rowwise kernel, ring depth, walk, e4m3 conversion or grid. */
-static const int rowwise_variants[] = {0,   1,	  2,   3,	 4,	  5,	    6,	      7,	16,
-				       32,  48,	  64,  65,	 66,	  68,	    80,	      96,	128,
-				       130, 256, 258, 256 | 4, 256 | 16, 256 | 32, 128 | 16, 128 | 32, 128 | 64,
-				       128 | 96, 128 | 256, 128 | 256 | 16, 128 | 256 | 32, -1};
-static const int qt_variants[] = {0, 2, 4, 6, 16, 18, 20, 32, 36, 48, 128, 128 | 4, 128 | 16, 128 | 32, -1};
-#endif
-
-/* The benchmark variants (shared tables, hardware e4m3, reversed walk, ring depths and kernels,
- * one CTA) give the default's bytes, and repeated runs give the same bytes. */
+/* Repeated runs give the same bytes, on grids sized by occupancy and on one CTA (each persistent
+ * CTA then walks every block or tile itself). */
 static void test_variants_and_determinism(void **state)
 {
 	(void)state;
@@ -453,23 +443,24 @@ static void test_variants_and_determinism(void **state)
 	};
 	for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
 		qres ref = {0};
-		assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+		assert_int_equal(fos_cuda_set_one_cta(g_gpu, 0, &e), FOS_OK);
 		run_quant(g_gpu, xh, 0, rows, cols, &cfgs[c], NULL, 0, &ref);
-		for (int vi = 0; rowwise_variants[vi] >= 0; vi++) {
-			const int var = rowwise_variants[vi];
+		for (int pass = 0; pass < 3; pass++) { /* default again, one CTA, default again */
+			const int one = pass == 1;
 			qres r = {0};
-			assert_int_equal(fos_cuda_set_variant(g_gpu, var, &e), FOS_OK);
+			assert_int_equal(fos_cuda_set_one_cta(g_gpu, one, &e), FOS_OK);
 			run_quant(g_gpu, xh, 0, rows, cols, &cfgs[c], NULL, 0, &r);
 			int64_t d = diff8(ref.codes, r.codes, n / 2) + diff8(ref.scales, r.scales, n / 16) +
 				    diff16(ref.dec, r.dec, n);
 			if (d)
-				fprintf(stderr, "variant %d config %zu differs in %lld items\n", var, c, (long long)d);
+				fprintf(stderr, "pass %d (%s) config %zu differs in %lld items\n", pass, one ? "one CTA" : "default",
+					c, (long long)d);
 			assert_true(d == 0);
 			qres_free(&r);
 		}
 		qres_free(&ref);
 	}
-	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+	assert_int_equal(fos_cuda_set_one_cta(g_gpu, 0, &e), FOS_OK);
 	free(xh);
 	free(v);
 #endif
@@ -852,8 +843,8 @@ static void test_quantize_t_large(void **state)
 	assert_true(bad == 0);
 }
 
-/* Every kernel variant (hardware / software e4m3, walk from the end / the start, ring depth 2, 3
- * or 4, one CTA) gives the default's bytes, and repeated runs give the same bytes. */
+/* quantize_t on one CTA gives the bytes of its default grid, and repeated runs give the same
+ * bytes. */
 static void test_quantize_t_variants(void **state)
 {
 	(void)state;
@@ -865,94 +856,86 @@ static void test_quantize_t_variants(void **state)
 	void *xs = gen_stored(REF_MIXED_SUB, rows, cols, 4242, 0);
 	for (size_t c = 0; c < sizeof cfg_idx / sizeof cfg_idx[0]; c++) {
 		qres ref = {0};
-		assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+		assert_int_equal(fos_cuda_set_one_cta(g_gpu, 0, &e), FOS_OK);
 		run_quant_t(g_gpu, QT_OP, xs, 0, rows, cols, &qt_cfgs[cfg_idx[c]], NULL, 1, &ref);
-		for (int vi = 0; qt_variants[vi] >= 0; vi++) {
-			const int var = qt_variants[vi];
+		for (int pass = 0; pass < 3; pass++) { /* default again, one CTA, default again */
+			const int one = pass == 1;
 			qres r = {0};
 			int64_t dc, ds, da, dd;
-			assert_int_equal(fos_cuda_set_variant(g_gpu, var, &e), FOS_OK);
+			assert_int_equal(fos_cuda_set_one_cta(g_gpu, one, &e), FOS_OK);
 			run_quant_t(g_gpu, QT_OP, xs, 0, rows, cols, &qt_cfgs[cfg_idx[c]], NULL, 1, &r);
 			int64_t d = qres_diff(&ref, &r, n, 1, &dc, &ds, &da, &dd);
 			if (d)
-				fprintf(stderr, "quantize_t variant %d config %d differs in %lld items\n", var, cfg_idx[c],
-					(long long)d);
+				fprintf(stderr, "quantize_t pass %d (%s) config %d differs in %lld items\n", pass,
+					one ? "one CTA" : "default", cfg_idx[c], (long long)d);
 			assert_true(d == 0);
 			qres_free(&r);
 		}
 		qres_free(&ref);
 	}
-	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+	assert_int_equal(fos_cuda_set_one_cta(g_gpu, 0, &e), FOS_OK);
 	free(xs);
 #endif
 }
 
-/* The cp.async ring kernels (k_quant_rows: the rowwise gradient quantizer under variant bit 8, 4/6
- * per-tensor 1x16 under bit 6; k_quant_t) against the CPU at small and odd shapes, run on one CTA
- * (variant bit 7) so that every ring buffer is refilled many times within one launch, at each ring
- * depth (4, 3 and 2), walking from either end, on chunks and tiles cut by the tensor's end: a ring
- * buffer read before its copy landed, or refilled while still in use, would show as differing
- * bytes. bf16 and f32, every data kind, amax computed or given. */
+/* The quantize kernels on one CTA against the CPU at small and odd shapes: the rowwise ones
+ * (k_grad_1x16, k_q46_pt with their blocks prefetched in registers) and the cp.async ring of
+ * k_quant_t, each then refilling every ring buffer many times within one launch, walking from either
+ * end (amax computed or given), on chunks and tiles cut by the tensor's end: a ring buffer read
+ * before its copy landed, or refilled while still in use, would show as differing bytes. bf16 (4
+ * buffers) and f32 (2 buffers), every data kind. */
 static void test_ring_kernels(void **state)
 {
 	(void)state;
 	NEED_GPU();
 #ifdef FOS_HAVE_CUDA
 	fos_err e;
-	static const int rvars[] = {128,	    128 | 256,	    128 | 256 | 32, 128 | 256 | 16,
-				    128 | 256 | 4, 128 | 64,	    128 | 64 | 32,  128 | 64 | 16};
 	static const fos_qcfg rcfgs[] = {
 		{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
 		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0},
 		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 448, 0},
 	};
-	/* rowwise: 2000 blocks (8 chunks, the last partial), 240 (one partial chunk), 3120, 4096 */
+	/* rowwise: 2000, 240, 3120 and 4096 blocks */
 	static const int64_t rsh[][2] = {{100, 320}, {48, 80}, {1040, 48}, {64, 1024}};
 	const float given = 0.75f;
 	int64_t bad = 0, before = g_cases;
 	float *v = malloc((size_t)(1040 * 1024) * 4);
 	assert_non_null(v);
-	for (size_t vi = 0; vi < sizeof rvars / sizeof rvars[0]; vi++) {
-		assert_int_equal(fos_cuda_set_variant(g_gpu, rvars[vi], &e), FOS_OK);
-		for (int s = 0; s < 4; s++) {
-			int64_t rows = rsh[s][0], cols = rsh[s][1];
-			for (int kind = 0; kind < K_COUNT; kind++)
-				for (int f32 = 0; f32 < 2; f32++) {
-					fill(v, rows, cols, kind, f32);
-					void *xh = to_dtype(v, rows * cols, f32);
-					for (size_t c = 0; c < sizeof rcfgs / sizeof rcfgs[0]; c++)
-						bad += compare_quant(xh, f32, rows, cols, &rcfgs[c],
-								     (kind + (int)c + s) % 2 ? &given : NULL, 0, kind_name[kind]);
-					free(xh);
-				}
-		}
+	assert_int_equal(fos_cuda_set_one_cta(g_gpu, 1, &e), FOS_OK);
+	for (int s = 0; s < 4; s++) {
+		int64_t rows = rsh[s][0], cols = rsh[s][1];
+		for (int kind = 0; kind < K_COUNT; kind++)
+			for (int f32 = 0; f32 < 2; f32++) {
+				fill(v, rows, cols, kind, f32);
+				void *xh = to_dtype(v, rows * cols, f32);
+				for (size_t c = 0; c < sizeof rcfgs / sizeof rcfgs[0]; c++)
+					bad += compare_quant(xh, f32, rows, cols, &rcfgs[c],
+							     (kind + (int)c + s) % 2 ? &given : NULL, 0, kind_name[kind]);
+				free(xh);
+			}
 	}
 	free(v);
-	printf("ring kernels, rowwise on one CTA: %lld cases, %lld differing items\n", (long long)(g_cases - before),
+	printf("rowwise kernels on one CTA: %lld cases, %lld differing items\n", (long long)(g_cases - before),
 	       (long long)bad);
 	/* quantize_t: 2 x 5, 2 x 3, 17 x 1 and 2 x 4 tiles, partial ones both ways */
-	static const int qvars[] = {128, 128 | 32, 128 | 16, 128 | 4};
 	static const int64_t qsh[][2] = {{100, 320}, {72, 144}, {1040, 48}, {128, 256}};
 	static const int qkinds[] = {REF_RANDN, REF_MIXED_SUB, REF_INF, REF_NAN, REF_WIDE};
 	static const int qcfg[] = {0, 3, 4, 7, 8};
 	int64_t qbad = 0, qbefore = g_qt_cases;
-	for (size_t vi = 0; vi < sizeof qvars / sizeof qvars[0]; vi++) {
-		assert_int_equal(fos_cuda_set_variant(g_gpu, qvars[vi], &e), FOS_OK);
-		for (int s = 0; s < 4; s++)
-			for (size_t k = 0; k < sizeof qkinds / sizeof qkinds[0]; k++)
-				for (int f32 = 0; f32 < 2; f32++) {
-					int64_t rows = qsh[s][0], cols = qsh[s][1];
-					void *xs = gen_stored(qkinds[k], rows, cols, 900u + 7u * (uint64_t)s + (uint64_t)k, f32);
-					for (size_t c = 0; c < sizeof qcfg / sizeof qcfg[0]; c++) {
-						if (fos_qcfg_check(&qt_cfgs[qcfg[c]], rows, cols, &e))
-							continue;
-						qbad += compare_quant_t(xs, f32, rows, cols, &qt_cfgs[qcfg[c]],
-									(s + (int)k + (int)c) % 2 ? &given : NULL, 1, "ring");
-					}
-					free(xs);
+	for (int s = 0; s < 4; s++)
+		for (size_t k = 0; k < sizeof qkinds / sizeof qkinds[0]; k++)
+			for (int f32 = 0; f32 < 2; f32++) {
+				int64_t rows = qsh[s][0], cols = qsh[s][1];
+				void *xs = gen_stored(qkinds[k], rows, cols, 900u + 7u * (uint64_t)s + (uint64_t)k, f32);
+				for (size_t c = 0; c < sizeof qcfg / sizeof qcfg[0]; c++) {
+					if (fos_qcfg_check(&qt_cfgs[qcfg[c]], rows, cols, &e))
+						continue;
+					qbad += compare_quant_t(xs, f32, rows, cols, &qt_cfgs[qcfg[c]],
+								(s + (int)k + (int)c) % 2 ? &given : NULL, 1, "ring");
 				}
-	}
-	assert_int_equal(fos_cuda_set_variant(g_gpu, 0, &e), FOS_OK);
+				free(xs);
+			}
+	assert_int_equal(fos_cuda_set_one_cta(g_gpu, 0, &e), FOS_OK);
 	printf("ring kernels, quantize_t on one CTA: %lld cases, %lld differing items\n",
 	       (long long)(g_qt_cases - qbefore), (long long)qbad);
 	assert_true(bad == 0);
