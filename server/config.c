@@ -497,9 +497,10 @@ static unsigned long long config_hash(const char *s)
 	return s ? h : 0;
 }
 
-void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *stream)
+/* Writes a row's value of c to out (for the fixed-key record): a LIST space-separated, an unset
+ * string empty, a SECRET as a hash. */
+static void key_show(const fosd_config *c, const fosd_config_key *k, FILE *out)
 {
-	FILE *out = stream;
 	const void *f = key_cfield(c, k);
 	switch (k->type) {
 	case FOSD_CT_INT:
@@ -812,7 +813,7 @@ static char *config_render_fixed(const fosd_config *c)
 		if (k->flags & (FOSD_CK_RELOAD | FOSD_CK_FLAG_ONLY))
 			continue;
 		fprintf(f, "%s=", k->key);
-		fosd_config_key_show(c, k, f);
+		key_show(c, k, f);
 		fputc('\n', f);
 	}
 	if (fclose(f)) {

@@ -96,7 +96,8 @@ void fosd_config_fixed_diff(const fosd_config *a, const fosd_config *b, char *ou
  * Every setting is one row of fosd_config_keys (config.c): its file key (and flag, --key-name),
  * type, field, default, bounds, whether SIGHUP applies it and its --help text. The defaults, the
  * file and flag parsers, the known-key check, `fosd --help`, the reload list and the fixed-key
- * record all read the table; deploy/fosd.conf.example documents every row (a test checks it). */
+ * record all read the table; deploy/fosd.conf.example documents every row (a test checks it).
+ * Adding a setting: its field in fosd_config, one row, one `#key = default` line in the example. */
 typedef enum fosd_config_type {
 	FOSD_CT_INT,      /* int in [lo, hi] (strtol: decimal) */
 	FOSD_CT_SIZE,     /* uint64_t bytes: 512M, 8GiB (fosd_parse_size) */
@@ -126,7 +127,9 @@ typedef struct fosd_config_key {
 	const char *const *choices; /* ENUM: the names, NULL-terminated */
 	const char *arg;            /* --help's name of the value; NULL: from the type (N, SIZE, DUR...) */
 	const char *help;           /* --help text: "{def}" stands for def, '\n' starts a continued line */
-	const char *what;           /* the message's "'value' is not <what>" instead of the type's */
+	const char *what;           /* the message's "'value' is not <what>" instead of the type's
+				     * (the whole value quoted; a size's or duration's own message
+				     * quotes at most 100 bytes of it) */
 	int (*check)(const char *v, char *msg, size_t msgsz); /* URL, LIST: the value's own check */
 	void (*on_reload)(const fosd_config *cur, const fosd_config *nc); /* RELOAD: a change applied */
 } fosd_config_key;
@@ -135,9 +138,6 @@ extern const fosd_config_key fosd_config_keys[];
 extern const size_t fosd_config_nkeys;
 /* The row of key (with '_'), or NULL. */
 const fosd_config_key *fosd_config_key_find(const char *key);
-/* Writes a row's value of c to the FILE stream (for the fixed-key record): a LIST
- * space-separated, an unset string empty, a SECRET as a hash. */
-void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *stream);
 
 /* "64M", "1GiB", "1073741824" -> bytes. Returns 0 or -1. */
 int fosd_parse_size(const char *s, uint64_t *out);
