@@ -15,8 +15,8 @@
  *                      [--k K] [--quick] [--secs S] [--clients N] [--workers N] [--streams N]
  * (--streams: fosd's executor lanes, backend instances running requests at once; default: fosd's,
  * 4 on cuda, 1 on cpu).
- * Shapes: K = N = 4096 on cuda (1024 on cpu unless --k), big M = K, small M = 128 (NUMERICS.md
- * requires M % 128 == 0, so the 16-row forward of the issue is measured at 128 rows), inline X of
+ * Shapes: K = N = 4096 on cuda (1024 on cpu unless --k), big M = K, small M = 128 (the small
+ * forward of the service rows in bench/BENCHMARKS.md), inline X of
  * 64 MiB (M = 32 Mi / K). */
 #include "backend.h"
 #include "bench_util.h"

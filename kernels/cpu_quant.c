@@ -1,6 +1,6 @@
 /* cpu_quant.c: the CPU reference for amax, four-over-six quantize (1x16 and 16x16 blocks,
  * per-tensor and row-scaled), the standard NVFP4 gradient quantize, dequantize and decode
- * (NUMERICS.md sections 1-6). Written to read like the spec; rows are processed in parallel and
+ * (NUMERICS.md sections 1-6). Written to read like NUMERICS.md; rows are processed in parallel and
  * every output depends only on its own block, so the thread count never changes a bit. */
 #include "cpu_internal.h"
 #include "fos_format.h"

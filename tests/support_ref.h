@@ -58,7 +58,7 @@ int ref_quantize(const float *x, int64_t rows, int64_t cols, const fos_qcfg *cfg
 /* The error of one 16-element row-group encoded with codes c[0..15] (unpacked) and scale byte sf,
  * summed in element order (section 3). */
 float ref_group_err(const uint8_t *c, unsigned sf, float amax, float d, const float *x, int mse);
-/* Tile error sum in the spec's fixed tree order, and in plain sequential order (for contrast). */
+/* Tile error sum in NUMERICS.md's fixed tree order, and in plain sequential order (for contrast). */
 float ref_tree16(const float *e);
 float ref_seq16(const float *e);
 /* Dequantize (section 6) to exact fp32 results (cast with ref_f32_bf16 for bf16). */
@@ -84,7 +84,7 @@ double ref_sqnr_db_bf16(const double *ref, const uint16_t *x, int64_t n);
 /* ---- the linear layer in FP64 (sections 7 and 8) ---- */
 /* "Same math" FP64 reference of forward and backward under the resolved override ovr
  * (FOS_OVR_QUANTIZED / HIGH_PRECISION / DEQUANTIZED): operands quantized with ref_quantize
- * (their exact decoded values), the FP32 scalars alpha / amax as the spec computes them, every
+ * (their exact decoded values), the FP32 scalars alpha / amax as NUMERICS.md computes them, every
  * sum in double. y (m, n); dx (m, k), dw (n, k), db (n) when dy is given (db only with bias).
  * Returns 0, or -1 on an invalid combination / allocation failure. */
 int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, const uint16_t *dy, int64_t m,

@@ -1,7 +1,7 @@
 /* test_format.c: the scalar format helpers of kernels/fos_format.h (shared by the CPU and CUDA
  * backends) against NUMERICS.md sections 1, 2, 3, 5, 6: bf16 / E2M1 / E4M3 conversions checked
  * against the brute-force nearest-value search of support_ref.c over every bf16 bit pattern and
- * millions of floats, hand-derived special values, the spec's constants, the scale helpers and the
+ * millions of floats, hand-derived special values, NUMERICS.md's constants, the scale helpers and the
  * 16x16 tree-sum order. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -338,7 +338,7 @@ static void test_s_enc_edges(void **state)
 	}
 }
 
-/* The spec's scale formulas written out with the reference's brute-force e4m3. */
+/* NUMERICS.md's scale formulas written out with the reference's brute-force e4m3. */
 static void spec_candidates(float bamax, float s, unsigned *sf6, unsigned *sf4)
 {
 	float base = bamax / 6.0f;

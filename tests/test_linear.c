@@ -2,9 +2,9 @@
  * forward and backward under every override (default resolved, quantized, high_precision,
  * dequantized), 16x16 and 1x16 weight blocks, per-tensor and row-scaled X, MAE / MSE, bound 256 /
  * 448, with and without bias. Each output is checked
- *  - bit for bit against the backend's own bf16 GEMM applied to the operands the spec defines
+ *  - bit for bit against the backend's own bf16 GEMM applied to the operands NUMERICS.md defines
  *    (built with the independent reference quantizer): the forward NVFP4 GEMM and its epilogue,
- *    the quantized backward GEMMs, and high_precision / dequantized (the spec's bitwise rule);
+ *    the quantized backward GEMMs, and high_precision / dequantized (section 8's bitwise rule);
  *  - against the FP64 reference of the same math (support_ref.c): SQNR > 14 dB, and > 30 dB as a
  *    tighter sanity bound (only FP32 accumulation and bf16 output rounding differ);
  *  - grad bias = sum over M of dY;
@@ -195,7 +195,7 @@ static int same_bits(const char *what, const uint16_t *got, const uint16_t *want
 	return i < 0;
 }
 
-/* Expected outputs bit for bit: the backend's gemm on the spec's operands. */
+/* Expected outputs bit for bit: the backend's gemm on the operands NUMERICS.md defines. */
 static void expect_bitwise(const lcase *c, const lio *t)
 {
 	int64_t m = t->m, n = t->n, k = t->k;
