@@ -1,6 +1,6 @@
 /* cuda_amax.cu: the CUDA backend's amax op: the largest magnitude of a bf16 or f32 tensor, per
  * tensor or per row, NaN dropped, with f32 inputs measured after their cast to bf16 (as the CPU
- * reference does; NUMERICS.md section 3). The per-tensor kernel reduces in a grid-stride loop and
+ * reference does; NUMERICS.md section 1). The per-tensor kernel reduces in a grid-stride loop and
  * combines CTAs by an atomic max of the result's bit pattern (nonnegative floats order like their
  * bits), exact and independent of the order. fcu_amax also records which input it last read: the
  * quantize launchers then walk that input from its end, whose bytes are still in L2. */

@@ -1,5 +1,5 @@
 /* cuda_dequantize.cu: the CUDA backend's dequantize (codes, scale bytes and amax to bf16 or f32:
- * e2m1 value * (e4m3 scale * amax / D), NUMERICS.md section 4) and decode (value * scale byte, no
+ * e2m1 value * (e4m3 scale * amax / D), NUMERICS.md section 6) and decode (value * scale byte, no
  * amax: the bf16 operand the GEMMs read) ops. One thread per 1x16 block; per tensor (and for decode)
  * the 16 outputs of each of the 256 scale bytes are tabled per CTA, row-scaled tensors compute them
  * from their row's amax. */
