@@ -47,7 +47,7 @@ __device__ __forceinline__ int gp_row_off(int j)
 
 __global__ void __launch_bounds__(GP_T, 4)
 	k_grad_pair(const uint16_t *__restrict__ x, int m, int n, int ntc, int ntiles, const float *__restrict__ amax,
-		    int hw, int rev, int stages, uint16_t *__restrict__ dec_rows, uint16_t *__restrict__ dec_cols)
+		    int hw, int rev, uint16_t *__restrict__ dec_rows, uint16_t *__restrict__ dec_cols)
 {
 	__shared__ fcu_pt_smem sm;
 	__shared__ __align__(16) uint16_t tile[GP_NS * GP_TSZ];
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(GP_T, 4)
 	fcu_pt_setup(sm, a, 2688.0f, s_dec, false, true);
 	const float g = FOS_MUL(s_enc, FOS_ONE_SIXTH);
 	const uint32_t tile0 = (uint32_t)__cvta_generic_to_shared(tile);
-	const int S = stages < 2 ? 2 : (stages > GP_NS ? GP_NS : stages);
+	constexpr int S = GP_NS;
 	const int j1 = t >> 2, b1 = t & 3;		/* phase 1: this thread's row and block in the tile */
 	const int c2 = wp * 8 + (lane >> 2), b2 = lane & 3; /* phase 2: its column and 16-row group */
 	auto tile_at = [&](int i, int &r0, int &c0) {
@@ -137,7 +137,7 @@ int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, con
 	const int ntiles = ntr * ntc;
 	const int occ = fcu_occupancy((const void *)k_grad_pair, GP_T, 1);
 	const unsigned grid = A.one_cta ? 1u : fcu_grid(be, (int64_t)ntiles * GP_T, GP_T, occ);
-	k_grad_pair<<<grid, GP_T, 0, im->st>>>(dy, (int)m, (int)n, ntc, ntiles, amax, A.hw, A.rev, A.stages, dec_rows,
+	k_grad_pair<<<grid, GP_T, 0, im->st>>>(dy, (int)m, (int)n, ntc, ntiles, amax, A.hw, A.rev, dec_rows,
 					       dec_cols_t);
 	return fcu_launched(err, "grad_pair kernel launch");
 }

@@ -123,9 +123,8 @@ static inline unsigned fcu_grid_for(fos_backend *be, K kernel, int64_t items, in
 struct fcu_qa {
 	const float *amax;
 	float *amax_out;
-	int hw;      /* the hardware e4m3 conversion (equal to the software one: self-test 2) */
+	int hw;      /* 1: the hardware e4m3 conversion (equal to the software encode: self-test 2) */
 	int rev;     /* walk from the end */
-	int stages;  /* cp.async ring depth (clamped to the kernel's buffers) */
 	int one_cta; /* one CTA per launch */
 };
 
@@ -140,7 +139,6 @@ static inline fcu_qa fcu_qargs(fos_backend *be, const void *x, int amax_given, c
 	 * amax(x) just before, as the quantized backward does): its tail is still in L2. Only a
 	 * direction: every walk gives the same bytes. */
 	A.rev = !amax_given || x == __atomic_load_n(&im->amax_x, __ATOMIC_RELAXED);
-	A.stages = 4;
 	A.one_cta = im->one_cta;
 	return A;
 }

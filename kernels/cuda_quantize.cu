@@ -54,12 +54,10 @@ __device__ __forceinline__ void fcu_store(int64_t b, uint64_t cw, uint32_t sf, u
 
 /* Row-scaled: one amax per row (bpr blocks per row), so the candidate values and inverse scales
  * are computed per block into the thread's column of vt (laid out [entry][thread]: per-element
- * look-ups never conflict). rev: walk the blocks from the end. amax_out is not used (the amax of a
- * row-scaled tensor is always q->amax). */
+ * look-ups never conflict). The amax is read from q->amax (never given per tensor). */
 template <typename T, bool MSE, bool DEC>
 __global__ void __launch_bounds__(QT) k_q46_rows(const T *__restrict__ x, int nblk, int bpr,
-						 const float *__restrict__ amax, float *__restrict__ amax_out, float d,
-						 int hw, int rev, uint8_t *__restrict__ codes,
+						 const float *__restrict__ amax, float d, int hw, uint8_t *__restrict__ codes,
 						 uint8_t *__restrict__ scales, uint16_t *__restrict__ dec)
 {
 	__shared__ float vt[16][QT];
@@ -71,14 +69,14 @@ __global__ void __launch_bounds__(QT) k_q46_rows(const T *__restrict__ x, int nb
 	int i = blockIdx.x * QT + t;
 	fcu_raw<T> raw;
 	if (i < nblk)
-		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), raw);
+		fcu_load(x + 16 * (int64_t)i, raw);
 	for (; i < nblk; i += stride) {
-		const int b = rev ? nblk - 1 - i : i;
+		const int b = i;
 		float xf[16], ax[16];
 		const fcu_raw<T> cur = raw;
 		fcu_unpack(cur, xf);
 		if (i + stride < nblk) /* next block's bytes in flight during this block's arithmetic */
-			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), raw);
+			fcu_load(x + 16 * (int64_t)(i + stride), raw);
 		a = amax[b / bpr];
 		s_enc = fos_s_enc(a, d);
 		s_dec = FOS_DIV(1.0f, s_enc);
@@ -200,7 +198,7 @@ static void fcu_q46_1x16_launch(fos_backend *be, const void *x, int nblk, int bp
 	const T *xt = static_cast<const T *>(x);
 	if (cfg->row_scaled) {
 		auto k = k_q46_rows<T, MSE, DEC>;
-		k<<<fcu_qgrid(be, k, nblk, A, 0), QT, 0, st>>>(xt, nblk, bpr, A.amax, 0, d, A.hw, 0, q->codes, q->scales, dec);
+		k<<<fcu_qgrid(be, k, nblk, A, 0), QT, 0, st>>>(xt, nblk, bpr, A.amax, d, A.hw, q->codes, q->scales, dec);
 	} else {
 		auto k = k_q46_pt<T, MSE, DEC>;
 		k<<<fcu_qgrid(be, k, nblk, A, 0), QT, 0, st>>>(xt, nblk, A.amax, A.amax_out, d, A.hw, A.rev, q->codes,

@@ -37,7 +37,7 @@ enum { FCU_QT_46 = 0, FCU_QT_46_TILE = 1, FCU_QT_GRAD = 2 };
 template <typename T, int MODE, bool MSE, bool DEC>
 __global__ void __launch_bounds__(QT, MODE == FCU_QT_GRAD ? 4 : 3) k_quant_t(const T *__restrict__ x, int rows, int cols, int nrt,
 						int ntiles, const float *__restrict__ amax, float *__restrict__ amax_out,
-						float d, int hw, int rev, int vec, int stages, uint8_t *__restrict__ codes,
+						float d, int hw, int rev, int vec, uint8_t *__restrict__ codes,
 						uint8_t *__restrict__ scales, uint16_t *__restrict__ dec)
 {
 	constexpr int W = MODE == FCU_QT_46_TILE ? 2 : 4; /* blocks of one logical row on W lanes */
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(QT, MODE == FCU_QT_GRAD ? 4 : 3) k_quant_t(con
 	const float r6 = FOS_DIV(1.0f, 6.0f);
 	const uint32_t svt0 = (uint32_t)__cvta_generic_to_shared(sm.svt);
 	const uint32_t tile0 = (uint32_t)__cvta_generic_to_shared(tile);
-	const int S = fcu_ring<T>::depth(stages);
+	constexpr int S = NS;
 	const int rl = (wp / (4 / W)) * RW + lane / W; /* this thread's logical row in the tile */
 	const int bl = (wp % (4 / W)) * W + lane % W;   /* and its block (0..3) */
 	const int bpr = cols / 16;
@@ -143,7 +143,7 @@ static void fcu_qt_launch(fos_backend *be, const void *x, int rows, int cols, fl
 	const int ntiles = nrt * nct;
 	auto k = k_quant_t<T, MODE, MSE, DEC>;
 	k<<<fcu_qgrid(be, k, (int64_t)ntiles * QT, A, 1), QT, 0, fcu(be)->st>>>(
-		static_cast<const T *>(x), rows, cols, nrt, ntiles, A.amax, A.amax_out, d, A.hw, A.rev, vec, A.stages,
+		static_cast<const T *>(x), rows, cols, nrt, ntiles, A.amax, A.amax_out, d, A.hw, A.rev, vec,
 		q->codes, q->scales, dec);
 }
 

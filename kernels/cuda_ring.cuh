@@ -1,15 +1,15 @@
 /* cuda_ring.cuh: the cp.async ring that the pipelined kernels (k_quant_t of cuda_quantize_t.cu,
- * k_grad_pair of cuda_grad_pair.cu) stream their input through: a ring of `stages` shared-memory
- * buffers (2..NS) filled by 16-byte cp.async (L2 only; zero-filled where off). A persistent CTA
- * takes work items i, i + G, i + 2G, ... (G = gridDim.x); its k-th item lands in buffer k % stages,
- * and stages - 1 items are in flight while one is worked on. One commit group per item, committed
- * even when empty (past the end), so the group count stays in step; one barrier per item:
- *   prologue: issue the CTA's items 0 .. stages - 2;
- *   item k:   wait until at most stages - 2 groups are pending (item k landed, this thread's part);
+ * k_grad_pair of cuda_grad_pair.cu) stream their input through: a ring of S shared-memory buffers
+ * (S = 2..4) filled by 16-byte cp.async (L2 only; zero-filled where off). A persistent CTA takes
+ * work items i, i + G, i + 2G, ... (G = gridDim.x); its k-th item lands in buffer k % S, and S - 1
+ * items are in flight while one is worked on. One commit group per item, committed even when empty
+ * (past the end), so the group count stays in step; one barrier per item:
+ *   prologue: issue the CTA's items 0 .. S - 2;
+ *   item k:   wait until at most S - 2 groups are pending (item k landed, this thread's part);
  *             barrier (item k landed for every thread, and every thread is done with item k - 1's
- *             buffer); issue item k + stages - 1 into item k - 1's buffer; work on item k.
- * NS = 4 buffers for 2-byte inputs, 2 for f32 (the same bytes), so a CTA stays under 48 KiB of
- * static shared memory and 3 or 4 CTAs fit on an SM. Device code only. */
+ *             buffer); issue item k + S - 1 into item k - 1's buffer; work on item k.
+ * S = fcu_ring<T>::NS: 4 buffers for 2-byte inputs, 2 for f32 (the same bytes), so a CTA stays
+ * under 48 KiB of static shared memory and 3 or 4 CTAs fit on an SM. Device code only. */
 #ifndef FOS_CUDA_RING_CUH
 #define FOS_CUDA_RING_CUH
 
@@ -23,21 +23,20 @@ __device__ __forceinline__ void fcu_cp_commit()
 {
 	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
-/* Waits until at most stages - 2 commit groups of this thread are pending (stages 2..4). */
-__device__ __forceinline__ void fcu_cp_wait_ring(int stages)
+/* Waits until at most S - 2 commit groups of this thread are pending (S 2..4). */
+__device__ __forceinline__ void fcu_cp_wait_ring(int S)
 {
-	if (stages >= 4)
+	if (S >= 4)
 		asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-	else if (stages == 3)
+	else if (S == 3)
 		asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 	else
 		asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-/* Ring depth in buffers for input type T, and the depth a launch asked for clamped to 2..NS. */
+/* Ring depth in buffers for input type T. */
 template <typename T> struct fcu_ring {
 	static constexpr int NS = sizeof(T) == 2 ? 4 : 2;
-	static __device__ __forceinline__ int depth(int stages) { return stages < 2 ? 2 : (stages > NS ? NS : stages); }
 };
 
 /* The CTA's walk over nitems work items through a ring of S buffers (the protocol above), written
