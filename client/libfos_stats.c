@@ -92,12 +92,10 @@ static void walk_field(fos_stats_snapshot *s, const ProtobufCFieldDescriptor *f,
 	switch (f->type) {
 	case PROTOBUF_C_TYPE_UINT64:
 	case PROTOBUF_C_TYPE_FIXED64:
-		snap_add(s, name, 0, *(const uint64_t *)p, 0, NULL);
-		break;
-	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_INT64: /* a signed value as its two's complement bits */
 	case PROTOBUF_C_TYPE_SINT64:
 	case PROTOBUF_C_TYPE_SFIXED64:
-		snap_add(s, name, 0, (uint64_t) * (const int64_t *)p, 0, NULL);
+		snap_add(s, name, 0, *(const uint64_t *)p, 0, NULL);
 		break;
 	case PROTOBUF_C_TYPE_UINT32:
 	case PROTOBUF_C_TYPE_FIXED32:
