@@ -184,7 +184,7 @@ install: all
 	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/usr/local/lib $(DESTDIR)/usr/local/include
 	install -m 755 $(BINS) $(DESTDIR)/usr/local/bin/
 	install -m 644 $(LIBFOS) $(LIBFOSSO) $(DESTDIR)/usr/local/lib/
-	install -m 644 client/fos.h $(DESTDIR)/usr/local/include/
+	install -m 644 client/fos.h kernels/fos_version.h kernels/fos_wire_enums.h $(DESTDIR)/usr/local/include/
 
 clean:
 	rm -rf $(BUILD)
