@@ -21,23 +21,11 @@ __global__ void __launch_bounds__(QT) k_grad_1x16(const T *__restrict__ x, int n
 	const float s_enc = fos_s_enc(amax[0], 2688.0f), s_dec = FOS_DIV(1.0f, s_enc);
 	fcu_pt_setup(sm, amax[0], 2688.0f, s_dec, false, DEC);
 	const float g = FOS_MUL(s_enc, FOS_ONE_SIXTH);
-	const int stride = gridDim.x * QT;
-	int i = blockIdx.x * QT + threadIdx.x;
-	fcu_raw<T> r0, r1;
-	if (i < nblk)
-		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), r0);
-	if (i + stride < nblk)
-		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), r1);
-	for (; i < nblk; i += stride) {
-		const int b = rev ? nblk - 1 - i : i;
-		const fcu_raw<T> cur = r0;
-		r0 = r1;
-		if (i + 2 * stride < nblk)
-			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
+	fcu_rows_walk<QT>(x, nblk, rev, [&](int b, const fcu_raw<T> cur) {
 		uint32_t sf;
 		const uint64_t cw = fcu_blk_grad<T>(cur, g, hw, sm, &sf);
 		fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
-	}
+	});
 }
 
 template <typename T, bool DEC>
@@ -53,14 +41,7 @@ static void fcu_grad_launch(fos_backend *be, const void *x, int nblk, const fcu_
 void fcu_grad_rows(fos_backend *be, const void *x, int dtype, int nblk, const fcu_qa &A, fos_qtensor *q,
 		   uint16_t *dec)
 {
-	if (dtype == FOS_F32) {
-		if (dec)
-			fcu_grad_launch<float, true>(be, x, nblk, A, q, dec);
-		else
-			fcu_grad_launch<float, false>(be, x, nblk, A, q, dec);
-	} else if (dec) {
-		fcu_grad_launch<uint16_t, true>(be, x, nblk, A, q, dec);
-	} else {
-		fcu_grad_launch<uint16_t, false>(be, x, nblk, A, q, dec);
-	}
+	fcu_qdispatch(dtype, false, dec != 0, [&](auto t, auto, auto want_dec) {
+		fcu_grad_launch<typename decltype(t)::type, decltype(want_dec)::value>(be, x, nblk, A, q, dec);
+	});
 }

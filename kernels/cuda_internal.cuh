@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <type_traits>
 
 /* One cached GEMM plan: descriptors and the algorithm chosen once for a shape, operand layout and
  * output kind. */
@@ -141,6 +142,65 @@ static inline fcu_qa fcu_qargs(fos_backend *be, const void *x, int amax_given, c
 	A.rev = !amax_given || x == __atomic_load_n(&im->amax_x, __ATOMIC_RELAXED);
 	A.one_cta = im->one_cta;
 	return A;
+}
+
+/* The first checks of quantize and quantize_t: the config against the (logical) shape, the dtype. */
+static inline int fcu_qcheck(const fos_qcfg *cfg, int dtype, int64_t rows, int64_t cols, fos_err *err)
+{
+	int rc = fos_qcfg_check(cfg, rows, cols, err);
+	if (rc)
+		return rc;
+	if (dtype != FOS_BF16 && dtype != FOS_F32)
+		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
+	return FOS_OK;
+}
+
+/* Where a per-tensor quantize kernel reads the amax and where it copies it (fcu_qa): a given amax
+ * is read where it is and copied into q->amax, unless it is q->amax already. */
+static inline void fcu_qamax(const fos_qtensor *q, const float *amax_in, const float **asrc, float **adst)
+{
+	*asrc = q->amax;
+	*adst = 0;
+	if (amax_in && amax_in != q->amax) {
+		*asrc = amax_in;
+		*adst = q->amax;
+	}
+}
+
+/* Records the quantized tensor's shape and options once its kernels are queued. */
+static inline void fcu_qset(fos_qtensor *q, int64_t rows, int64_t cols, const fos_qcfg *cfg)
+{
+	q->rows = rows;
+	q->cols = cols;
+	q->bound = cfg->bound;
+	q->row_scaled = cfg->row_scaled;
+}
+
+/* The template dispatch of the quantize launchers: calls f(t, mse, dec) with t an fcu_type of the
+ * input element (float for FOS_F32, uint16_t for bf16), mse (MSE candidate error, else MAE) and dec
+ * (a decoded output is written) as std::bool_constant. */
+template <typename T> struct fcu_type {
+	using type = T;
+};
+template <typename T, class F>
+static inline void fcu_qdispatch_t(bool mse, bool dec, const F &f)
+{
+	if (mse && dec)
+		f(fcu_type<T>(), std::true_type(), std::true_type());
+	else if (mse)
+		f(fcu_type<T>(), std::true_type(), std::false_type());
+	else if (dec)
+		f(fcu_type<T>(), std::false_type(), std::true_type());
+	else
+		f(fcu_type<T>(), std::false_type(), std::false_type());
+}
+template <class F>
+static inline void fcu_qdispatch(int dtype, bool mse, bool dec, const F &f)
+{
+	if (dtype == FOS_F32)
+		fcu_qdispatch_t<float>(mse, dec, f);
+	else
+		fcu_qdispatch_t<uint16_t>(mse, dec, f);
 }
 
 /* Grid of a quantize launch over items (threads' worth of work): persistent, sized by occupancy;

@@ -176,6 +176,32 @@ __device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g,
 	return m | fcu_pick_signs(cur, xf, inv, has_nan);
 }
 
+/* ---- the rowwise walk ----------------------------------------------------------------------- */
+
+/* The rowwise per-tensor kernels' walk over nblk 1x16 blocks with NT threads per CTA: thread t of
+ * CTA c takes blocks c NT + t, then a grid's stride further each time, from the end when rev (the
+ * amax pass just read the tensor, its tail is still in L2), and keeps the raw bytes of its next two
+ * blocks in flight while work(b, cur) works on block b. */
+template <int NT, typename T, class Work>
+__device__ __forceinline__ void fcu_rows_walk(const T *x, int nblk, int rev, const Work &work)
+{
+	const int stride = gridDim.x * NT;
+	int i = blockIdx.x * NT + threadIdx.x;
+	fcu_raw<T> r0, r1;
+	if (i < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), r0);
+	if (i + stride < nblk)
+		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), r1);
+	for (; i < nblk; i += stride) {
+		const int b = rev ? nblk - 1 - i : i;
+		const fcu_raw<T> cur = r0;
+		r0 = r1;
+		if (i + 2 * stride < nblk)
+			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
+		work(b, cur);
+	}
+}
+
 /* ---- 4/6 blocks (section 3) ---------------------------------------------------------------- */
 
 /* Both candidate scale bytes from base (section 3): sf6 = e4m3(min(base,448)), sf4 from 1.5 base. */

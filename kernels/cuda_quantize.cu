@@ -130,23 +130,11 @@ __global__ void __launch_bounds__(QT) k_q46_pt(const T *__restrict__ x, int nblk
 	fcu_pt_setup(sm, a, d, s_dec, true, DEC);
 	const float r6 = FOS_DIV(1.0f, 6.0f);
 	const uint32_t svt0 = (uint32_t)__cvta_generic_to_shared(sm.svt);
-	const int stride = gridDim.x * QT;
-	int i = blockIdx.x * QT + threadIdx.x;
-	fcu_raw<T> r0, r1;
-	if (i < nblk)
-		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - i : i), r0);
-	if (i + stride < nblk)
-		fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + stride) : i + stride), r1);
-	for (; i < nblk; i += stride) {
-		const int b = rev ? nblk - 1 - i : i;
-		const fcu_raw<T> cur = r0;
-		r0 = r1;
-		if (i + 2 * stride < nblk)
-			fcu_load(x + 16 * (int64_t)(rev ? nblk - 1 - (i + 2 * stride) : i + 2 * stride), r1);
+	fcu_rows_walk<QT>(x, nblk, rev, [&](int b, const fcu_raw<T> cur) {
 		uint32_t sf;
 		const uint64_t cw = fcu_blk46<T, MSE>(cur, s_enc, r6, hw, sm, svt0, &sf);
 		fcu_store_pt<DEC>(b, cw, sf, codes, scales, dec, sm.sdec);
-	}
+	});
 }
 
 /* ---- 4/6, 16x16 tiles ------------------------------------------------------------------------ */
@@ -226,29 +214,12 @@ static void fcu_quant_typed(fos_backend *be, const void *x, int64_t rows, int nb
 		fcu_q46_1x16_launch<T, MSE, DEC>(be, x, nblk, bpr, cfg, A, q, dec);
 }
 
-template <typename T>
-static void fcu_quant_any(fos_backend *be, const void *x, int64_t rows, int nblk, int bpr, const fos_qcfg *cfg,
-			  const fcu_qa &A, fos_qtensor *q, uint16_t *dec)
-{
-	const bool mse = cfg->err_mode == FOS_ERR_MSE;
-	if (mse && dec)
-		fcu_quant_typed<T, true, true>(be, x, rows, nblk, bpr, cfg, A, q, dec);
-	else if (mse)
-		fcu_quant_typed<T, true, false>(be, x, rows, nblk, bpr, cfg, A, q, dec);
-	else if (dec)
-		fcu_quant_typed<T, false, true>(be, x, rows, nblk, bpr, cfg, A, q, dec);
-	else
-		fcu_quant_typed<T, false, false>(be, x, rows, nblk, bpr, cfg, A, q, dec);
-}
-
 int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
 {
-	int rc = fos_qcfg_check(cfg, rows, cols, err);
+	int rc = fcu_qcheck(cfg, dtype, rows, cols, err);
 	if (rc)
 		return rc;
-	if (dtype != FOS_BF16 && dtype != FOS_F32)
-		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
 	if (rows * cols / 16 > 0x7FFFFFFF)
 		return fos_seterr(err, FOS_EINVAL, "quantize of (%lld, %lld): more than 2^31 blocks", (long long)rows,
 				  (long long)cols);
@@ -256,34 +227,28 @@ int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 		return fos_seterr(err, FOS_EINVAL, "quantize: input, codes or decoded pointer not 16/8/16-byte aligned");
 	if ((rc = fcu_enter(be, err)))
 		return rc;
-	const int64_t na = cfg->row_scaled ? rows : 1;
 	const float *asrc = q->amax; /* where the kernel reads the amax */
 	float *adst = 0;	     /* where it copies a given per-tensor amax */
 	if (amax_in && !cfg->row_scaled) {
-		if (amax_in != q->amax) {
-			asrc = amax_in;
-			adst = q->amax;
-		}
-	} else if (amax_in) {
+		fcu_qamax(q, amax_in, &asrc, &adst);
+	} else if (amax_in) { /* one per row: copied into q->amax, where the kernel reads it */
 		if (amax_in != q->amax &&
-		    (rc = fcu_check(cudaMemcpyAsync(q->amax, amax_in, (size_t)na * sizeof(float), cudaMemcpyDeviceToDevice,
+		    (rc = fcu_check(cudaMemcpyAsync(q->amax, amax_in, (size_t)rows * sizeof(float), cudaMemcpyDeviceToDevice,
 						    fcu(be)->st),
 				    err, "cudaMemcpyAsync (amax)")))
 			return rc;
 	} else if ((rc = fcu_amax(be, x, dtype, rows, cols, cfg->row_scaled, q->amax, err))) {
 		return rc;
 	}
-	q->rows = rows;
-	q->cols = cols;
-	q->bound = cfg->bound;
-	q->row_scaled = cfg->row_scaled;
+	fcu_qset(q, rows, cols, cfg);
 	const int nblk = (int)(rows * cols / 16), bpr = (int)(cols / 16);
 	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst);
 	if (cfg->recipe == FOS_RECIPE_NVFP4)
 		fcu_grad_rows(be, x, dtype, nblk, A, q, decoded);
-	else if (dtype == FOS_F32)
-		fcu_quant_any<float>(be, x, rows, nblk, bpr, cfg, A, q, decoded);
 	else
-		fcu_quant_any<uint16_t>(be, x, rows, nblk, bpr, cfg, A, q, decoded);
+		fcu_qdispatch(dtype, cfg->err_mode == FOS_ERR_MSE, decoded != 0, [&](auto t, auto mse, auto dec) {
+			fcu_quant_typed<typename decltype(t)::type, decltype(mse)::value, decltype(dec)::value>(
+				be, x, rows, nblk, bpr, cfg, A, q, decoded);
+		});
 	return fcu_launched(err, "quantize kernel launch");
 }

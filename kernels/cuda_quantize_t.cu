@@ -160,30 +160,13 @@ static void fcu_qt_mode(fos_backend *be, const void *x, int rows, int cols, cons
 		fcu_qt_launch<T, FCU_QT_46, MSE, DEC>(be, x, rows, cols, d, A, vec, q, dec);
 }
 
-template <typename T>
-static void fcu_qt_any(fos_backend *be, const void *x, int rows, int cols, const fos_qcfg *cfg, const fcu_qa &A,
-		       int vec, fos_qtensor *q, uint16_t *dec)
-{
-	const bool mse = cfg->err_mode == FOS_ERR_MSE && cfg->recipe != FOS_RECIPE_NVFP4;
-	if (mse && dec)
-		fcu_qt_mode<T, true, true>(be, x, rows, cols, cfg, A, vec, q, dec);
-	else if (mse)
-		fcu_qt_mode<T, true, false>(be, x, rows, cols, cfg, A, vec, q, dec);
-	else if (dec)
-		fcu_qt_mode<T, false, true>(be, x, rows, cols, cfg, A, vec, q, dec);
-	else
-		fcu_qt_mode<T, false, false>(be, x, rows, cols, cfg, A, vec, q, dec);
-}
-
 /* x is stored (cols, rows); the outputs are those of fcu_quantize on the (rows, cols) transpose. */
 int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
 {
-	int rc = fos_qcfg_check(cfg, rows, cols, err);
+	int rc = fcu_qcheck(cfg, dtype, rows, cols, err);
 	if (rc)
 		return rc;
-	if (dtype != FOS_BF16 && dtype != FOS_F32)
-		return fos_seterr(err, FOS_EINVAL, "unknown input dtype %d", dtype);
 	if (cfg->row_scaled)
 		return fos_seterr(err, FOS_EINVAL, "quantize of a transposed input is per-tensor only, not row-scaled");
 	if (rows * cols / 16 > 0x7FFFFFFF || rows > 0x7FFFFFFF - QTT_R || cols > 0x7FFFFFFF - QTT_C)
@@ -193,26 +176,19 @@ int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int6
 		return fos_seterr(err, FOS_EINVAL, "quantize: codes or decoded pointer not 8/16-byte aligned");
 	if ((rc = fcu_enter(be, err)))
 		return rc;
-	const float *asrc = q->amax; /* where the kernel reads the amax */
-	float *adst = 0;	     /* where it copies a given amax */
-	if (amax_in) {
-		if (amax_in != q->amax) {
-			asrc = amax_in;
-			adst = q->amax;
-		}
-	} else if ((rc = fcu_amax(be, x, dtype, cols, rows, 0, q->amax, err))) { /* the stored tensor: same values */
+	const float *asrc; /* where the kernel reads the amax */
+	float *adst;       /* where it copies a given one */
+	fcu_qamax(q, amax_in, &asrc, &adst);
+	if (!amax_in && (rc = fcu_amax(be, x, dtype, cols, rows, 0, q->amax, err))) /* the stored tensor: same values */
 		return rc;
-	}
-	q->rows = rows;
-	q->cols = cols;
-	q->bound = cfg->bound;
-	q->row_scaled = 0;
+	fcu_qset(q, rows, cols, cfg);
 	const size_t es = dtype == FOS_F32 ? 4 : 2;
 	const int vec = fcu_aligned(x, 16) && ((size_t)rows * es) % 16 == 0;
 	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst);
-	if (dtype == FOS_F32)
-		fcu_qt_any<float>(be, x, (int)rows, (int)cols, cfg, A, vec, q, decoded);
-	else
-		fcu_qt_any<uint16_t>(be, x, (int)rows, (int)cols, cfg, A, vec, q, decoded);
+	const bool mse = cfg->err_mode == FOS_ERR_MSE && cfg->recipe != FOS_RECIPE_NVFP4;
+	fcu_qdispatch(dtype, mse, decoded != 0, [&](auto t, auto m, auto dec) {
+		fcu_qt_mode<typename decltype(t)::type, decltype(m)::value, decltype(dec)::value>(be, x, (int)rows, (int)cols,
+												  cfg, A, vec, q, decoded);
+	});
 	return fcu_launched(err, "quantize_t kernel launch");
 }

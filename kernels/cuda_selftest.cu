@@ -14,50 +14,49 @@ __device__ __forceinline__ bool fcu_same(float a, float b)
 	return __float_as_uint(a) == __float_as_uint(b) || (a != a && b != b);
 }
 
+/* Adds to *bad the sum of differs(u) over every 32-bit pattern u, the grid's threads striding. */
+template <class F>
+__device__ __forceinline__ void fcu_st_every_u32(unsigned long long *bad, const F &differs)
+{
+	unsigned long long n = 0;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
+	     i += (uint64_t)gridDim.x * blockDim.x)
+		n += differs((uint32_t)i);
+	if (n)
+		atomicAdd(bad, n);
+}
+
 /* x / d by fcu_div_const against __fdiv_rn. */
 __global__ void k_st_div(float d, unsigned long long *bad)
 {
 	const float r = __fdiv_rn(1.0f, d);
-	unsigned long long n = 0;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const float x = __uint_as_float((uint32_t)i);
-		n += !fcu_same(fcu_div_const(x, d, r), __fdiv_rn(x, d));
-	}
-	if (n)
-		atomicAdd(bad, n);
+	fcu_st_every_u32(bad, [&](uint32_t u) -> unsigned {
+		const float x = __uint_as_float(u);
+		return !fcu_same(fcu_div_const(x, d, r), __fdiv_rn(x, d));
+	});
 }
 
 /* The full e2m1 code of a product p by magnitude search + sign rule, against fos_e2m1_encode(p). */
 __global__ void k_st_e2m1(unsigned long long *bad)
 {
-	unsigned long long n = 0;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const float p = __uint_as_float((uint32_t)i);
+	fcu_st_every_u32(bad, [](uint32_t u) -> unsigned {
+		const float p = __uint_as_float(u);
 		uint32_t c = fcu_e2m1_mag_code(fabsf(p));
 		if ((__float_as_uint(p) >> 31) && p == p)
 			c |= 8u;
-		n += c != fos_e2m1_encode(p);
-	}
-	if (n)
-		atomicAdd(bad, n);
+		return c != fos_e2m1_encode(p);
+	});
 }
 
 /* cvt.rn.satfinite.e4m3x2.f32 (both halves) against fos_e4m3_encode(min(x, 448)). */
 __global__ void k_st_e4m3(unsigned long long *bad)
 {
-	unsigned long long n = 0;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const float x = __uint_as_float((uint32_t)i);
-		const float y = __uint_as_float((uint32_t)i ^ 0x80000000u);
+	fcu_st_every_u32(bad, [](uint32_t u) -> unsigned {
+		const float x = __uint_as_float(u);
+		const float y = __uint_as_float(u ^ 0x80000000u);
 		const uint32_t two = fcu_e4m3x2_hw(x, y);
-		n += (two >> 8) != fcu_e4m3_capped(x);
-		n += (two & 0xFFu) != fcu_e4m3_capped(y);
-	}
-	if (n)
-		atomicAdd(bad, n);
+		return ((two >> 8) != fcu_e4m3_capped(x)) + ((two & 0xFFu) != fcu_e4m3_capped(y));
+	});
 }
 
 /* The e2m1 magnitude code by one FMA (fcu_e2m1_mag_code_fma) against the 3-comparison search, on
@@ -65,15 +64,12 @@ __global__ void k_st_e4m3(unsigned long long *bad)
  * negative floats are never passed to it). */
 __global__ void k_st_e2m1_fma(unsigned long long *bad)
 {
-	unsigned long long n = 0;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32);
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const float a = __uint_as_float((uint32_t)i);
-		if (!((uint32_t)i >> 31) || a != a || (uint32_t)i == 0x80000000u)
-			n += fcu_e2m1_mag_code_fma(a) != fcu_e2m1_mag_code(a);
-	}
-	if (n)
-		atomicAdd(bad, n);
+	fcu_st_every_u32(bad, [](uint32_t u) -> unsigned {
+		const float a = __uint_as_float(u);
+		if (!(u >> 31) || a != a || u == 0x80000000u)
+			return fcu_e2m1_mag_code_fma(a) != fcu_e2m1_mag_code(a);
+		return 0;
+	});
 }
 
 /* The decode by byte permutes (fcu_dec_pt) against the per-element look-up of the sdec table built by
