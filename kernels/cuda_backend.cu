@@ -293,24 +293,15 @@ extern "C" int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos
 
 extern "C" int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err)
 {
-	if (!be || strcmp(be->name, "cuda"))
-		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
-	fcu(be)->force_f32 = on != 0;
-	return FOS_OK;
+	return fcu_set_switch(be, &fcu_impl::force_f32, on, err);
 }
 
 extern "C" int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err)
 {
-	if (!be || strcmp(be->name, "cuda"))
-		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
-	fcu(be)->h2d_nowait = on != 0;
-	return FOS_OK;
+	return fcu_set_switch(be, &fcu_impl::h2d_nowait, on, err);
 }
 
 extern "C" int fos_cuda_set_one_cta(fos_backend *be, int on, fos_err *err)
 {
-	if (!be || strcmp(be->name, "cuda"))
-		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
-	fcu(be)->one_cta = on != 0;
-	return FOS_OK;
+	return fcu_set_switch(be, &fcu_impl::one_cta, on, err);
 }

@@ -189,9 +189,7 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 
 extern "C" int fos_cuda_set_graphs(fos_backend *be, int on, fos_err *err)
 {
-	(void)err;
-	fcu(be)->use_graphs = on != 0;
-	return FOS_OK;
+	return fcu_set_switch(be, &fcu_impl::use_graphs, on, err);
 }
 
 extern "C" int fos_cuda_graph_stats(fos_backend *be, unsigned long long *recorded, unsigned long long *launched,

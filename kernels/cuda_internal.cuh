@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <string.h>
 #include <type_traits>
 
 /* One cached GEMM plan: descriptors and the algorithm chosen once for a shape, operand layout and
@@ -83,6 +84,15 @@ static inline int fcu_lt_check(cublasStatus_t s, fos_err *err, const char *what)
 		return FOS_OK;
 	return fos_seterr(err, FOS_EINTERNAL, "cuBLASLt error in %s: status %d (%s)", what, (int)s,
 			  cublasLtGetStatusString(s));
+}
+
+/* Sets the switch *field of be's instance to on != 0 (the fos_cuda_set_* of cuda_backend.h). */
+static inline int fcu_set_switch(fos_backend *be, int fcu_impl::*field, int on, fos_err *err)
+{
+	if (!be || strcmp(be->name, "cuda"))
+		return fos_seterr(err, FOS_EINVAL, "not a cuda backend");
+	fcu(be)->*field = on != 0;
+	return FOS_OK;
 }
 
 /* Makes this instance's device current for the calling thread. */
