@@ -776,10 +776,10 @@ static void test_linear_quantize_t(void **state)
 				int64_t di = diff_bytes(res[0][i], res[1][i], bytes[i]);
 				int64_t dv = diff_bytes(res[0][i], res[2][i], bytes[i]) + diff_bytes(res[0][i], res[3][i], bytes[i]);
 				if (di)
-					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ with quantize_t\n",
+					fprintf(stderr, "M=%lld N=%lld K=%lld config %d: %s: %lld bytes differ with quantize_t\n",
 						(long long)m, (long long)n, (long long)k, v, what[i], (long long)di);
 				if (dv)
-					fprintf(stderr, "M=%lld N=%lld K=%lld variant %d: %s: %lld bytes differ on one CTA / without grad_pair\n",
+					fprintf(stderr, "M=%lld N=%lld K=%lld config %d: %s: %lld bytes differ on one CTA / without grad_pair\n",
 						(long long)m, (long long)n, (long long)k, v, what[i], (long long)dv);
 				d += di + dv;
 				free(res[0][i]);

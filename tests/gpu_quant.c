@@ -1,5 +1,5 @@
 /* gpu_quant.c: the CUDA backend's amax / quantize / dequantize / decode / transpose against the
- * CPU reference, bit for bit (NUMERICS.md section 9): every quantize variant (4/6 1x16 and 16x16,
+ * CPU reference, bit for bit (NUMERICS.md section 9): every quantize config (4/6 1x16 and 16x16,
  * MAE and MSE, bound 256 and 448, per-tensor and row-scaled, given or computed amax, the NVFP4
  * gradient recipe), bf16 and f32 inputs, on the special data kinds (a -12..12 linspace with
  * +-1e-3 nudges, bf16 subnormals, -0, all-zero blocks, +-inf, NaN, dtype max) and random data, at
@@ -422,7 +422,7 @@ static void test_large_random(void **state)
 
 /* Repeated runs give the same bytes, on grids sized by occupancy and on one CTA (each persistent
  * CTA then walks every block or tile itself). */
-static void test_variants_and_determinism(void **state)
+static void test_determinism(void **state)
 {
 	(void)state;
 	NEED_GPU();
@@ -845,7 +845,7 @@ static void test_quantize_t_large(void **state)
 
 /* quantize_t on one CTA gives the bytes of its default grid, and repeated runs give the same
  * bytes. */
-static void test_quantize_t_variants(void **state)
+static void test_quantize_t_determinism(void **state)
 {
 	(void)state;
 	NEED_GPU();
@@ -999,10 +999,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_selftests),	 cmocka_unit_test(test_special_kinds),
 		cmocka_unit_test(test_amax_in),		 cmocka_unit_test(test_large_random),
-		cmocka_unit_test(test_variants_and_determinism), cmocka_unit_test(test_transpose_amax),
+		cmocka_unit_test(test_determinism), cmocka_unit_test(test_transpose_amax),
 		cmocka_unit_test(test_scale_bytes),	 cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_quantize_t_kinds), cmocka_unit_test(test_quantize_t_large),
-		cmocka_unit_test(test_quantize_t_variants), cmocka_unit_test(test_ring_kernels),
+		cmocka_unit_test(test_quantize_t_determinism), cmocka_unit_test(test_ring_kernels),
 		cmocka_unit_test(test_quantize_t_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
