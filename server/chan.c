@@ -1,6 +1,7 @@
 /* chan.c: request channels (see chan.h and client/fos_chan.h): starting and stopping a channel's
  * thread, the doorbell (polling, then a futex on the shared sequence word), handing a request to
- * fosd_dispatch as a message of the registering connection, and writing the reply back. */
+ * fosd_dispatch as a message of the registering connection, and writing the reply back (the slot's
+ * send function, chan_send). */
 #include "chan.h"
 #include "server.h"
 #include "log.h"
@@ -112,7 +113,8 @@ static void publish(fosd_chan *c, nng_msg *reply)
 		nng_msg_free(own);
 }
 
-void fosd_chan_reply(fosd_slot *s, nng_msg *reply)
+/* The channel's reply function (fosd_slot.send, reply.h): the reply goes back into the region. */
+static void chan_send(fosd_slot *s, nng_msg *reply)
 {
 	fosd_chan *c = (fosd_chan *)s; /* the slot is the channel's first member */
 	publish(c, reply);
@@ -146,11 +148,8 @@ static void serve_one(fosd_chan *c)
 		char e[160];
 		snprintf(e, sizeof e, "channel request of %llu bytes: a message of 4 to %llu bytes expected",
 			 (unsigned long long)len, (unsigned long long)c->cap);
-		s->op = FOSD_OP_INVALID;
-		s->msg = NULL;
-		fosd_slot_reply(s, fosd_error_reply(0, len > c->cap || len < 4 ? FOS__CODE__INVALID_ARGUMENT
-									 : FOS__CODE__RESOURCE_EXHAUSTED, e),
-				len > c->cap || len < 4 ? FOS__CODE__INVALID_ARGUMENT : FOS__CODE__RESOURCE_EXHAUSTED);
+		fosd_dispatch_refuse(s, len > c->cap || len < 4 ? FOS__CODE__INVALID_ARGUMENT : FOS__CODE__RESOURCE_EXHAUSTED,
+				     e);
 	} else {
 		memcpy(nng_msg_body(m), c->req, (size_t)len); /* the client may go on writing: fosd reads its copy */
 		nng_msg_set_pipe(m, c->pipe);
@@ -232,7 +231,8 @@ int fosd_chan_start(fosd_server *srv, fosd_slot *s, struct fosd_region *r, uint3
 	const uint32_t most = (uint32_t)srv->cfg->channel_spin_us;
 	c->spin_us = spin_us && spin_us < most ? spin_us : most;
 	c->slot.srv = srv;
-	c->slot.chan = 1;
+	c->slot.send = chan_send;
+	c->slot.own_thread = 1; /* the channel's thread serves only this slot */
 	atomic_init(&c->stop, 0);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);

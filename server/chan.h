@@ -49,7 +49,5 @@ int fosd_chan_start(struct fosd_server *srv, struct fosd_slot *s, struct fosd_re
 /* Asks a channel to stop (its region was unregistered or its connection closed). Does not block;
  * called with the region table's lock held. */
 void fosd_chan_signal(fosd_chan *c);
-/* The slot's request came from a channel: its reply goes back there. */
-void fosd_chan_reply(struct fosd_slot *s, nng_msg *reply);
 
 #endif

@@ -1,5 +1,7 @@
-/* deadline.c: the deadline reaper of queued requests, deadline-bounded backend locking and the
- * dropping of requests whose client is gone (see deadline.h). */
+/* deadline.c: the deadline reaper of queued requests (a thread that asks the executor to answer
+ * the expired ones, fosd_executor_reap, and sleeps until the next deadline), the deadline queries
+ * and the dropping of requests whose client is gone (see deadline.h). The queue and the backend
+ * lock are the executor's. */
 #include "deadline.h"
 #include "log.h"
 #include "util.h"
@@ -11,9 +13,11 @@
 #include <time.h>
 
 typedef struct fosd_deadlines {
-	pthread_cond_t cv; /* on srv->q_mu, CLOCK_MONOTONIC */
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* CLOCK_MONOTONIC: a request with a deadline was queued, or stop */
 	pthread_t thread;
 	int stop;
+	int kicked;        /* a request with a deadline was queued since the last look */
 	uint64_t reaped;
 } fosd_deadlines;
 
@@ -36,7 +40,7 @@ void fosd_deadline_answer(fosd_slot *s)
 	fosd_finish(s, fosd_error_reply(s->req_id, FOS__CODE__DEADLINE_EXCEEDED, msg), FOS__CODE__DEADLINE_EXCEEDED);
 }
 
-static void dl_abstime(struct timespec *ts, clockid_t clk, uint64_t mono_deadline_ns)
+void fosd_deadline_abstime(struct timespec *ts, clockid_t clk, uint64_t mono_deadline_ns)
 {
 	uint64_t now = fosd_now_ns();
 	uint64_t left = mono_deadline_ns > now ? mono_deadline_ns - now : 0;
@@ -50,50 +54,25 @@ static void *dl_main(void *arg)
 {
 	fosd_server *srv = arg;
 	fosd_deadlines *d = srv->deadlines;
-	pthread_mutex_lock(&srv->q_mu);
+	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
-		uint64_t now = fosd_now_ns(), next = 0;
-		fosd_slot *expired = NULL, **pp = &srv->q_head, *prev = NULL;
-		while (*pp) {
-			fosd_slot *s = *pp;
-			uint64_t t = fosd_deadline_of(s);
-			if (t && t <= now) {
-				*pp = s->qnext;
-				if (srv->q_tail == s)
-					srv->q_tail = prev;
-				srv->queued--;
-				s->qnext = expired;
-				expired = s;
-				continue;
-			}
-			if (t && (!next || t < next))
-				next = t;
-			prev = s;
-			pp = &s->qnext;
-		}
-		if (expired) {
-			pthread_mutex_unlock(&srv->q_mu);
-			while (expired) {
-				fosd_slot *n = expired->qnext;
-				expired->qnext = NULL;
-				d->reaped++;
-				fosd_debug("request %llu (%s): deadline passed while queued", (unsigned long long)expired->req_id,
-					   fosd_op_name(expired->op));
-				fosd_deadline_answer(expired);
-				expired = n;
-			}
-			pthread_mutex_lock(&srv->q_mu);
-			continue;
-		}
+		d->kicked = 0;
+		pthread_mutex_unlock(&d->mu);
+		uint64_t reaped = 0;
+		uint64_t next = fosd_executor_reap(srv, fosd_now_ns(), &reaped);
+		pthread_mutex_lock(&d->mu);
+		d->reaped += reaped;
+		if (d->kicked || d->stop)
+			continue; /* queued while the queue was looked at: look again */
 		if (next) {
 			struct timespec ts;
-			dl_abstime(&ts, CLOCK_MONOTONIC, next + 1000000ull); /* 1 ms past it */
-			pthread_cond_timedwait(&d->cv, &srv->q_mu, &ts);
+			fosd_deadline_abstime(&ts, CLOCK_MONOTONIC, next + 1000000ull); /* 1 ms past it */
+			pthread_cond_timedwait(&d->cv, &d->mu, &ts);
 		} else {
-			pthread_cond_wait(&d->cv, &srv->q_mu);
+			pthread_cond_wait(&d->cv, &d->mu);
 		}
 	}
-	pthread_mutex_unlock(&srv->q_mu);
+	pthread_mutex_unlock(&d->mu);
 	return NULL;
 }
 
@@ -109,6 +88,8 @@ int fosd_deadline_start(fosd_server *srv, char *msg, size_t msgsz)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	int rv = pthread_cond_init(&d->cv, &ca);
 	pthread_condattr_destroy(&ca);
+	if (!rv && (rv = pthread_mutex_init(&d->mu, NULL)))
+		pthread_cond_destroy(&d->cv);
 	if (rv) {
 		free(d);
 		snprintf(msg, msgsz, "cannot create a condition variable: %s", strerror(rv));
@@ -117,6 +98,7 @@ int fosd_deadline_start(fosd_server *srv, char *msg, size_t msgsz)
 	srv->deadlines = d;
 	if ((rv = pthread_create(&d->thread, NULL, dl_main, srv))) {
 		pthread_cond_destroy(&d->cv);
+		pthread_mutex_destroy(&d->mu);
 		free(d);
 		srv->deadlines = NULL;
 		snprintf(msg, msgsz, "cannot start the deadline thread: %s", strerror(rv));
@@ -130,41 +112,26 @@ void fosd_deadline_stop(fosd_server *srv)
 	fosd_deadlines *d = srv->deadlines;
 	if (!d)
 		return;
-	pthread_mutex_lock(&srv->q_mu);
+	pthread_mutex_lock(&d->mu);
 	d->stop = 1;
 	pthread_cond_signal(&d->cv);
-	pthread_mutex_unlock(&srv->q_mu);
+	pthread_mutex_unlock(&d->mu);
 	pthread_join(d->thread, NULL);
 	pthread_cond_destroy(&d->cv);
+	pthread_mutex_destroy(&d->mu);
 	free(d);
 	srv->deadlines = NULL;
 }
 
 void fosd_deadline_queued(fosd_server *srv, fosd_slot *s)
 {
-	if (srv->deadlines && fosd_deadline_of(s))
-		pthread_cond_signal(&srv->deadlines->cv);
-}
-
-int fosd_backend_lock(fosd_server *srv, fosd_slot *s)
-{
-	uint64_t t = fosd_deadline_of(s);
-	if (!t) {
-		pthread_mutex_lock(&srv->be_mu);
-		return 0;
-	}
-	struct timespec ts;
-	dl_abstime(&ts, CLOCK_REALTIME, t);
-	int rv;
-	while ((rv = pthread_mutex_timedlock(&srv->be_mu, &ts)) == EINTR)
-		;
-	if (rv)
-		return -1;
-	if (fosd_now_ns() > t) {
-		pthread_mutex_unlock(&srv->be_mu);
-		return -1;
-	}
-	return 0;
+	fosd_deadlines *d = srv->deadlines;
+	if (!d || !fosd_deadline_of(s))
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->kicked = 1;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
 }
 
 int fosd_drop_if_client_gone(fosd_server *srv, fosd_slot *s)
@@ -179,7 +146,7 @@ int fosd_drop_if_client_gone(fosd_server *srv, fosd_slot *s)
 		s->dedup_owner = 0;
 	}
 	fosd_debug("request %llu (%s): the client is gone; dropped before running", (unsigned long long)s->req_id,
-		   fosd_op_name(s->op));
+		   s->def->name);
 	fosd_slot_reply(s, NULL, FOS__CODE__CANCELLED);
 	return 1;
 }

@@ -2,7 +2,7 @@
  *  - Queued requests: a reaper thread answers DEADLINE_EXCEEDED the moment a queued request's
  *    deadline passes (its slot and message are freed then, not when a worker reaches it).
  *  - Taken requests: a worker checks the deadline when it takes one, waits for the backend lock no
- *    longer than the deadline, and checks again once it holds it.
+ *    longer than the deadline, and checks again once it holds it (executor.c).
  *  - Running requests: ops made of several backend steps check between steps (fosd_past_deadline).
  *  - Vanished clients: a request whose connection is gone (the client exited or crashed) is
  *    dropped before it runs, unless a copy resent on a new connection waits on it. */
@@ -11,12 +11,14 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "server.h"
 
 int fosd_deadline_start(fosd_server *srv, char *msg, size_t msgsz);
 void fosd_deadline_stop(fosd_server *srv);
-/* With srv->q_mu held, after queuing s: wakes the reaper if s has a deadline. */
+/* Called by the executor after queuing s (its queue lock held): wakes the reaper if s has a
+ * deadline. */
 void fosd_deadline_queued(fosd_server *srv, fosd_slot *s);
 
 /* The request's deadline on the monotonic clock (ns), 0 for none. */
@@ -26,9 +28,8 @@ int fosd_past_deadline(const fosd_slot *s);
 /* Answers s DEADLINE_EXCEEDED (and any duplicates waiting on it). */
 void fosd_deadline_answer(fosd_slot *s);
 
-/* Takes srv->be_mu, waiting no longer than s's deadline. Returns 0 with the lock held, or -1
- * (not held) when the deadline passed first. */
-int fosd_backend_lock(fosd_server *srv, fosd_slot *s);
+/* *ts: the time on clock clk when the monotonic clock (fosd_now_ns) reaches mono_deadline_ns. */
+void fosd_deadline_abstime(struct timespec *ts, clockid_t clk, uint64_t mono_deadline_ns);
 
 /* Drops s if its client's connection is gone and no resent copy waits on it: the slot serves
  * again, nothing is sent. Returns 1 when dropped, 0 to run it. */

@@ -1,8 +1,11 @@
 /* dispatch.c: what happens to a received message before the executor: split and decode the
- * header, validate, refuse while draining, detect duplicates, answer the cheap read-only
- * operations at once and queue the rest; and the reply builders. */
+ * header, check the connection's share and the token, refuse while draining, validate, answer the
+ * inline ops (the op table's FOSD_OPF_INLINE) at once, detect duplicates and hand the rest to the
+ * executor. Every answer goes through reply.h; what an op is, the op table says. */
 #include "server.h"
 #include "auth.h"
+#include "ops.h"
+#include "optable.h"
 #include "log.h"
 #include "util.h"
 
@@ -10,53 +13,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data)
-{
-	nng_msg *m = NULL;
-	if (fosw_msg_build(&resp->base, pl, &m, data))
-		return NULL;
-	return m;
-}
-
-nng_msg *fosd_error_reply(uint64_t id, int code, const char *message)
-{
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	Fos__Status st = FOS__STATUS__INIT;
-	resp.id = id;
-	st.code = code;
-	st.message = (char *)message;
-	resp.status = &st;
-	return fosd_build_reply(&resp, NULL, NULL);
-}
-
-/* Answers s and every duplicate that waited on it, then ends its duplicate-detection entry. */
-void fosd_finish(fosd_slot *s, nng_msg *reply, int code)
-{
-	fosd_server *srv = s->srv;
-	if (s->dedup_owner) {
-		fosd_slot *w = fosd_dedup_end(&srv->dd, s->client_id, s->req_id, fosd_now_ns());
-		s->dedup_owner = 0;
-		while (w) {
-			fosd_slot *next = w->wnext;
-			nng_msg *copy = NULL;
-			if (reply && nng_msg_dup(&copy, reply))
-				copy = NULL;
-			fosd_metrics_count_duplicate(&srv->metrics);
-			fosd_slot_reply(w, copy, code);
-			w = next;
-		}
-	}
-	fosd_slot_reply(s, reply, code);
-}
-
 static void reply_error(fosd_slot *s, uint64_t id, int code, const char *message)
 {
 	fosd_finish(s, fosd_error_reply(id, code, message), code);
 }
 
-static int is_inline(int op)
+/* An inline op (FOSD_OPF_INLINE): run here, on the receiving thread, without a lane. */
+static void run_inline(fosd_server *srv, fosd_slot *s)
 {
-	return op == FOSD_OP_HEALTH || op == FOSD_OP_STATS || op == FOSD_OP_LIST_WEIGHTS;
+	fosd_opctx c = {srv, s, srv->be, -1, NULL};
+	int code = 0;
+	nng_msg *r = fosd_op_run(&c, &code);
+	if (!r) {
+		code = FOS__CODE__RESOURCE_EXHAUSTED;
+		r = fosd_error_reply(s->rq->id, code, "out of memory building the reply");
+	}
+	fosd_finish(s, r, code);
+}
+
+void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message)
+{
+	s->op = FOSD_OP_INVALID;
+	s->def = fosd_op_def_of(s->op);
+	s->msg = NULL;
+	fosd_slot_reply(s, fosd_error_reply(0, code, message), code);
 }
 
 void fosd_dispatch(fosd_slot *s)
@@ -66,6 +46,7 @@ void fosd_dispatch(fosd_slot *s)
 	const uint8_t *hdr;
 	size_t hlen;
 	s->op = FOSD_OP_INVALID;
+	s->def = fosd_op_def_of(s->op);
 	s->rq = NULL;
 	s->client_id = s->req_id = 0;
 	s->dedup_owner = 0;
@@ -85,6 +66,7 @@ void fosd_dispatch(fosd_slot *s)
 	s->req_id = rq->id;
 	s->client_id = rq->client_id;
 	s->op = fosd_request_op(rq);
+	s->def = fosd_op_def_of(s->op);
 	if (s->conn_verdict == FOSD_CONN_OVER_SHARE) {
 		snprintf(msg, sizeof msg,
 			 "this connection already has %d requests in progress, the most one connection may have "
@@ -117,7 +99,8 @@ void fosd_dispatch(fosd_slot *s)
 		}
 		s->unauth_held = 1;
 	}
-	if (atomic_load(&srv->draining) && s->op != FOSD_OP_HEALTH && s->op != FOSD_OP_STATS) {
+	const unsigned flags = s->def->flags;
+	if (atomic_load(&srv->draining) && !(flags & FOSD_OPF_DRAINING)) {
 		reply_error(s, rq->id, FOS__CODE__UNAVAILABLE, "fosd is shutting down");
 		return;
 	}
@@ -132,20 +115,8 @@ void fosd_dispatch(fosd_slot *s)
 		reply_error(s, rq->id, code, msg);
 		return;
 	}
-	if (is_inline(s->op)) {
-		nng_msg *r;
-		code = 0;
-		if (s->op == FOSD_OP_HEALTH)
-			r = fosd_op_health(srv, s);
-		else if (s->op == FOSD_OP_STATS)
-			r = fosd_op_stats(srv, s);
-		else
-			r = fosd_op_list_weights(srv, s, &code);
-		if (!r) {
-			code = FOS__CODE__RESOURCE_EXHAUSTED;
-			r = fosd_error_reply(rq->id, code, "out of memory building the reply");
-		}
-		fosd_finish(s, r, code);
+	if (flags & FOSD_OPF_INLINE) {
+		run_inline(srv, s);
 		return;
 	}
 	if (s->client_id) {

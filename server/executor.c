@@ -15,10 +15,16 @@
  * request, so a result never depends on which lane ran it, and an error on one lane (a failed
  * allocation, a refused shape) leaves the others' state alone; a lane that cannot even sync (a
  * sticky CUDA error, which poisons the whole device context) stops fosd. With one lane (the cpu
- * default) every op holds be_mu throughout, as before lanes existed. Context expiry sweeps free
- * backend memory, so they run alone too. */
+ * default) every op holds be_mu throughout. Context expiry sweeps free backend memory, so they run
+ * alone too.
+ *
+ * This file alone owns the queue, the lanes and be_mu: the deadline reaper (deadline.c) asks it to
+ * answer the expired queued requests (fosd_executor_reap). An op learns its lane only through the
+ * op context it is run with (optable.h); which ops run side by side, and which are small enough to
+ * run at once on the receiving thread, the op table says. */
 #include "server.h"
 #include "deadline.h"
+#include "ops.h"
 #include "log.h"
 #include "util.h"
 #ifdef FOS_HAVE_CUDA
@@ -34,50 +40,6 @@
 #include <unistd.h>
 
 #define FOSD_MAX_LANES 64
-
-static __thread fos_backend *fosd_lane_be;
-static __thread int fosd_lane_idx = -1;
-
-fos_backend *fosd_be(fosd_server *srv)
-{
-	return fosd_lane_be ? fosd_lane_be : srv->be;
-}
-
-struct fosd_lane_buf {
-	void *p[2];
-	size_t cap[2];
-};
-
-void *fosd_lane_buffer(fosd_server *srv, int which, size_t n)
-{
-	int l = fosd_lane_idx;
-	if (l < 0 || !srv->lane_bufs || which < 0 || which > 1 || n > FOSD_LANE_BUF_MAX)
-		return NULL;
-	struct fosd_lane_buf *b = &srv->lane_bufs[l];
-	if (b->cap[which] < n) {
-		fos_backend *be = fosd_be(srv);
-		if (b->p[which])
-			be->free(be, b->p[which]); /* stream-ordered: after this lane's earlier work */
-		b->p[which] = be->alloc(be, FOSD_LANE_BUF_MAX);
-		b->cap[which] = b->p[which] ? FOSD_LANE_BUF_MAX : 0;
-	}
-	return b->p[which];
-}
-
-/* Ops that may run beside others on their own lane (see the top). */
-static int lane_parallel_op(const fosd_slot *s)
-{
-	switch (s->op) {
-	case FOSD_OP_FORWARD:
-		return !s->args.u.fwd.save;
-	case FOSD_OP_QUANTIZE:
-	case FOSD_OP_DEQUANTIZE:
-	case FOSD_OP_LINEAR:
-		return 1;
-	default:
-		return 0;
-	}
-}
 
 /* Waits on lane_cv (lane_mu held) until woken or s's deadline; returns ETIMEDOUT once it passed. */
 static int lane_wait(fosd_server *srv, const fosd_slot *s)
@@ -96,13 +58,36 @@ static int lane_wait(fosd_server *srv, const fosd_slot *s)
 	return pthread_cond_timedwait(&srv->lane_cv, &srv->lane_mu, &ts);
 }
 
-/* With be_mu held (fosd_backend_lock): a side-by-side op gets a free lane and lets be_mu go; an op
+/* Takes be_mu, waiting no longer than s's deadline. Returns 0 with the lock held, or -1 (not
+ * held) when the deadline passed first. */
+static int backend_lock(fosd_server *srv, const fosd_slot *s)
+{
+	uint64_t t = fosd_deadline_of(s);
+	if (!t) {
+		pthread_mutex_lock(&srv->be_mu);
+		return 0;
+	}
+	struct timespec ts;
+	fosd_deadline_abstime(&ts, CLOCK_REALTIME, t);
+	int rv;
+	while ((rv = pthread_mutex_timedlock(&srv->be_mu, &ts)) == EINTR)
+		;
+	if (rv)
+		return -1;
+	if (fosd_now_ns() > t) {
+		pthread_mutex_unlock(&srv->be_mu);
+		return -1;
+	}
+	return 0;
+}
+
+/* With be_mu held (backend_lock): a side-by-side op gets a free lane and lets be_mu go; an op
  * that runs alone waits until no lane runs and keeps be_mu. Returns the lane, or -1 (be_mu
  * released) when s's deadline passed while waiting. */
 static int lane_take(fosd_server *srv, fosd_slot *s, int parallel)
 {
 	if (srv->n_lanes <= 1)
-		return 0; /* one lane: be_mu alone serializes everything, as before lanes */
+		return 0; /* one lane: be_mu alone serializes everything */
 	int lane = 0;
 	pthread_mutex_lock(&srv->lane_mu);
 	if (parallel) {
@@ -271,7 +256,7 @@ static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg
 	if (*r)
 		nng_msg_free(*r);
 	*code = FOS__CODE__INTERNAL;
-	fosd_error("%s request %llu failed: %s", fosd_op_name(s->op), (unsigned long long)s->req_id, e.msg);
+	fosd_error("%s request %llu failed: %s", s->def->name, (unsigned long long)s->req_id, e.msg);
 	*r = fosd_error_reply(s->req_id, *code, e.msg);
 	(void)srv;
 }
@@ -283,19 +268,18 @@ static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel, 
 {
 	int code = 0;
 	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
-	fosd_lane_be = be;
-	fosd_lane_idx = srv->lanes ? lane : -1;
+	fosd_opctx c = {srv, s, be, srv->lanes ? lane : -1, NULL};
+	if (srv->lanes && srv->lane_bufs)
+		c.buf = &srv->lane_bufs[lane];
 	s->t_lane_ns = fosd_now_ns();
-	nng_msg *r = fosd_execute(srv, s, &code);
+	nng_msg *r = fosd_op_run(&c, &code);
 	lane_settle(srv, be, s, &r, &code);
 	s->t_done_ns = fosd_now_ns();
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(srv, be);
-	fosd_lane_be = NULL;
-	fosd_lane_idx = -1;
 	lane_give(srv, lane, parallel);
 	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on lane %d, %s", (unsigned long long)s->req_id,
-		   fosd_op_name(s->op), (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
+		   s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
 		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), lane, fosw_code_name(code));
 	if (gate)
 		atomic_store(gate, 0);
@@ -314,11 +298,11 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 	}
 	if (fosd_drop_if_client_gone(srv, s))
 		return;
-	if (fosd_backend_lock(srv, s)) { /* the deadline passed while another request held the backend */
+	if (backend_lock(srv, s)) { /* the deadline passed while another request held the backend */
 		fosd_deadline_answer(s);
 		return;
 	}
-	int parallel = lane_parallel_op(s);
+	int parallel = fosd_def_beside(s->def, &s->args);
 	int lane = lane_take(srv, s, parallel);
 	if (lane < 0) { /* the deadline passed while the lanes were busy */
 		fosd_deadline_answer(s);
@@ -327,29 +311,12 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 	run_on_lane(srv, s, lane, parallel, NULL);
 }
 
-/* A small side-by-side op: its input is at most FOSD_RUN_NOW_BYTES (wherever it lies), so it holds
- * the receiving thread for tens of microseconds of device work, not milliseconds. */
-#define FOSD_RUN_NOW_BYTES ((size_t)2 << 20)
-static int small_op(const fosd_slot *s)
-{
-	switch (s->op) {
-	case FOSD_OP_FORWARD:
-		return !s->args.u.fwd.save && s->args.u.fwd.x.len <= FOSD_RUN_NOW_BYTES &&
-		       s->args.u.fwd.expect.len <= FOSD_RUN_NOW_BYTES; /* a check compares on the CPU */
-	case FOSD_OP_QUANTIZE:
-		return s->args.u.quant.x.len <= FOSD_RUN_NOW_BYTES;
-	case FOSD_OP_DEQUANTIZE:
-		return s->args.u.deq.codes.len <= FOSD_RUN_NOW_BYTES / 4;
-	default:
-		return 0; /* Linear quantizes its weight on every call */
-	}
-}
-
 int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 {
-	/* one nng thread at a time (they also move everyone's messages); a channel's thread is its own */
-	const int gate = !s->chan;
-	if (srv->n_lanes <= 1 || !small_op(s) || (gate && atomic_exchange(&srv->running_now, 1)))
+	/* one receiving thread of the socket at a time (they also move everyone's messages); a slot
+	 * with a thread of its own needs no gate */
+	const int gate = !s->own_thread;
+	if (srv->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || (gate && atomic_exchange(&srv->running_now, 1)))
 		return 0;
 	pthread_mutex_lock(&srv->q_mu);
 	int idle = !srv->q_head && !srv->sweep_pending; /* nobody who came first is waiting */
@@ -440,6 +407,41 @@ void fosd_executor_submit(fosd_server *srv, fosd_slot *s)
 	pthread_cond_signal(&srv->q_cv);
 	fosd_deadline_queued(srv, s);
 	pthread_mutex_unlock(&srv->q_mu);
+}
+
+uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
+{
+	uint64_t next = 0;
+	pthread_mutex_lock(&srv->q_mu);
+	fosd_slot *expired = NULL, **pp = &srv->q_head, *prev = NULL;
+	while (*pp) {
+		fosd_slot *s = *pp;
+		uint64_t t = fosd_deadline_of(s);
+		if (t && t <= now) {
+			*pp = s->qnext;
+			if (srv->q_tail == s)
+				srv->q_tail = prev;
+			srv->queued--;
+			s->qnext = expired;
+			expired = s;
+			continue;
+		}
+		if (t && (!next || t < next))
+			next = t;
+		prev = s;
+		pp = &s->qnext;
+	}
+	pthread_mutex_unlock(&srv->q_mu);
+	while (expired) {
+		fosd_slot *n = expired->qnext;
+		expired->qnext = NULL;
+		(*reaped)++;
+		fosd_debug("request %llu (%s): deadline passed while queued", (unsigned long long)expired->req_id,
+			   expired->def->name);
+		fosd_deadline_answer(expired);
+		expired = n;
+	}
+	return next;
 }
 
 void fosd_executor_request_sweep(fosd_server *srv)

@@ -1,12 +1,19 @@
-/* ops.h: helpers shared by the op handlers (ops_*.c): backend error codes to gRPC codes, backend
- * buffers, and replies whose tensors are copied from backend memory straight into the message. */
+/* ops.h: the op handlers (one per row of the op table, optable.c) and the helpers they share:
+ * backend error codes to gRPC codes, backend buffers on the request's lane, and replies whose
+ * tensors are copied from backend memory straight into the message.
+ *
+ * A handler gets an op context (optable.h): the server, the request's slot, and the lane's
+ * backend, to which every backend call of the request goes. It returns the reply (NULL if none
+ * could be made) and sets *code; it never sends: the executor answers with the reply (reply.h). */
 #ifndef FOSD_OPS_H
 #define FOSD_OPS_H
 
 #include "server.h"
+#include "optable.h"
+#include "reply.h"
 
-/* enum fos_rc -> gRPC code */
-int fosd_code_of_rc(int rc);
+/* Runs the handler of the request's row (c->s->def); UNIMPLEMENTED for a row without one. */
+nng_msg *fosd_op_run(fosd_opctx *c, int *code);
 
 /* A failed op: sets *code and returns the error reply. */
 nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
@@ -15,11 +22,18 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 #endif
 	;
 
-/* Backend buffer holding a copy of a received tensor; NULL (with e) on failure. */
-void *fosd_dev_from(fosd_server *srv, const fosw_tensor *t, fos_err *e);
+/* Backend buffer (on c's lane) holding a copy of a received tensor; NULL (with e) on failure. */
+void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e);
 /* Backend buffer of n bytes; NULL (with e) on failure. */
-void *fosd_dev_alloc(fosd_server *srv, size_t n, fos_err *e);
-void fosd_dev_free(fosd_server *srv, void *p);
+void *fosd_dev_alloc(fosd_opctx *c, size_t n, fos_err *e);
+void fosd_dev_free(fosd_opctx *c, void *p);
+/* A device buffer of at least n bytes that belongs to c's lane, for a small operand (n <=
+ * FOSD_LANE_BUF_MAX; which: 0 or 1, two buffers a lane): the same addresses request after request,
+ * so the backend's recorded work (backend.h replay) is found again. Valid until the request ends;
+ * never freed by the caller. NULL when not on a lane, n is too large or memory is short: the
+ * caller allocates as usual. (executor.c owns the buffers and frees them with its lanes.) */
+#define FOSD_LANE_BUF_MAX FOSD_RUN_NOW_BYTES
+void *fosd_lane_buffer(fosd_opctx *c, int which, size_t n);
 
 /* Output tensors of a reply, described first, then copied from backend memory into the message. */
 typedef struct fosd_outs {
@@ -33,18 +47,26 @@ typedef struct fosd_outs {
 void fosd_outs_init(fosd_outs *o);
 /* Adds an output of wire dtype and shape (d1 <= 0: 1-D) read from backend pointer dev. */
 Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, const void *dev);
-/* Packs resp (with id set here), allocates the message and copies every output in. On failure
- * returns an error reply and sets *code. */
-nng_msg *fosd_outs_reply(fosd_server *srv, fosd_slot *s, Fos__Response *resp, fosd_outs *o, int *code);
+/* Packs resp (with id set here), allocates the message and copies every output in (through c's
+ * lane; o NULL: none). On failure returns an error reply and sets *code. */
+nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *code);
 
-nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_drop_weight(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_release(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_quantize(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code);
+/* ops_weights.c */
+nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code);
+nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code);
+/* ops_linear.c */
+nng_msg *fosd_op_forward(fosd_opctx *c, int *code);
+nng_msg *fosd_op_backward(fosd_opctx *c, int *code);
+nng_msg *fosd_op_release(fosd_opctx *c, int *code);
+nng_msg *fosd_op_linear(fosd_opctx *c, int *code);
+/* ops_quant.c */
+nng_msg *fosd_op_quantize(fosd_opctx *c, int *code);
+nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code);
+/* ops_info.c: the inline ops (FOSD_OPF_INLINE), read-only, no backend calls */
+nng_msg *fosd_op_health(fosd_opctx *c, int *code);
+nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s); /* its row wraps it (optable.c) */
+nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code);
+/* shm_ops.c: RegisterRegion, UnregisterRegion, ListRegions are declared in shm.h */
 
 /* WeightInfo for a reply; strings point into info. */
 void fosd_weight_info_msg(const fosd_weight_info *info, Fos__WeightInfo *out, Fos__WeightConfig *cfg);

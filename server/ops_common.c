@@ -1,28 +1,11 @@
-/* ops_common.c: the op table (fosd_execute) and the helpers of ops.h. */
+/* ops_common.c: the helpers of ops.h shared by the op handlers. Every backend call goes to the op
+ * context's lane. */
 #include "ops.h"
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-int fosd_code_of_rc(int rc)
-{
-	switch (rc) {
-	case FOS_OK:
-		return FOS__CODE__OK;
-	case FOS_EINVAL:
-		return FOS__CODE__INVALID_ARGUMENT;
-	case FOS_ENOMEM:
-		return FOS__CODE__RESOURCE_EXHAUSTED;
-	case FOS_EUNSUPPORTED:
-		return FOS__CODE__UNIMPLEMENTED;
-	case FOSD_RC_PRECONDITION: /* a shared-memory region shrank (shm_req.c) */
-		return FOS__CODE__FAILED_PRECONDITION;
-	default:
-		return FOS__CODE__INTERNAL;
-	}
-}
 
 nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 {
@@ -33,32 +16,54 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 	va_end(ap);
 	*code = c;
 	if (c == FOS__CODE__INTERNAL)
-		fosd_error("%s request %llu failed: %s", fosd_op_name(s->op), (unsigned long long)s->req_id, msg);
+		fosd_error("%s request %llu failed: %s", s->def->name, (unsigned long long)s->req_id, msg);
 	return fosd_error_reply(s->req_id, c, msg);
 }
 
-void *fosd_dev_alloc(fosd_server *srv, size_t n, fos_err *e)
+nng_msg *fosd_op_run(fosd_opctx *c, int *code)
 {
-	void *p = fosd_be(srv)->alloc(fosd_be(srv), n);
+	const fosd_op_def *d = c->s->def;
+	if (!d->run)
+		return fosd_fail(c->s, code, FOS__CODE__UNIMPLEMENTED, "operation not implemented");
+	return d->run(c, code);
+}
+
+void *fosd_dev_alloc(fosd_opctx *c, size_t n, fos_err *e)
+{
+	void *p = c->be->alloc(c->be, n);
 	if (!p)
-		fos_seterr(e, FOS_ENOMEM, "cannot allocate %zu bytes of %s memory", n, srv->be->name);
+		fos_seterr(e, FOS_ENOMEM, "cannot allocate %zu bytes of %s memory", n, c->srv->be->name);
 	return p;
 }
 
-void *fosd_dev_from(fosd_server *srv, const fosw_tensor *t, fos_err *e)
+void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 {
-	void *p = fosd_dev_alloc(srv, t->len, e);
-	if (p && fosd_tensor_h2d(srv, p, t, e)) { /* inline, or from a shm region */
-		fosd_be(srv)->free(fosd_be(srv), p);
+	void *p = fosd_dev_alloc(c, t->len, e);
+	if (p && fosd_tensor_h2d(c->be, c->srv, p, t, e)) { /* inline, or from a shm region */
+		c->be->free(c->be, p);
 		return NULL;
 	}
 	return p;
 }
 
-void fosd_dev_free(fosd_server *srv, void *p)
+void fosd_dev_free(fosd_opctx *c, void *p)
 {
 	if (p)
-		fosd_be(srv)->free(fosd_be(srv), p);
+		c->be->free(c->be, p);
+}
+
+void *fosd_lane_buffer(fosd_opctx *c, int which, size_t n)
+{
+	fosd_lane_buf *b = c->buf;
+	if (!b || which < 0 || which > 1 || n > FOSD_LANE_BUF_MAX)
+		return NULL;
+	if (b->cap[which] < n) {
+		if (b->p[which])
+			c->be->free(c->be, b->p[which]); /* stream-ordered: after this lane's earlier work */
+		b->p[which] = c->be->alloc(c->be, FOSD_LANE_BUF_MAX);
+		b->cap[which] = b->p[which] ? FOSD_LANE_BUF_MAX : 0;
+	}
+	return b->p[which];
 }
 
 void fosd_outs_init(fosd_outs *o)
@@ -75,8 +80,10 @@ Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, 
 	return &o->t[i];
 }
 
-nng_msg *fosd_outs_reply(fosd_server *srv, fosd_slot *s, Fos__Response *resp, fosd_outs *o, int *code)
+nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	resp->id = s->req_id;
 	char smsg[FOSD_MSG_MAX];
 	int sc = fosd_shm_outs_place(s, &resp->base, o, smsg, sizeof smsg); /* results asked into shm */
@@ -93,14 +100,14 @@ nng_msg *fosd_outs_reply(fosd_server *srv, fosd_slot *s, Fos__Response *resp, fo
 	for (int i = 0; o && i < o->n; i++) {
 		fos_err e;
 		if (o->t[i].shm) {
-			sc = fosd_shm_out_write(srv, s, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
+			sc = fosd_shm_out_write(c->be, srv, s, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
 			if (sc) {
 				nng_msg_free(m);
 				return fosd_fail(s, code, sc, "writing result %d into shared memory: %s", i, smsg);
 			}
 			continue;
 		}
-		if (fosd_be(srv)->d2h(fosd_be(srv), data + o->t[i].offset, o->dev[i], (size_t)o->t[i].length, &e)) {
+		if (c->be->d2h(c->be, data + o->t[i].offset, o->dev[i], (size_t)o->t[i].length, &e)) {
 			nng_msg_free(m);
 			return fosd_fail(s, code, fosd_code_of_rc(e.rc), "copying the result out: %s", e.msg);
 		}
@@ -127,42 +134,4 @@ void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos_
 	out->has_columnwise = in->has_col;
 	out->uses = in->uses;
 	out->idle_ms = in->idle_ms;
-}
-
-nng_msg *fosd_execute(fosd_server *srv, fosd_slot *s, int *code)
-{
-	switch (s->op) {
-	case FOSD_OP_PUT_WEIGHT:
-		return fosd_op_put_weight(srv, s, code);
-	case FOSD_OP_DROP_WEIGHT:
-		return fosd_op_drop_weight(srv, s, code);
-	case FOSD_OP_FORWARD:
-		return fosd_op_forward(srv, s, code);
-	case FOSD_OP_BACKWARD:
-		return fosd_op_backward(srv, s, code);
-	case FOSD_OP_RELEASE_CONTEXT:
-		return fosd_op_release(srv, s, code);
-	case FOSD_OP_QUANTIZE:
-		return fosd_op_quantize(srv, s, code);
-	case FOSD_OP_DEQUANTIZE:
-		return fosd_op_dequantize(srv, s, code);
-	case FOSD_OP_LINEAR:
-		return fosd_op_linear(srv, s, code);
-	case FOSD_OP_HEALTH:
-		*code = 0;
-		return fosd_op_health(srv, s);
-	case FOSD_OP_STATS:
-		*code = 0;
-		return fosd_op_stats(srv, s);
-	case FOSD_OP_LIST_WEIGHTS:
-		return fosd_op_list_weights(srv, s, code);
-	case FOSD_OP_REGISTER_REGION:
-		return fosd_op_register_region(srv, s, code);
-	case FOSD_OP_UNREGISTER_REGION:
-		return fosd_op_unregister_region(srv, s, code);
-	case FOSD_OP_LIST_REGIONS:
-		return fosd_op_list_regions(srv, s, code);
-	default:
-		return fosd_fail(s, code, FOS__CODE__UNIMPLEMENTED, "operation not implemented");
-	}
 }

@@ -23,10 +23,11 @@
 
 /* Compares expect (count bf16 elements, inline or in a region) with Y (backend memory) into r.
  * Returns 0, or a gRPC code with msg. */
-static int check_compare(fosd_server *srv, const fosw_tensor *ex, const void *y, size_t count, fos_cmp *r, char *msg,
+static int check_compare(fosd_opctx *c, const fosw_tensor *ex, const void *y, size_t count, fos_cmp *r, char *msg,
 			 size_t msgsz)
 {
-	fos_backend *be = fosd_be(srv);
+	fosd_server *srv = c->srv;
+	fos_backend *be = c->be;
 	const int host = srv->regions.host_backend; /* Y is in host memory already */
 	size_t chunk = count < CHECK_CHUNK ? count : CHECK_CHUNK;
 	uint16_t *yb = host ? NULL : malloc(chunk * 2 + 2), *eb = ex->shm ? malloc(chunk * 2 + 2) : NULL;
@@ -105,10 +106,12 @@ static void check_result(const fos_cmp *r, const fos_cmp_criterion *crit, int64_
 	cr->reason = reason;
 }
 
-nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	fosd_fwd_args *a = &s->args.u.fwd;
-	fos_backend *be = fosd_be(srv);
+	fos_backend *be = c->be;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	fosd_weight *w = NULL;
@@ -168,19 +171,19 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 	}
 	/* a small forward without a saved context runs on its lane's own X and Y buffers: the same
 	 * addresses every time, so the backend replays its recorded work (backend.h replay) */
-	lx = a->save ? NULL : fosd_lane_buffer(srv, 0, a->x.len);
-	ly = lx ? fosd_lane_buffer(srv, 1, (size_t)(m * n * 2)) : NULL;
+	lx = a->save ? NULL : fosd_lane_buffer(c, 0, a->x.len);
+	ly = lx ? fosd_lane_buffer(c, 1, (size_t)(m * n * 2)) : NULL;
 	if (lx && ly) {
-		if (fosd_tensor_h2d(srv, lx, &a->x, &e)) {
+		if (fosd_tensor_h2d(c->be, srv, lx, &a->x, &e)) {
 			r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 			goto out;
 		}
 	} else {
 		lx = ly = NULL;
 	}
-	if (!(x = lx ? lx : fosd_dev_from(srv, &a->x, &e)) ||
-	    (a->has_bias && !(bias = fosd_dev_from(srv, &a->bias, &e))) ||
-	    !(y = ly ? ly : fosd_dev_alloc(srv, (size_t)(m * n * 2), &e))) {
+	if (!(x = lx ? lx : fosd_dev_from(c, &a->x, &e)) ||
+	    (a->has_bias && !(bias = fosd_dev_from(c, &a->bias, &e))) ||
+	    !(y = ly ? ly : fosd_dev_alloc(c, (size_t)(m * n * 2), &e))) {
 		if (lx)
 			x = y = NULL; /* the lane's: not freed */
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
@@ -220,7 +223,7 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 	char reason[256];
 	if (a->has_expect) { /* the comparison instead of Y */
 		fos_cmp cmp;
-		rc = check_compare(srv, &a->expect, y, (size_t)(m * n), &cmp, msg, sizeof msg);
+		rc = check_compare(c, &a->expect, y, (size_t)(m * n), &cmp, msg, sizeof msg);
 		if (rc) {
 			r = fosd_fail(s, code, rc, "%s", msg);
 			goto out;
@@ -235,7 +238,7 @@ nng_msg *fosd_op_forward(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_FORWARD;
 	resp.forward = &fr;
-	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	r = fosd_outs_reply(c, &resp, &outs, code);
 	if (*code && ctx)
 		fosd_contexts_remove(&srv->cx, ctx, FOSD_CTX_RELEASED);
 out:
@@ -243,15 +246,17 @@ out:
 		fos_saved_free(be, &saved);
 	if (lx) /* the lane's buffers stay with the lane */
 		x = y = NULL;
-	fosd_dev_free(srv, x);
-	fosd_dev_free(srv, bias);
-	fosd_dev_free(srv, y);
+	fosd_dev_free(c, x);
+	fosd_dev_free(c, bias);
+	fosd_dev_free(c, y);
 	fosd_wcache_release(&srv->wc, w);
 	return r;
 }
 
-nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 {
+	fosd_server *srv = oc->srv;
+	fosd_slot *s = oc->s;
 	fosd_bwd_args *a = &s->args.u.bwd;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
@@ -273,14 +278,14 @@ nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
 				 (unsigned long long)out);
 	nng_msg *r = NULL;
 	void *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL;
-	if (!(dy = fosd_dev_from(srv, &a->dy, &e)) || !(dx = fosd_dev_alloc(srv, (size_t)(m * k * 2), &e)) ||
-	    !(dw = fosd_dev_alloc(srv, (size_t)(n * k * 2), &e)) ||
-	    (sv->has_bias && !(db = fosd_dev_alloc(srv, (size_t)n * 2, &e)))) {
+	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) || !(dx = fosd_dev_alloc(oc, (size_t)(m * k * 2), &e)) ||
+	    !(dw = fosd_dev_alloc(oc, (size_t)(n * k * 2), &e)) ||
+	    (sv->has_bias && !(db = fosd_dev_alloc(oc, (size_t)n * 2, &e)))) {
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 		goto out;
 	}
 	int had_col = c->w->qw.qcol.codes != NULL;
-	rc = fos_linear_backward(fosd_be(srv), sv, &c->w->qw, dy, dx, dw, db, &e);
+	rc = fos_linear_backward(oc->be, sv, &c->w->qw, dy, dx, dw, db, &e);
 	if (!had_col && c->w->qw.qcol.codes) {
 		/* the columnwise copy was built now: account for it, evicting others if need be */
 		fosd_wcache_account(&srv->wc, c->w);
@@ -301,19 +306,21 @@ nng_msg *fosd_op_backward(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_BACKWARD;
 	resp.backward = &br;
-	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	r = fosd_outs_reply(oc, &resp, &outs, code);
 	if (!*code && !a->keep)
 		fosd_contexts_remove(&srv->cx, c, FOSD_CTX_CONSUMED);
 out:
-	fosd_dev_free(srv, dy);
-	fosd_dev_free(srv, dx);
-	fosd_dev_free(srv, dw);
-	fosd_dev_free(srv, db);
+	fosd_dev_free(oc, dy);
+	fosd_dev_free(oc, dx);
+	fosd_dev_free(oc, dw);
+	fosd_dev_free(oc, db);
 	return r;
 }
 
-nng_msg *fosd_op_release(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_release(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_contexts_release_in(&srv->cx, s->tenant, s->args.u.release_id, msg, sizeof msg);
 	if (rc)
@@ -322,13 +329,14 @@ nng_msg *fosd_op_release(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_RELEASE_CONTEXT;
 	resp.release_context = &rr;
-	return fosd_outs_reply(srv, s, &resp, NULL, code);
+	return fosd_outs_reply(c, &resp, NULL, code);
 }
 
-nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 {
+	fosd_slot *s = c->s;
 	fosd_lin_args *a = &s->args.u.lin;
-	fos_backend *be = fosd_be(srv);
+	fos_backend *be = c->be;
 	fos_err e;
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = a->w.shape[0];
 	void *x = NULL, *w = NULL, *bias = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dw = NULL, *db = NULL;
@@ -338,9 +346,9 @@ nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
 	nng_msg *r = NULL;
 	memset(&qw, 0, sizeof qw);
 	memset(&saved, 0, sizeof saved);
-	if (!(x = fosd_dev_from(srv, &a->x, &e)) || !(w = fosd_dev_from(srv, &a->w, &e)) ||
-	    (a->has_bias && !(bias = fosd_dev_from(srv, &a->bias, &e))) ||
-	    (a->has_dy && !(dy = fosd_dev_from(srv, &a->dy, &e))) || !(y = fosd_dev_alloc(srv, (size_t)(m * n * 2), &e))) {
+	if (!(x = fosd_dev_from(c, &a->x, &e)) || !(w = fosd_dev_from(c, &a->w, &e)) ||
+	    (a->has_bias && !(bias = fosd_dev_from(c, &a->bias, &e))) ||
+	    (a->has_dy && !(dy = fosd_dev_from(c, &a->dy, &e))) || !(y = fosd_dev_alloc(c, (size_t)(m * n * 2), &e))) {
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 		goto out;
 	}
@@ -365,8 +373,8 @@ nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
 		goto out;
 	}
 	if (a->has_dy) {
-		if (!(dx = fosd_dev_alloc(srv, (size_t)(m * k * 2), &e)) || !(dw = fosd_dev_alloc(srv, (size_t)(n * k * 2), &e)) ||
-		    (a->has_bias && !(db = fosd_dev_alloc(srv, (size_t)n * 2, &e)))) {
+		if (!(dx = fosd_dev_alloc(c, (size_t)(m * k * 2), &e)) || !(dw = fosd_dev_alloc(c, (size_t)(n * k * 2), &e)) ||
+		    (a->has_bias && !(db = fosd_dev_alloc(c, (size_t)n * 2, &e)))) {
 			r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 			goto out;
 		}
@@ -389,7 +397,7 @@ nng_msg *fosd_op_linear(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_LINEAR;
 	resp.linear = &lr;
-	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	r = fosd_outs_reply(c, &resp, &outs, code);
 out:
 	if (have_saved)
 		fos_saved_free(be, &saved);
@@ -397,6 +405,6 @@ out:
 		fos_qweight_free(be, &qw);
 	void *bufs[] = {x, w, bias, dy, y, dx, dw, db};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-		fosd_dev_free(srv, bufs[i]);
+		fosd_dev_free(c, bufs[i]);
 	return r;
 }

@@ -4,10 +4,11 @@
 
 #include <string.h>
 
-nng_msg *fosd_op_quantize(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 {
+	fosd_slot *s = c->s;
 	fosd_quant_args *a = &s->args.u.quant;
-	fos_backend *be = fosd_be(srv);
+	fos_backend *be = c->be;
 	fos_err e;
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	fos_qtensor q;
@@ -15,7 +16,7 @@ nng_msg *fosd_op_quantize(fosd_server *srv, fosd_slot *s, int *code)
 	void *x = NULL, *amax = NULL;
 	nng_msg *r = NULL;
 	memset(&q, 0, sizeof q);
-	if (!(x = fosd_dev_from(srv, &a->x, &e)) || (a->has_amax && !(amax = fosd_dev_from(srv, &a->amax, &e))) ||
+	if (!(x = fosd_dev_from(c, &a->x, &e)) || (a->has_amax && !(amax = fosd_dev_from(c, &a->amax, &e))) ||
 	    fos_qtensor_alloc(be, &q, rows, cols, a->cfg.row_scaled, &e)) {
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 		goto out;
@@ -36,19 +37,21 @@ nng_msg *fosd_op_quantize(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_QUANTIZE;
 	resp.quantize = &qr;
-	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	r = fosd_outs_reply(c, &resp, &outs, code);
 out:
 	if (have_q)
 		fos_qtensor_free(be, &q);
-	fosd_dev_free(srv, x);
-	fosd_dev_free(srv, amax);
+	fosd_dev_free(c, x);
+	fosd_dev_free(c, amax);
 	return r;
 }
 
-nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	fosd_deq_args *a = &s->args.u.deq;
-	fos_backend *be = fosd_be(srv);
+	fos_backend *be = c->be;
 	fos_err e;
 	fos_qtensor q;
 	int have_q = 0;
@@ -65,8 +68,8 @@ nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code)
 	q.cols = a->cols;
 	q.bound = a->bound;
 	q.row_scaled = a->row_scaled;
-	if (fosd_tensor_h2d(srv, q.codes, &a->codes, &e) || fosd_tensor_h2d(srv, q.scales, &a->scales, &e) ||
-	    fosd_tensor_h2d(srv, q.amax, &a->amax, &e) || !(out = fosd_dev_alloc(srv, out_bytes, &e))) {
+	if (fosd_tensor_h2d(c->be, srv, q.codes, &a->codes, &e) || fosd_tensor_h2d(c->be, srv, q.scales, &a->scales, &e) ||
+	    fosd_tensor_h2d(c->be, srv, q.amax, &a->amax, &e) || !(out = fosd_dev_alloc(c, out_bytes, &e))) {
 		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 		goto out;
 	}
@@ -83,10 +86,10 @@ nng_msg *fosd_op_dequantize(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_DEQUANTIZE;
 	resp.dequantize = &dr;
-	r = fosd_outs_reply(srv, s, &resp, &outs, code);
+	r = fosd_outs_reply(c, &resp, &outs, code);
 out:
 	if (have_q)
 		fos_qtensor_free(be, &q);
-	fosd_dev_free(srv, out);
+	fosd_dev_free(c, out);
 	return r;
 }

@@ -19,8 +19,10 @@ static uint64_t put_estimate(int64_t n, int64_t k, int keep_master, int want_col
 	return b;
 }
 
-nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	fosd_put_args *a = &s->args.u.put;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
@@ -39,13 +41,13 @@ nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
 	w->version = a->version;
 	w->pinned = a->pin;
 	w->owner = s->tenant;
-	void *wd = fosd_dev_from(srv, &a->w, &e);
+	void *wd = fosd_dev_from(c, &a->w, &e);
 	if (!wd) {
 		free(w);
 		return fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
 	}
-	rc = fos_qweight_make(fosd_be(srv), wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
-	fosd_dev_free(srv, wd);
+	rc = fos_qweight_make(c->be, wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
+	fosd_dev_free(c, wd);
 	if (rc) {
 		free(w);
 		return fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
@@ -65,11 +67,13 @@ nng_msg *fosd_op_put_weight(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_PUT_WEIGHT;
 	resp.put_weight = &pr;
-	return fosd_outs_reply(srv, s, &resp, NULL, code);
+	return fosd_outs_reply(c, &resp, NULL, code);
 }
 
-nng_msg *fosd_op_drop_weight(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_wcache_drop_in(&srv->wc, s->tenant, s->args.u.drop_name, msg, sizeof msg);
 	if (rc)
@@ -80,5 +84,5 @@ nng_msg *fosd_op_drop_weight(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_DROP_WEIGHT;
 	resp.drop_weight = &dr;
-	return fosd_outs_reply(srv, s, &resp, NULL, code);
+	return fosd_outs_reply(c, &resp, NULL, code);
 }

@@ -1,11 +1,16 @@
-/* server.h: the fosd server object that ties the parts together: configuration, the backend and
- * its lock, the weight cache, saved contexts, metrics, duplicate detection, the nng transport
- * (one slot per nng context) and the executor queue.
+/* server.h: the fosd server object that ties the parts together: configuration, the backend,
+ * the weight cache, saved contexts, metrics, duplicate detection, the transports' slots and the
+ * executor (its queue, lanes and backend gate).
  *
- * A request's life: a slot's receive completes (transport.c) -> fosd_dispatch decodes, validates
- * and either answers at once (health, stats, list, errors) or queues it (executor.c) -> a worker
- * takes the backend lock and runs the op (ops_*.c) -> fosd_slot_reply sends the answer on the
- * same nng context and the slot receives again. */
+ * A request goes one way:
+ *   transport (transport.c: the nng socket; chan.c: a request channel) receives it into a slot
+ *   -> dispatch.c decodes it, checks the connection's share and the token, validates it
+ *      (validate.c, through the op's row of the op table, optable.c), answers inline ops at once
+ *      and hands the rest to the executor
+ *   -> executor.c queues it, gives it a lane and runs the op's handler (ops_*.c) with the lane's
+ *      backend in an op context (optable.h)
+ *   -> reply.c records it and calls the slot's send function, set by its transport, which sends
+ *      the reply and frees the slot once it has left. */
 #ifndef FOSD_SERVER_H
 #define FOSD_SERVER_H
 
@@ -26,6 +31,7 @@
 #include "tenants.h"
 #include "validate.h"
 #include "wcache.h"
+#include "reply.h"
 #include "fos.pb-c.h"
 
 #define FOSD_MSG_MAX 512
@@ -49,6 +55,8 @@ typedef struct fosd_slot {
 	int ran_now;                   /* run by fosd_executor_try_now on the receiving thread */
 	uint64_t bytes_in;
 	int op;
+	const struct fosd_op_def *def; /* the op's row (optable.h), set with op by dispatch.c: what
+					* the later stages know of the op */
 	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
 	int dedup_owner;            /* this slot executes the request others may wait on */
 	fosd_args args;
@@ -57,7 +65,11 @@ typedef struct fosd_slot {
 	fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
 	int tenant_counted;         /* counted in tenant->inflight until answered */
 	fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
-	int chan;                   /* the slot of a request channel (chan.c): replies go there */
+	/* the transport's reply function (reply.h): sends reply (NULL: none), then, once it has left,
+	 * calls fosd_slot_end and serves the next request */
+	void (*send)(struct fosd_slot *s, nng_msg *reply);
+	int own_thread;             /* the receiving thread serves only this slot (a channel's), so a
+				     * small op may run on it at once without the receivers' gate */
 	nng_pipe pipe;              /* the connection the request came from */
 	int conn_held;              /* holds a unit of the pipe's share (conns.h) until the reply left */
 	int conn_verdict;           /* enum fosd_conn_verdict of the request's arrival */
@@ -69,7 +81,7 @@ struct fosd_server {
 	fosd_config *cfg;
 	fos_backend *be;
 	pthread_mutex_t be_mu; /* the executor's gate: held to start a request, and for the whole of
-				* an op that must run alone (executor.c) */
+				* an op that must run alone (executor.c alone takes it) */
 	fosd_wcache wc;
 	fosd_contexts cx;
 	fosd_metrics metrics;
@@ -102,7 +114,7 @@ struct fosd_server {
 	 * finished (see executor.c). */
 	fos_backend **lanes;
 	int n_lanes;
-	struct fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
+	fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
 	pthread_mutex_t lane_mu;
 	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
 	uint64_t lane_busy;      /* bit i: lane i runs a request */
@@ -128,39 +140,23 @@ void fosd_server_destroy(fosd_server *srv);
 int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz);
 void fosd_transport_stop_listening(fosd_server *srv);
 void fosd_transport_close(fosd_server *srv);
-/* Sends reply (or, if NULL, nothing) for the slot's request and records its metrics; the slot
- * then receives the next request. Safe from any thread. */
-void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code);
-/* A request arrived on slot s (nng or channel): counts it in flight, and as accepted unless a
- * drain has begun. */
+/* slot.c: a request arrived on slot s (nng or channel): counts it in flight, and as accepted
+ * unless a drain has begun. */
 void fosd_slot_begin(fosd_server *srv, fosd_slot *s);
 /* The slot's reply has left (sent, failed, written into a channel, or none was made): releases
  * what the request held (tenant quota, connection share, the drain's count). */
 void fosd_slot_end(fosd_slot *s);
 
-/* dispatch.c: called by the transport with s->msg set. */
+/* dispatch.c: called by a transport with s->msg set (and s->send, s->pipe). */
 void fosd_dispatch(fosd_slot *s);
-/* Completes an executed request: answers it and the duplicates waiting on it. */
-void fosd_finish(fosd_slot *s, nng_msg *reply, int code);
-/* An error Response for request id. Never NULL unless out of memory. */
-nng_msg *fosd_error_reply(uint64_t id, int code, const char *message);
-/* Packs a Response whose tensors are placed by pl (NULL: none); *data gets the data section. */
-nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data);
+/* For a transport that could not even make a message of what arrived: answers code and message
+ * (request id 0) as an invalid op. */
+void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message);
 
 /* executor.c */
 /* Opens the lanes (cfg->streams backend instances like srv->be, at most 64) and starts the workers
- * (cfg->workers, and at least one per lane). */
+ * (cfg->workers, and at least one per lane) and the deadline reaper (deadline.c). */
 int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
-/* The backend instance the calling executor worker runs its request on (its lane's); srv->be
- * outside a request. Ops use it for every backend call of the request. */
-fos_backend *fosd_be(fosd_server *srv);
-/* A device buffer of at least n bytes that belongs to the lane running this request, for a small
- * operand (n <= FOSD_LANE_BUF_MAX; which: 0 or 1, two buffers a lane): the same addresses request
- * after request, so the backend's recorded work (backend.h replay) is found again. Valid until the
- * request ends; never freed by the caller. NULL when not on a lane, n is too large or memory is
- * short: the caller allocates as usual. */
-#define FOSD_LANE_BUF_MAX ((size_t)2 << 20)
-void *fosd_lane_buffer(fosd_server *srv, int which, size_t n);
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
 /* Runs s at once on the calling (receiving) thread if it is a small side-by-side op, nothing is
  * queued and a lane is free; returns 1 if it ran (and was answered), 0 to queue it. */
@@ -168,13 +164,10 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s);
 void fosd_executor_request_sweep(fosd_server *srv);
 void fosd_executor_stop(fosd_server *srv);
 uint64_t fosd_executor_queued(fosd_server *srv);
-
-/* ops_*.c: run on a lane (executor.c; alone with srv->be_mu held, or beside other lanes); use
- * fosd_be(srv) for backend calls; return the reply (NULL if none could be made) and *code. */
-nng_msg *fosd_execute(fosd_server *srv, fosd_slot *s, int *code);
-nng_msg *fosd_op_health(fosd_server *srv, fosd_slot *s);
-nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s);
-nng_msg *fosd_op_list_weights(fosd_server *srv, fosd_slot *s, int *code);
+/* For the deadline reaper (deadline.c): answers DEADLINE_EXCEEDED every queued request whose
+ * deadline is at or before now, taking it out of the queue (adds their number to *reaped);
+ * returns the earliest deadline still queued (0: none). */
+uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped);
 
 /* control.c: runs the libuv loop (signals, timers) until a drain finishes. Returns the exit code. */
 int fosd_control_run(fosd_server *srv);

@@ -6,9 +6,9 @@
  * then are the tenant's in-flight quota, the connection's share (conns.c) and the drain's count
  * given back. A send waits at most send_timeout for a client that does not read; then, or when a
  * connection holds more slots than its share allows, the connection is dropped (closed), never
- * the service. */
+ * the service. A received message goes to fosd_dispatch; its reply comes back through the slot's
+ * send function (socket_send), never by a branch on where the request came from. */
 #include "server.h"
-#include "auth.h"
 #include "log.h"
 #include "tls.h"
 #include "trust_config.h"
@@ -48,38 +48,6 @@ static void drop_pipe(fosd_server *srv, nng_pipe p, const char *why)
 		fosd_warn("dropped connection %u: %s (%llu dropped since the last report, %llu in all)",
 			  (unsigned)nng_pipe_id(p), why, n - before, n);
 	}
-}
-
-void fosd_slot_begin(fosd_server *srv, fosd_slot *s)
-{
-	atomic_fetch_add(&srv->inflight, 1);
-	/* counted before draining is read: the drain (control.c) stores draining, then reads
-	 * accepted, so a request is either refused or waited for */
-	atomic_fetch_add(&srv->accepted, 1);
-	s->accepted = 1;
-	if (atomic_load(&srv->draining)) {
-		atomic_fetch_sub(&srv->accepted, 1);
-		s->accepted = 0;
-	}
-}
-
-void fosd_slot_end(fosd_slot *s)
-{
-	fosd_server *srv = s->srv;
-	fosd_auth_done(s);
-	if (s->unauth_held) {
-		fosd_conns_unauth_release(&srv->conns, nng_pipe_id(s->pipe));
-		s->unauth_held = 0;
-	}
-	if (s->conn_held) {
-		fosd_conns_release(&srv->conns, nng_pipe_id(s->pipe));
-		s->conn_held = 0;
-	}
-	if (s->accepted) {
-		atomic_fetch_sub(&srv->accepted, 1);
-		s->accepted = 0;
-	}
-	atomic_fetch_sub(&srv->inflight, 1);
 }
 
 static void slot_cb(void *arg)
@@ -140,29 +108,11 @@ static void slot_cb(void *arg)
 	}
 }
 
-void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
+/* The socket's reply function (fosd_slot.send, reply.h): sends reply on the slot's nng context,
+ * waiting at most send_timeout for the client to read it; slot_cb frees the slot once it left. */
+static void socket_send(fosd_slot *s, nng_msg *reply)
 {
 	fosd_server *srv = s->srv;
-	uint64_t out = reply ? nng_msg_len(reply) : 0;
-	uint64_t us = (fosd_now_ns() - s->t_recv_ns) / 1000u;
-	fosd_metrics_record(&srv->metrics, s->op, code, us, s->t_recv_ns, s->t_lane_ns, s->t_done_ns, s->ran_now,
-			    s->bytes_in, out);
-	if (code && fosd_log_get_level() >= FOSD_LOG_DEBUG)
-		fosd_debug("request %llu (%s) -> %s", (unsigned long long)s->req_id, fosd_op_name(s->op),
-			   fosw_code_name(code));
-	fosd_shm_req_end(&s->shm); /* the request's region references (before rq, which it points into) */
-	if (s->rq) {
-		fos__request__free_unpacked(s->rq, NULL);
-		s->rq = NULL;
-	}
-	if (s->msg) {
-		nng_msg_free(s->msg);
-		s->msg = NULL;
-	}
-	if (s->chan) { /* a channel's request: the reply goes back into its region (chan.c) */
-		fosd_chan_reply(s, reply);
-		return;
-	}
 	if (!reply) {
 		/* nothing could be built: the client times out; the slot goes on serving */
 		fosd_slot_end(s);
@@ -231,6 +181,7 @@ int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz)
 	for (int i = 0; i < cfg->concurrency; i++) {
 		fosd_slot *s = &srv->slots[i];
 		s->srv = srv;
+		s->send = socket_send;
 		if ((rv = nng_aio_alloc(&s->aio, slot_cb, s)) || (rv = nng_ctx_open(&s->ctx, srv->sock))) {
 			snprintf(msg, msgsz, "cannot create nng context %d: %s", i, nng_strerror(rv));
 			return -1;

@@ -11,38 +11,7 @@
 
 int fosd_request_op(const Fos__Request *rq)
 {
-	switch (rq->op_case) {
-	case FOS__REQUEST__OP_HEALTH:
-		return FOSD_OP_HEALTH;
-	case FOS__REQUEST__OP_STATS:
-		return FOSD_OP_STATS;
-	case FOS__REQUEST__OP_PUT_WEIGHT:
-		return FOSD_OP_PUT_WEIGHT;
-	case FOS__REQUEST__OP_DROP_WEIGHT:
-		return FOSD_OP_DROP_WEIGHT;
-	case FOS__REQUEST__OP_LIST_WEIGHTS:
-		return FOSD_OP_LIST_WEIGHTS;
-	case FOS__REQUEST__OP_FORWARD:
-		return FOSD_OP_FORWARD;
-	case FOS__REQUEST__OP_BACKWARD:
-		return FOSD_OP_BACKWARD;
-	case FOS__REQUEST__OP_RELEASE_CONTEXT:
-		return FOSD_OP_RELEASE_CONTEXT;
-	case FOS__REQUEST__OP_QUANTIZE:
-		return FOSD_OP_QUANTIZE;
-	case FOS__REQUEST__OP_DEQUANTIZE:
-		return FOSD_OP_DEQUANTIZE;
-	case FOS__REQUEST__OP_LINEAR:
-		return FOSD_OP_LINEAR;
-	case FOS__REQUEST__OP_REGISTER_REGION:
-		return FOSD_OP_REGISTER_REGION;
-	case FOS__REQUEST__OP_UNREGISTER_REGION:
-		return FOSD_OP_UNREGISTER_REGION;
-	case FOS__REQUEST__OP_LIST_REGIONS:
-		return FOSD_OP_LIST_REGIONS;
-	default:
-		return FOSD_OP_INVALID;
-	}
+	return fosd_op_of_case((int)rq->op_case);
 }
 
 int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz)
@@ -120,7 +89,7 @@ static int map_override(int v, int *out, char *msg, size_t msgsz)
 
 /* ---- tensors -------------------------------------------------------------------------------- */
 
-typedef struct vctx {
+struct fosd_vctx {
 	const uint8_t *data;
 	size_t dlen;
 	uint64_t max_end;
@@ -128,7 +97,8 @@ typedef struct vctx {
 	size_t msgsz;
 	struct fosd_shm_req *shm; /* resolves shared-memory tensors (NULL: UNIMPLEMENTED) */
 	const Fos__Request *rq;
-} vctx;
+};
+typedef struct fosd_vctx vctx;
 
 /* Resolves a tensor and checks its dtype and rank. Returns 0 or a code. */
 static int get_tensor(vctx *v, const Fos__Tensor *t, const char *what, int dtype, int ndim, fosw_tensor *out)
@@ -177,8 +147,11 @@ static int reply_fits(vctx *v, uint64_t bytes, uint64_t max_reply)
 
 /* ---- per op --------------------------------------------------------------------------------- */
 
-static int v_put(vctx *v, const Fos__PutWeightRequest *r, fosd_put_args *a)
+int fosd_validate_put(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
 {
+	const Fos__PutWeightRequest *r = rq->put_weight;
+	fosd_put_args *a = &args->u.put;
+	(void)max_reply;
 	int rc;
 	if (fosd_check_name(r->name, "weight name", v->msg, v->msgsz))
 		return INVALID;
@@ -249,8 +222,11 @@ static int v_expect(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
 	return 0;
 }
 
-static int v_fwd(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
+int fosd_validate_forward(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
 {
+	const Fos__ForwardRequest *r = rq->forward;
+	fosd_fwd_args *a = &args->u.fwd;
+	(void)max_reply;
 	int rc;
 	if (fosd_check_name(r->weight, "weight name", v->msg, v->msgsz))
 		return INVALID;
@@ -275,15 +251,21 @@ static int v_fwd(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
 	return 0;
 }
 
-static int v_bwd(vctx *v, const Fos__BackwardRequest *r, fosd_bwd_args *a)
+int fosd_validate_backward(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
 {
+	const Fos__BackwardRequest *r = rq->backward;
+	fosd_bwd_args *a = &args->u.bwd;
+	(void)max_reply;
 	a->id = r->context_id;
 	a->keep = r->keep_context;
 	return get_tensor(v, r->dy, "dy", FOS__DTYPE__DTYPE_BF16, 2, &a->dy);
 }
 
-static int v_quant(vctx *v, const Fos__QuantizeRequest *r, fosd_quant_args *a)
+int fosd_validate_quantize(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
 {
+	const Fos__QuantizeRequest *r = rq->quantize;
+	fosd_quant_args *a = &args->u.quant;
+	(void)max_reply;
 	int rc;
 	if ((rc = get_tensor(v, r->x, "x", 0, 2, &a->x)))
 		return rc;
@@ -332,8 +314,10 @@ static int v_quant(vctx *v, const Fos__QuantizeRequest *r, fosd_quant_args *a)
 	return 0;
 }
 
-static int v_deq(vctx *v, const Fos__DequantizeRequest *r, fosd_deq_args *a, uint64_t max_reply)
+int fosd_validate_dequantize(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
 {
+	const Fos__DequantizeRequest *r = rq->dequantize;
+	fosd_deq_args *a = &args->u.deq;
 	int rc;
 	if ((rc = get_tensor(v, r->codes, "codes", FOS__DTYPE__DTYPE_U8, 2, &a->codes)) ||
 	    (rc = get_tensor(v, r->scales, "scales", FOS__DTYPE__DTYPE_E4M3, 2, &a->scales)) ||
@@ -385,8 +369,10 @@ static int v_deq(vctx *v, const Fos__DequantizeRequest *r, fosd_deq_args *a, uin
 			  max_reply);
 }
 
-static int v_lin(vctx *v, const Fos__LinearRequest *r, fosd_lin_args *a, uint64_t max_reply)
+int fosd_validate_linear(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
 {
+	const Fos__LinearRequest *r = rq->linear;
+	fosd_lin_args *a = &args->u.lin;
 	int rc;
 	if ((rc = get_tensor(v, r->x, "x", FOS__DTYPE__DTYPE_BF16, 2, &a->x)) ||
 	    (rc = get_tensor(v, r->w, "w", FOS__DTYPE__DTYPE_BF16, 2, &a->w)))
@@ -436,53 +422,44 @@ int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint
 	return fosd_validate_shm(rq, data, dlen, max_reply, NULL, a, msg, msgsz);
 }
 
+/* ---- validators of the requests with one field (the others are above) --------------------- */
+
+int fosd_validate_drop(vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply)
+{
+	(void)max_reply;
+	if (fosd_check_name(rq->drop_weight->name, "weight name", v->msg, v->msgsz))
+		return INVALID;
+	a->u.drop_name = rq->drop_weight->name;
+	return 0;
+}
+
+int fosd_validate_release(vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply)
+{
+	(void)v;
+	(void)max_reply;
+	a->u.release_id = rq->release_context->context_id;
+	return 0;
+}
+
+int fosd_validate_region_op(vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply)
+{
+	(void)a;
+	(void)max_reply;
+	return fosd_shm_validate_op(rq, v->msg, v->msgsz); /* shm_ops.c */
+}
+
 int fosd_validate_shm(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply,
 		      struct fosd_shm_req *shm, fosd_args *a, char *msg, size_t msgsz)
 {
 	vctx v = {data, dlen, 0, msg, msgsz, shm, rq};
-	int rc = 0;
 	memset(a, 0, sizeof *a);
 	a->op = fosd_request_op(rq);
-	switch (a->op) {
-	case FOSD_OP_HEALTH:
-	case FOSD_OP_STATS:
-	case FOSD_OP_LIST_WEIGHTS:
-		break;
-	case FOSD_OP_PUT_WEIGHT:
-		rc = v_put(&v, rq->put_weight, &a->u.put);
-		break;
-	case FOSD_OP_DROP_WEIGHT:
-		if (fosd_check_name(rq->drop_weight->name, "weight name", msg, msgsz))
-			return INVALID;
-		a->u.drop_name = rq->drop_weight->name;
-		break;
-	case FOSD_OP_FORWARD:
-		rc = v_fwd(&v, rq->forward, &a->u.fwd);
-		break;
-	case FOSD_OP_BACKWARD:
-		rc = v_bwd(&v, rq->backward, &a->u.bwd);
-		break;
-	case FOSD_OP_RELEASE_CONTEXT:
-		a->u.release_id = rq->release_context->context_id;
-		break;
-	case FOSD_OP_QUANTIZE:
-		rc = v_quant(&v, rq->quantize, &a->u.quant);
-		break;
-	case FOSD_OP_DEQUANTIZE:
-		rc = v_deq(&v, rq->dequantize, &a->u.deq, max_reply);
-		break;
-	case FOSD_OP_LINEAR:
-		rc = v_lin(&v, rq->linear, &a->u.lin, max_reply);
-		break;
-	case FOSD_OP_REGISTER_REGION:
-	case FOSD_OP_UNREGISTER_REGION:
-	case FOSD_OP_LIST_REGIONS:
-		rc = fosd_shm_validate_op(rq, msg, msgsz); /* shm_ops.c */
-		break;
-	default:
+	if (a->op == FOSD_OP_INVALID) {
 		snprintf(msg, msgsz, "the request names no operation (or one this fosd does not know)");
 		return INVALID;
 	}
+	const fosd_op_def *d = fosd_op_def_of(a->op);
+	int rc = d->validate ? d->validate(&v, rq, a, max_reply) : 0;
 	if (rc)
 		return rc;
 	if (fosw_check_trailing(v.max_end, dlen, msg, msgsz))

@@ -11,7 +11,7 @@
 #include "backend.h"
 #include "compare.h"
 #include "fos_wire.h"
-#include "metrics.h"
+#include "optable.h"
 
 typedef struct fosd_put_args {
 	const char *name;
@@ -73,7 +73,7 @@ typedef struct fosd_args {
 	} u;
 } fosd_args;
 
-/* The op of a request (FOSD_OP_INVALID when none is set). */
+/* The op of a request (FOSD_OP_INVALID when none is set; optable.c maps the oneof case). */
 int fosd_request_op(const Fos__Request *rq);
 
 /* Returns 0 with *a filled, or a gRPC code with msg. max_reply: the largest reply allowed. */
@@ -84,6 +84,20 @@ int fosd_validate(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint
 struct fosd_shm_req;
 int fosd_validate_shm(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply,
 		      struct fosd_shm_req *shm, fosd_args *a, char *msg, size_t msgsz);
+
+/* The validators of the op table's rows (fosd_op_validator, optable.h): each checks the fields
+ * of its op's request. */
+typedef struct fosd_vctx fosd_vctx;
+int fosd_validate_put(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_drop(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_forward(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_backward(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_release(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_quantize(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_dequantize(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+int fosd_validate_linear(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+/* RegisterRegion, UnregisterRegion, ListRegions (shm_ops.c checks them) */
+int fosd_validate_region_op(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
 
 /* Weight names: 1..128 bytes of [A-Za-z0-9._:/-]. Returns 0 or -1 with msg. */
 int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz);

@@ -1,0 +1,57 @@
+/* reply.h: the last stage of a request: building its Response message and handing it to the
+ * transport the request came from.
+ *
+ * Every transport (the nng socket, transport.c; a request channel, chan.c) sets its reply function
+ * on each of its slots (fosd_slot.send). fosd_slot_reply records the request's metrics, frees what
+ * the request decoded and calls that function, which sends the reply (or nothing), then, once the
+ * reply has left, calls fosd_slot_end. Nothing upstream of this file knows which transport a
+ * request came from. */
+#ifndef FOSD_REPLY_H
+#define FOSD_REPLY_H
+
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "backend.h"
+#include "fos_wire.h"
+#include "fos.pb-c.h"
+
+struct fosd_slot;
+
+/* An fos_err rc (beside enum fos_rc) for a shared-memory region that shrank (shm_req.c). */
+#define FOSD_RC_PRECONDITION 100
+
+/* enum fos_rc (or FOSD_RC_PRECONDITION) -> the gRPC code of the reply */
+static inline int fosd_code_of_rc(int rc)
+{
+	switch (rc) {
+	case FOS_OK:
+		return FOS__CODE__OK;
+	case FOS_EINVAL:
+		return FOS__CODE__INVALID_ARGUMENT;
+	case FOS_ENOMEM:
+		return FOS__CODE__RESOURCE_EXHAUSTED;
+	case FOS_EUNSUPPORTED:
+		return FOS__CODE__UNIMPLEMENTED;
+	case FOSD_RC_PRECONDITION:
+		return FOS__CODE__FAILED_PRECONDITION;
+	default:
+		return FOS__CODE__INTERNAL;
+	}
+}
+
+/* Packs a Response whose tensors are placed by pl (NULL: none); *data gets the data section.
+ * NULL when out of memory. */
+nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data);
+/* An error Response for request id. Never NULL unless out of memory. */
+nng_msg *fosd_error_reply(uint64_t id, int code, const char *message);
+
+/* Answers the slot's request with reply (NULL: none, the client times out) and code, through the
+ * slot's transport; the slot then serves the next request. Takes reply. Safe from any thread. */
+void fosd_slot_reply(struct fosd_slot *s, nng_msg *reply, int code);
+/* Completes a request: answers it and every duplicate that waited on it (each gets a copy), then
+ * ends its duplicate-detection entry. */
+void fosd_finish(struct fosd_slot *s, nng_msg *reply, int code);
+
+#endif
