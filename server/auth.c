@@ -72,7 +72,7 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	size_t len = tok ? s->rq->auth_token.len : 0;
 	if (len == 0) {
 		/* Health answers without a token (liveness probes); it says nothing about any tenant */
-		if (s->op == FOSD_OP_HEALTH)
+		if (fosd_op_flags(s->op) & FOSD_OPF_NO_TOKEN)
 			return 0;
 		auth_note_failure(ts, 1);
 		snprintf(msg, msgsz, "this fosd requires an auth token (the secret of a tenant)");
@@ -91,7 +91,7 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 		if (!s->client_id)
 			s->client_id = t->salt;
 	}
-	if (s->op == FOSD_OP_HEALTH)
+	if (fosd_op_flags(s->op) & FOSD_OPF_NO_TOKEN)
 		return 0;
 	int n = atomic_fetch_add(&t->inflight, 1) + 1;
 	int quota = atomic_load(&t->quota_inflight);

@@ -5,16 +5,6 @@
 
 #include <string.h>
 
-const char *fosd_op_name(int op)
-{
-	static const char *const names[FOSD_NUM_OPS] = {
-		"health",	  "stats",    "put_weight", "drop_weight", "list_weights", "forward",
-		"backward", "release_context", "quantize", "dequantize", "linear", "register_region",
-		"unregister_region", "list_regions", "invalid",
-	};
-	return (op >= 0 && op < FOSD_NUM_OPS) ? names[op] : "?";
-}
-
 int fosd_metrics_init(fosd_metrics *m)
 {
 	memset(m, 0, sizeof *m);

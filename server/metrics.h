@@ -6,31 +6,12 @@
 #include <pthread.h>
 #include <stdint.h>
 
-enum fosd_op {
-	FOSD_OP_HEALTH = 0,
-	FOSD_OP_STATS,
-	FOSD_OP_PUT_WEIGHT,
-	FOSD_OP_DROP_WEIGHT,
-	FOSD_OP_LIST_WEIGHTS,
-	FOSD_OP_FORWARD,
-	FOSD_OP_BACKWARD,
-	FOSD_OP_RELEASE_CONTEXT,
-	FOSD_OP_QUANTIZE,
-	FOSD_OP_DEQUANTIZE,
-	FOSD_OP_LINEAR,
-	FOSD_OP_REGISTER_REGION,
-	FOSD_OP_UNREGISTER_REGION,
-	FOSD_OP_LIST_REGIONS,
-	FOSD_OP_INVALID, /* undecodable message or no operation set */
-	FOSD_NUM_OPS
-};
+#include "optable.h" /* enum fosd_op, fosd_op_name: the op table */
 
 #define FOSD_NUM_CODES 17
 /* Log-linear latency buckets: 4 per power of two of microseconds, up to 2^40 us. */
 #define FOSD_LAT_SUB 4
 #define FOSD_LAT_BUCKETS (41 * FOSD_LAT_SUB)
-
-const char *fosd_op_name(int op);
 
 /* One distribution of durations (OK requests only). */
 typedef struct fosd_hist {

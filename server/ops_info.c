@@ -3,21 +3,23 @@
  * never the backend. */
 #include "msg_pool.h"
 #include "ops.h"
+#include "stats.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef FOSD_VERSION
-#define FOSD_VERSION "0.1.0"
-#endif
+#include "fos_version.h"
 
-nng_msg *fosd_op_health(fosd_server *srv, fosd_slot *s)
+nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
+	*code = 0;
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	Fos__HealthResult h = FOS__HEALTH_RESULT__INIT;
-	h.version = (char *)FOSD_VERSION;
+	h.version = (char *)FOS_VERSION;
 	h.backend = (char *)srv->be->name;
 	h.device = srv->be->device;
 	h.uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
@@ -29,104 +31,22 @@ nng_msg *fosd_op_health(fosd_server *srv, fosd_slot *s)
 	return fosd_build_reply(&resp, NULL, NULL);
 }
 
-/* One distribution as its wire message. */
-static void stats_latency(Fos__LatencyStats *l, const fosd_hist *h)
-{
-	fos__latency_stats__init(l);
-	l->count = h->count;
-	l->mean_us = fosd_hist_mean(h);
-	l->p50_us = fosd_hist_quantile(h, 0.50);
-	l->p90_us = fosd_hist_quantile(h, 0.90);
-	l->p99_us = fosd_hist_quantile(h, 0.99);
-	l->p999_us = fosd_hist_quantile(h, 0.999);
-	l->max_us = h->max_us;
-}
-
 nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 {
-	fosd_metrics *snap = malloc(sizeof *snap);
-	if (!snap)
-		return NULL;
-	fosd_metrics_snapshot(&srv->metrics, snap);
-	fosd_wcache_stats wst;
-	fosd_contexts_stats cst;
-	fosd_wcache_stats_get(&srv->wc, &wst);
-	fosd_contexts_stats_get(&srv->cx, &cst);
-
-	Fos__OpStats ops[FOSD_NUM_OPS], *opp[FOSD_NUM_OPS];
-	Fos__LatencyStats lat[FOSD_NUM_OPS][3]; /* latency, queue, run */
-	Fos__CodeCount codes[FOSD_NUM_OPS][FOSD_NUM_CODES], *codep[FOSD_NUM_OPS][FOSD_NUM_CODES];
-	for (int i = 0; i < FOSD_NUM_OPS; i++) {
-		const fosd_op_metrics *om = &snap->ops[i];
-		fos__op_stats__init(&ops[i]);
-		ops[i].op = (char *)fosd_op_name(i);
-		ops[i].requests = om->requests;
-		ops[i].bytes_in = om->bytes_in;
-		ops[i].bytes_out = om->bytes_out;
-		size_t nc = 0;
-		for (int c = 0; c < FOSD_NUM_CODES; c++)
-			if (om->codes[c]) {
-				fos__code_count__init(&codes[i][nc]);
-				codes[i][nc].code = c;
-				codes[i][nc].count = om->codes[c];
-				codep[i][nc] = &codes[i][nc];
-				nc++;
-			}
-		ops[i].n_codes = nc;
-		ops[i].codes = codep[i];
-		stats_latency(&lat[i][0], &om->lat);
-		stats_latency(&lat[i][1], &om->queue);
-		stats_latency(&lat[i][2], &om->run);
-		ops[i].latency = &lat[i][0];
-		ops[i].queue = &lat[i][1];
-		ops[i].run = &lat[i][2];
-		ops[i].ran_at_once = om->ran_at_once;
-		opp[i] = &ops[i];
+	/* one snapshot, the same /metrics shows (stats.h) */
+	fosd_stats *snap = malloc(sizeof *snap);
+	fosd_stats_pb *pb = malloc(sizeof *pb);
+	nng_msg *m = NULL;
+	if (snap && pb) {
+		fosd_stats_take(srv, snap);
+		fosd_stats_to_pb(snap, pb);
+		Fos__Response resp = FOS__RESPONSE__INIT;
+		resp.id = s->req_id;
+		resp.result_case = FOS__RESPONSE__RESULT_STATS;
+		resp.stats = &pb->st;
+		m = fosd_build_reply(&resp, NULL, NULL);
 	}
-	Fos__StatsResult st = FOS__STATS_RESULT__INIT;
-	st.uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
-	st.backend = (char *)srv->be->name;
-	st.device = srv->be->device;
-	st.n_ops = FOSD_NUM_OPS;
-	st.ops = opp;
-	st.cache_bytes = wst.bytes;
-	st.cache_budget = wst.budget;
-	st.cache_entries = wst.entries;
-	st.cache_hits = wst.hits;
-	st.cache_misses = wst.misses;
-	st.cache_evictions = wst.evictions;
-	st.contexts = cst.count;
-	st.context_bytes = cst.bytes;
-	st.context_budget = cst.budget;
-	st.contexts_expired = cst.expired;
-	st.contexts_evicted = cst.evicted;
-	st.inflight = (uint64_t)atomic_load(&srv->inflight);
-	st.queued = fosd_executor_queued(srv);
-	st.duplicates = snap->duplicates;
-	st.bad_messages = snap->bad_messages;
-	st.workers = (uint64_t)srv->n_workers;
-	fosd_regions_stats(&srv->regions, &st.shm_regions, &st.shm_region_bytes, &st.shm_mapped_bytes);
-	st.channels = fosd_chans_count(&srv->chans);
-	st.channel_requests = atomic_load(&srv->chans.requests);
-	st.connections = (uint64_t)atomic_load(&srv->pipes);
-	st.connections_dropped = atomic_load(&srv->conns.dropped);
-	st.connection_refusals = atomic_load(&srv->conns.refused);
-	st.connections_rejected = atomic_load(&srv->conns.rejected);
-	fosd_msgpool_stats pst;
-	fosd_msgpool_get_stats(&pst);
-	st.msg_pool_taken = pst.taken;
-	st.msg_pool_reused = pst.reused;
-	st.msg_pool_mapped_new = pst.mapped_new;
-	st.msg_pool_bytes_free = pst.bytes_free;
-	st.msg_pool_bytes_used = pst.bytes_used;
-	st.msg_pool_bytes_pinned = pst.bytes_pinned;
-	st.msg_pool_pin_failures = pst.pin_failures;
-	st.msg_pool_active = pst.active != 0;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.id = s->req_id;
-	resp.result_case = FOS__RESPONSE__RESULT_STATS;
-	resp.stats = &st;
-	nng_msg *m = fosd_build_reply(&resp, NULL, NULL);
+	free(pb);
 	free(snap);
 	return m;
 }
@@ -148,8 +68,10 @@ static size_t list_page_budget(const fosd_server *srv)
 	return (size_t)(lim - 1024); /* max_message_bytes is at least 4096 (config.c) */
 }
 
-nng_msg *fosd_op_list_weights(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	const Fos__ListWeightsRequest *rq = s->rq ? s->rq->list_weights : NULL;
 	const char *token = rq && rq->page_token ? rq->page_token : "";
 	const char *after = "";

@@ -175,27 +175,30 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
  * OUT_OF_RANGE, in fosd_shm_outs_place). */
 int fosd_shm_output_named(const Fos__Request *rq, const char *result);
 
-/* An fos_err rc (beside enum fos_rc) for a region that shrank: FAILED_PRECONDITION. */
-#define FOSD_RC_PRECONDITION 100
+/* A region that shrank fails with the fos_err rc FOSD_RC_PRECONDITION (reply.h):
+ * FAILED_PRECONDITION. */
 
-/* Copies a received tensor (inline or in a region) into backend memory. */
-int fosd_tensor_h2d(struct fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e);
+/* Copies a received tensor (inline or in a region) into backend memory through be (the request's
+ * lane). */
+int fosd_tensor_h2d(fos_backend *be, struct fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e);
 /* Before a reply is built: moves the outputs the request asked for into their regions (the
  * reply's tensors get shm references) and places the others again. Returns 0 or a gRPC code with
  * msg (OUT_OF_RANGE: a result larger than its capacity). */
 int fosd_shm_outs_place(struct fosd_slot *s, ProtobufCMessage *resp, struct fosd_outs *o, char *msg, size_t msgsz);
-/* Writes output i (len bytes at backend pointer dev) into its region. Returns 0 or a gRPC code
- * with msg. */
-int fosd_shm_out_write(struct fosd_server *srv, struct fosd_slot *s, int i, const void *dev, size_t len, char *msg,
-		       size_t msgsz);
+/* Writes output i (len bytes at backend pointer dev, read through be) into its region. Returns 0
+ * or a gRPC code with msg. */
+int fosd_shm_out_write(fos_backend *be, struct fosd_server *srv, struct fosd_slot *s, int i, const void *dev,
+		       size_t len, char *msg, size_t msgsz);
 
 /* ---- the region operations (shm_ops.c) -------------------------------------------------------- */
 
 /* Checks RegisterRegion / UnregisterRegion / ListRegions requests. Returns 0 or a code. */
 int fosd_shm_validate_op(const Fos__Request *rq, char *msg, size_t msgsz);
-nng_msg *fosd_op_register_region(struct fosd_server *srv, struct fosd_slot *s, int *code);
-nng_msg *fosd_op_unregister_region(struct fosd_server *srv, struct fosd_slot *s, int *code);
-nng_msg *fosd_op_list_regions(struct fosd_server *srv, struct fosd_slot *s, int *code);
+/* The handlers of their rows in the op table (optable.h) */
+struct fosd_opctx;
+nng_msg *fosd_op_register_region(struct fosd_opctx *c, int *code);
+nng_msg *fosd_op_unregister_region(struct fosd_opctx *c, int *code);
+nng_msg *fosd_op_list_regions(struct fosd_opctx *c, int *code);
 
 /* alloc_tune.c: keeps large freed blocks in the heap (no mmap/munmap and page faults per large
  * message); FOSD_MALLOC_DEFAULT=1 in the environment keeps glibc's defaults. */

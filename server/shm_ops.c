@@ -64,8 +64,10 @@ static void region_info_msg(const fosd_region_info *in, Fos__RegionInfo *out)
 	out->channel_bytes = in->channel_bytes;
 }
 
-nng_msg *fosd_op_register_region(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_register_region(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	const Fos__RegisterRegionRequest *r = s->rq->register_region;
 	char msg[FOSD_MSG_MAX];
 	nng_pipe p = nng_msg_get_pipe(s->msg);
@@ -98,11 +100,13 @@ nng_msg *fosd_op_register_region(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_REGISTER_REGION;
 	resp.register_region = &rr;
-	return fosd_outs_reply(srv, s, &resp, NULL, code);
+	return fosd_outs_reply(c, &resp, NULL, code);
 }
 
-nng_msg *fosd_op_unregister_region(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_regions_unregister(&srv->regions, s->shm.pipe, s->shm.tenant, s->rq->unregister_region->name, msg,
 					 sizeof msg);
@@ -112,11 +116,13 @@ nng_msg *fosd_op_unregister_region(fosd_server *srv, fosd_slot *s, int *code)
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	resp.result_case = FOS__RESPONSE__RESULT_UNREGISTER_REGION;
 	resp.unregister_region = &ur;
-	return fosd_outs_reply(srv, s, &resp, NULL, code);
+	return fosd_outs_reply(c, &resp, NULL, code);
 }
 
-nng_msg *fosd_op_list_regions(fosd_server *srv, fosd_slot *s, int *code)
+nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code)
 {
+	fosd_server *srv = c->srv;
+	fosd_slot *s = c->s;
 	fosd_region_info *infos;
 	size_t n;
 	if (fosd_regions_list(&srv->regions, s->shm.pipe, s->shm.tenant, &infos, &n))
@@ -137,7 +143,7 @@ nng_msg *fosd_op_list_regions(fosd_server *srv, fosd_slot *s, int *code)
 		Fos__Response resp = FOS__RESPONSE__INIT;
 		resp.result_case = FOS__RESPONSE__RESULT_LIST_REGIONS;
 		resp.list_regions = &lr;
-		m = fosd_outs_reply(srv, s, &resp, NULL, code);
+		m = fosd_outs_reply(c, &resp, NULL, code);
 	}
 	free(ri);
 	free(rp);

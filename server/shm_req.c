@@ -206,10 +206,9 @@ int fosd_shm_output_named(const Fos__Request *rq, const char *result)
  * regions on a device backend go by DMA (the pages stay valid even if the object shrinks); host
  * backends copy directly; otherwise through a bounce buffer. Every CPU touch of the mapping is a
  * guarded copy. Returns 0 or a gRPC code with msg. */
-static int region_move(fosd_server *srv, fosd_region *r, uint64_t off, void *dev, size_t len, int to_region, char *msg,
-		       size_t msgsz)
+static int region_move(fos_backend *be, fosd_server *srv, fosd_region *r, uint64_t off, void *dev, size_t len,
+		       int to_region, char *msg, size_t msgsz)
 {
-	fos_backend *be = fosd_be(srv);
 	int rc = fosd_region_check_now(r, off, len, msg, msgsz);
 	if (rc)
 		return rc;
@@ -264,13 +263,13 @@ static int region_move(fosd_server *srv, fosd_region *r, uint64_t off, void *dev
 	return 0;
 }
 
-int fosd_tensor_h2d(fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e)
+int fosd_tensor_h2d(fos_backend *be, fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e)
 {
 	if (!t->shm)
-		return fosd_be(srv)->h2d(fosd_be(srv), dst, t->ptr, t->len, e);
+		return be->h2d(be, dst, t->ptr, t->len, e);
 	fosd_region *r = t->shm;
 	char msg[FOSD_MSG_MAX];
-	int code = region_move(srv, r, (uint64_t)(t->ptr - fosd_region_base(r)), dst, t->len, 0, msg, sizeof msg);
+	int code = region_move(be, srv, r, (uint64_t)(t->ptr - fosd_region_base(r)), dst, t->len, 0, msg, sizeof msg);
 	if (code)
 		return fos_seterr(e, code == FOS__CODE__FAILED_PRECONDITION ? FOSD_RC_PRECONDITION : FOS_EINTERNAL, "%s",
 				  msg);
@@ -334,7 +333,8 @@ int fosd_shm_outs_place(fosd_slot *s, ProtobufCMessage *resp, fosd_outs *o, char
 	return 0;
 }
 
-int fosd_shm_out_write(fosd_server *srv, fosd_slot *s, int i, const void *dev, size_t len, char *msg, size_t msgsz)
+int fosd_shm_out_write(fos_backend *be, fosd_server *srv, fosd_slot *s, int i, const void *dev, size_t len, char *msg,
+		       size_t msgsz)
 {
 	fosd_shm_req *q = &s->shm;
 	int j = q->out_of_t[i];
@@ -343,7 +343,7 @@ int fosd_shm_out_write(fosd_server *srv, fosd_slot *s, int i, const void *dev, s
 		return FOS__CODE__INTERNAL;
 	}
 	fosd_region *r = q->out[j].r;
-	int code = region_move(srv, r, q->out[j].off, (void *)dev, len, 1, msg, msgsz);
+	int code = region_move(be, srv, r, q->out[j].off, (void *)dev, len, 1, msg, msgsz);
 	if (!code)
 		fosd_region_count_use(r);
 	return code;
