@@ -4,9 +4,10 @@
 #   make test       the whole CPU test suite (ends with "N passed, N failed")
 #   make test-gpu   GPU tests (skip cleanly without a GPU)
 #   make bench      benchmarks; results go to bench/BENCHMARKS.md by hand
-# Files are picked up by name: kernels/*.c (+ *.cu) -> libfosnum.a, proto/*.proto -> libfosproto.a,
-# server/*.c -> libfosd.a + fosd (main in server/fosd_main.c), client/libfos_*.c -> libfos,
-# client/cli_*.c + client/npy.c -> fos, tests/test_*.c -> one cmocka binary each,
+# Files are picked up by folder (ARCHITECTURE.md): kernels/*.c (+ *.cu) -> libfosnum.a;
+# proto/*.proto (generated) + proto/*.c (framing, nng work-around) -> libfosproto.a; server/*/*.c ->
+# libfosd.a + fosd (main in server/core/fosd_main.c); client/libfos/*.c -> libfos; client/cli/*.c ->
+# fos (which links only libfos, libfosproto and libfosnum); tests/test_*.c -> one cmocka binary each,
 # tests/gpu_*.c -> GPU test binaries, bench/bench_*.c -> benchmark binaries.
 
 BUILD     ?= build
@@ -18,8 +19,10 @@ SAN       ?=
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
+SERVER_DIRS := $(sort $(dir $(wildcard server/*/*.c server/*/*.h)))
+INCLUDES = -Ikernels -Iproto -Iclient/libfos -Iclient/cli $(patsubst %/,-I%,$(SERVER_DIRS)) -I$(BUILD)/gen
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
-           -Ikernels -Iclient -Iserver -I$(BUILD)/gen $(SAN)
+           $(INCLUDES) $(SAN)
 LDFLAGS += -pthread $(SAN)
 # nng, protobuf-c, libuv and http-parser are linked statically so the same binaries run on machines
 # that do not have them (the GPU host); cuBLASLt and the CUDA runtime dynamically.
@@ -39,9 +42,11 @@ endif
 
 KERNEL_C   := $(wildcard kernels/*.c)
 KERNEL_CU  := $(if $(filter 1,$(CUDA)),$(wildcard kernels/*.cu))
-SERVER_C   := $(filter-out server/fosd_main.c,$(wildcard server/*.c))
-LIBFOS_C   := $(wildcard client/libfos_*.c)
-CLI_C      := $(wildcard client/cli_*.c) $(wildcard client/npy.c)
+FOSD_MAIN  := server/core/fosd_main.c
+SERVER_C   := $(filter-out $(FOSD_MAIN),$(wildcard server/*/*.c))
+LIBFOS_C   := $(wildcard client/libfos/*.c)
+CLI_C      := $(wildcard client/cli/*.c)
+WIRE_C     := $(wildcard proto/*.c)
 PROTO      := $(wildcard proto/*.proto)
 PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTO))
 TEST_C     := $(wildcard tests/test_*.c)
@@ -64,7 +69,7 @@ TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))
 GPUTESTS = $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPUTEST_C))
 BENCHES  = $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_C))
 
-BINS = $(BUILD)/fos $(if $(wildcard server/fosd_main.c),$(BUILD)/fosd)
+BINS = $(BUILD)/fos $(if $(wildcard $(FOSD_MAIN)),$(BUILD)/fosd)
 
 .PHONY: all deps run test test-gpu bench tests benches clean install fuzz
 all: deps-check $(BINS) $(LIBFOS) $(if $(LIBFOS_C),$(LIBFOSSO))
@@ -86,7 +91,7 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
 
 # every C object may include the generated headers
-$(call obj,$(SERVER_C) $(LIBFOS_C) $(CLI_C) $(TEST_C) $(TESTLIB_C) $(GPUTEST_C) $(BENCH_C) server/fosd_main.c): $(PROTO_C)
+$(call obj,$(SERVER_C) $(LIBFOS_C) $(CLI_C) $(WIRE_C) $(TEST_C) $(TESTLIB_C) $(GPUTEST_C) $(BENCH_C) $(FOSD_MAIN)): $(PROTO_C)
 
 # ---- objects ---------------------------------------------------------------------------------
 $(BUILD)/obj/%.o: %.c
@@ -106,13 +111,13 @@ $(BUILD)/obj/%.cu.o: %.cu
 # ---- libraries -------------------------------------------------------------------------------
 $(LIBNUM): $(call obj,$(KERNEL_C)) $(call cuobj,$(KERNEL_CU))
 	@rm -f $@; ar rcs $@ $^
-$(LIBPROTO): $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
+$(LIBPROTO): $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C)) $(call obj,$(WIRE_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBFOSD): $(call obj,$(SERVER_C))
 	@rm -f $@; ar rcs $@ $^
 # libfos.a carries the generated protobuf-c code too, so a client links -lfos -lnng -lprotobuf-c.
 PROTO_OBJ = $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
-$(LIBFOS): $(call obj,$(LIBFOS_C)) $(PROTO_OBJ)
+$(LIBFOS): $(call obj,$(LIBFOS_C)) $(PROTO_OBJ) $(call obj,$(filter-out proto/nng_fix.c,$(WIRE_C)))
 	@rm -f $@; ar rcs $@ $^
 # Debian's libnng.a is not position-independent: the shared libfos links the shared nng/protobuf-c.
 $(LIBFOSSO): $(call obj,$(LIBFOS_C)) $(LIBPROTO)
@@ -123,21 +128,25 @@ $(LIBTEST): $(call obj,$(TESTLIB_C))
 	@rm -f $@; ar rcs $@ $^
 
 ALL_LIBS = $(LIBCLI) $(LIBFOSD) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
-# nng 1.5.2 work-around (server/nng_fix.c, fixed upstream in nng 1.6.0): inside the statically
-# linked nng, EPIPE maps to NNG_ECONNRESET, so a peer vanishing during the SP handshake no longer
-# stops a listener for good. -u pulls server/nng_fix.o out of libfosd.a.
+# nng 1.5.2 work-arounds (proto/nng_fix.c): inside the statically linked nng, EPIPE maps to
+# NNG_ECONNRESET (a peer vanishing during the SP handshake no longer stops a listener for good;
+# fixed upstream in 1.6.0), and a stream aio left unstarted by a pipe closed mid partial write is
+# completed. -u pulls proto/nng_fix.o out of libfosproto.a.
 NNG_FIX = -Wl,--wrap=nni_plat_errno -Wl,-u,__wrap_nni_plat_errno -Wl,--wrap=nng_stream_send \
 	-Wl,--wrap=nng_stream_recv
-# Large message bodies of the static nng come from server/msg_pool.c: reused, not cleared, and
-# pinned for DMA in a cuda fosd. -u pulls server/msg_pool.o out of libfosd.a.
+# Large message bodies of the static nng come from server/transport/msg_pool.c: reused, not cleared, and
+# pinned for DMA in a cuda fosd. -u pulls server/transport/msg_pool.o out of libfosd.a.
 MSGPOOL_WRAP = -Wl,--wrap=nni_msg_alloc -Wl,--wrap=nni_zalloc -Wl,--wrap=nni_alloc -Wl,--wrap=nni_free \
 	-Wl,-u,__wrap_nni_zalloc
 LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS) $(NNG_FIX) $(MSGPOOL_WRAP)
+# the CLI: libfos and the numerics only (no server code, so no message pool)
+CLI_LIBS = $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
 
 # ---- programs --------------------------------------------------------------------------------
-$(BUILD)/fos: $(ALL_LIBS)
-	$(CC) -o $@ -Wl,--whole-archive $(LIBCLI) -Wl,--no-whole-archive $(ALL_LIBS) $(LINK)
-$(BUILD)/fosd: $(call obj,server/fosd_main.c) $(ALL_LIBS)
+$(BUILD)/fos: $(CLI_LIBS)
+	$(CC) -o $@ -Wl,--whole-archive $(LIBCLI) -Wl,--no-whole-archive $(CLI_LIBS) $(STATIC_LIBS) $(CUDA_LIBS) \
+		$(LDFLAGS) $(SYS_LIBS) $(NNG_FIX)
+$(BUILD)/fosd: $(call obj,$(FOSD_MAIN)) $(ALL_LIBS)
 	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBTEST) $(ALL_LIBS)
@@ -184,7 +193,7 @@ install: all
 	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/usr/local/lib $(DESTDIR)/usr/local/include
 	install -m 755 $(BINS) $(DESTDIR)/usr/local/bin/
 	install -m 644 $(LIBFOS) $(LIBFOSSO) $(DESTDIR)/usr/local/lib/
-	install -m 644 client/fos.h kernels/fos_version.h kernels/fos_wire_enums.h $(DESTDIR)/usr/local/include/
+	install -m 644 client/libfos/fos.h kernels/fos_version.h kernels/fos_wire_enums.h $(DESTDIR)/usr/local/include/
 
 clean:
 	rm -rf $(BUILD)

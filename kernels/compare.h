@@ -1,6 +1,6 @@
 /* compare.h: the inference-consistency comparison of two arrays of one element type, the one
- * implementation behind `fos check` (client/cli_check.c) and fosd's Forward with `expect`
- * (server/ops_linear.c), so both give the same numbers for the same arrays by construction.
+ * implementation behind `fos check` (client/cli/cli_check.c) and fosd's Forward with `expect`
+ * (server/ops/ops_linear.c), so both give the same numbers for the same arrays by construction.
  *
  * Definitions (OURS against REFERENCE, element by element, in flat row-major order):
  *  - differ: elements whose bits differ.

@@ -1,5 +1,5 @@
 /* support_fuzz.c: the body of the request fuzz target (see support_fuzz.h). It mirrors
- * server/dispatch.c up to the executor: fosw_split, fos__request__unpack, fosd_request_op,
+ * server/requests/dispatch.c up to the executor: fosw_split, fos__request__unpack, fosd_request_op,
  * fosd_auth_request, fosd_validate_shm and fosd_shm_outputs_check. */
 #include "support_fuzz.h"
 

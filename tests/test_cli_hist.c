@@ -1,4 +1,4 @@
-/* test_cli_hist.c: the load tester's log-linear latency histogram (client/cli_hist.c): every value
+/* test_cli_hist.c: the load tester's log-linear latency histogram (client/cli/cli_hist.c): every value
  * lands in a bucket that contains it, buckets tile the whole uint64 range without gaps or overlap,
  * a bucket is never wider than 1/128 of its lowest value, and percentiles are exact below 256 and
  * within that bound above; merge, empty and single-value cases. Expected values are worked out by

@@ -1,4 +1,4 @@
-/* test_cli_json.c: the CLI's JSON reader and writer (client/cli_json.c): well-formed documents by
+/* test_cli_json.c: the CLI's JSON reader and writer (client/cli/cli_json.c): well-formed documents by
  * hand (nesting, escapes, \u and surrogate pairs to UTF-8, 64-bit integers kept exact as text),
  * malformed ones refused with a line/column message, and writer output read back. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* test_e2e_chan.c: request channels (client/fos_chan.h, server/chan.c, client/libfos_chan.c)
+/* test_e2e_chan.c: request channels (proto/fos_chan.h, server/transport/chan.c, client/libfos/libfos_chan.c)
  * against a real fosd (ipc; CPU backend unless $FOS_TEST_BACKEND): results through a channel are
  * the bytes of the same daemon's socket path (forward inline and from regions, backward, linear,
  * quantize, dequantize) and Stats counts exactly the calls that went through it; a reply that
@@ -32,7 +32,7 @@
 #include "support_trust.h"
 #include "support_assert.h"
 
-/* fosd's limit of channels per connection (server/chan.h FOSD_CHAN_MAX_PER_PIPE) */
+/* fosd's limit of channels per connection (server/transport/chan.h FOSD_CHAN_MAX_PER_PIPE) */
 #define CHAN_MAX_PER_CONN 8
 
 #define M 128

@@ -1,4 +1,4 @@
-/* test_e2e_metrics.c: fosd's HTTP endpoint for operators (--metrics-listen, server/http_metrics.c).
+/* test_e2e_metrics.c: fosd's HTTP endpoint for operators (--metrics-listen, server/observe/http_metrics.c).
  * The text of /metrics built from hand-made snapshots: label escaping, cumulative histogram buckets
  * at powers of two of microseconds, +Inf = _count, _sum in seconds, expected values worked out by
  * hand. Then a real fosd (CPU backend) with --metrics-listen http://127.0.0.1:0: after forwards, a

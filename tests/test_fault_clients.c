@@ -5,7 +5,7 @@
  *  - many connections that announce a large message and never send it;
  *  - 1000 clients that connect and vanish at every stage (before the handshake, after it, in
  *    the middle of a message, after a request, through libfos), 1600 that connect and close at
- *    once from 8 threads (what stopped nng 1.5.2's listener for good: server/nng_fix.c), and
+ *    once from 8 threads (what stopped nng 1.5.2's listener for good: proto/nng_fix.c), and
  *    1000 connections open at the same time.
  * Afterwards fosd answers, has nothing in flight, holds no more file descriptors or threads than
  * before, and its cached weights give bit-identical results. */

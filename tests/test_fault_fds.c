@@ -1,5 +1,5 @@
-/* test_fault_fds.c: fosd under a low descriptor limit (issue 12, finding 3; server/fdlimit.c,
- * server/http_server.c, server/regions.c).
+/* test_fault_fds.c: fosd under a low descriptor limit (issue 12, finding 3; server/core/fdlimit.c,
+ * server/observe/http_server.c, server/shm/regions.c).
  *  - the caps' arithmetic (fosd_fd_caps_compute) against values worked out by hand from the rule
  *    in fdlimit.h;
  *  - a region registration that meets EMFILE (this process's own limit lowered for the call) is

@@ -1,4 +1,4 @@
-/* test_msg_pool.c: server/msg_pool.c, the pool of nng's large message bodies, through nng's own
+/* test_msg_pool.c: server/transport/msg_pool.c, the pool of nng's large message bodies, through nng's own
  * message API (the test links the same --wrap flags as fosd): large bodies are reused, small ones
  * are not the pool's, the free bytes kept follow the setting, a pin hook pins each buffer once and
  * every pinned buffer is unpinned exactly once, a failing pin leaves a usable buffer, and messages

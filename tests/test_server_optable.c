@@ -1,4 +1,4 @@
-/* test_server_optable.c: the op table (server/optable.h) against the protocol's list of operations
+/* test_server_optable.c: the op table (server/requests/optable.h) against the protocol's list of operations
  * (proto/fos.proto's Request oneof, PROTOCOL.md): every op has one row with its name (the names
  * Stats and /metrics report), the Request case it answers, a handler, and the flags and size rules
  * PROTOCOL.md and the executor's head comment give it (which ops are answered at once, which run

@@ -1,4 +1,4 @@
-"""The ctypes structs of fosd._lib match client/fos.h: a C program compiled here prints sizeof and
+"""The ctypes structs of fosd._lib match client/libfos/fos.h: a C program compiled here prints sizeof and
 every field's offsetof for each struct, and they must equal the ctypes ones (a field moved in
 fos.h fails this test until fosd._lib follows; fos_stats_info may grow at its end within the slack
 fosd._lib leaves). Also: libfos.so is found as documented."""
@@ -30,7 +30,7 @@ def test_struct_layouts(tmp_path):
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "layout"
-    inc = ["-I", os.path.join(REPO, "client"), "-I", os.path.join(REPO, "kernels")]  # fos.h includes fos_version.h
+    inc = ["-I", os.path.join(REPO, "client", "libfos"), "-I", os.path.join(REPO, "kernels")]  # fos.h includes fos_version.h
     subprocess.run([cc, "-std=c11"] + inc + [str(src), "-o", str(exe)], check=True)
     got = {}
     for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines():

@@ -7,7 +7,7 @@
         dx, dw, db = c.backward(ctx, dy)
 
 fosd.torch has the PyTorch layer (fosd.torch.Linear, linear, convert). The package is pure Python
-over libfos.so (client/fos.h) through ctypes; fosd._lib says where the library is looked for.
+over libfos.so (client/libfos/fos.h) through ctypes; fosd._lib says where the library is looked for.
 """
 
 from ._errors import Error

@@ -1,4 +1,4 @@
-"""fosd._lib: loads libfos.so and declares its C API (client/fos.h) for ctypes.
+"""fosd._lib: loads libfos.so and declares its C API (client/libfos/fos.h) for ctypes.
 
 Where libfos.so comes from, first match wins:
   1. $FOSD_LIBFOS (a path to the library);

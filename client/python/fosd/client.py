@@ -1,4 +1,4 @@
-"""fosd.client: Client, one libfos handle (client/fos.h) and its shared-memory pool.
+"""fosd.client: Client, one libfos handle (client/libfos/fos.h) and its shared-memory pool.
 
 A Client is thread-safe (libfos handles are; each call borrows its own region). Every method
 raises fosd.Error on any status but OK. Arrays are numpy arrays or torch tensors (fosd._arrays says

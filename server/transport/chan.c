@@ -1,4 +1,4 @@
-/* chan.c: request channels (see chan.h and client/fos_chan.h): starting and stopping a channel's
+/* chan.c: request channels (see chan.h and proto/fos_chan.h): starting and stopping a channel's
  * thread, the doorbell (polling, then a futex on the shared sequence word), handing a request to
  * fosd_dispatch as a message of the registering connection, and writing the reply back (the slot's
  * send function, chan_send). */

@@ -1,4 +1,4 @@
-/* chan.h: request channels (client/fos_chan.h has the layout; PROTOCOL.md "Request channels"): a
+/* chan.h: request channels (proto/fos_chan.h has the layout; PROTOCOL.md "Request channels"): a
  * registered region through which a same-host client hands fosd whole request messages with a
  * doorbell instead of the socket. fosd serves each channel on a thread of its own, which takes a
  * request, runs it exactly as one received on the connection that registered the region, and

@@ -284,7 +284,7 @@ typedef struct fos_check_point {
 } fos_check_point;
 
 /* expect ("ours") against fosd's Y (the reference), with the definitions of `fos check`
- * (client/CLI.md): bits, bf16 ulps, SQNR over elements finite on both sides. */
+ * (client/cli/CLI.md): bits, bf16 ulps, SQNR over elements finite on both sides. */
 typedef struct fos_check_result {
 	int64_t rows, cols;              /* Y's shape (M, N) */
 	uint64_t elements;               /* M * N */
