@@ -22,6 +22,10 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 #endif
 	;
 
+/* A failed backend step: *code from the backend's rc (fosd_code_of_rc), the message e->msg, after
+ * "what: " when what is not NULL. */
+nng_msg *fosd_fail_be(fosd_slot *s, int *code, int rc, const char *what, const fos_err *e);
+
 /* Backend buffer (on c's lane) holding a copy of a received tensor; NULL (with e) on failure. */
 void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e);
 /* Backend buffer of n bytes; NULL (with e) on failure. */
@@ -50,6 +54,9 @@ Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, 
 /* Packs resp (with id set here), allocates the message and copies every output in (through c's
  * lane; o NULL: none). On failure returns an error reply and sets *code. */
 nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *code);
+/* fosd_outs_reply of a Response whose result is `result`, the member of the result oneof whose
+ * case is `which` (a Fos__*Result of that member's type; INTERNAL if it is not). */
+nng_msg *fosd_result_reply(fosd_opctx *c, Fos__Response__ResultCase which, void *result, fosd_outs *o, int *code);
 
 /* ops_weights.c */
 nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code);

@@ -20,6 +20,13 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 	return fosd_error_reply(s->req_id, c, msg);
 }
 
+nng_msg *fosd_fail_be(fosd_slot *s, int *code, int rc, const char *what, const fos_err *e)
+{
+	if (what)
+		return fosd_fail(s, code, fosd_code_of_rc(rc), "%s: %s", what, e->msg);
+	return fosd_fail(s, code, fosd_code_of_rc(rc), "%s", e->msg);
+}
+
 nng_msg *fosd_op_run(fosd_opctx *c, int *code)
 {
 	const fosd_op_def *d = c->s->def;
@@ -114,6 +121,19 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 	}
 	*code = 0;
 	return m;
+}
+
+nng_msg *fosd_result_reply(fosd_opctx *c, Fos__Response__ResultCase which, void *result, fosd_outs *o, int *code)
+{
+	/* a oneof case is its member's field number; the member is stored at the field's offset */
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field(&fos__response__descriptor, (unsigned)which);
+	if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE || ((ProtobufCMessage *)result)->descriptor != f->descriptor)
+		return fosd_fail(c->s, code, FOS__CODE__INTERNAL, "result %d is not a Response result", (int)which);
+	Fos__Response resp = FOS__RESPONSE__INIT;
+	resp.result_case = which;
+	memcpy((char *)&resp + f->offset, &result, sizeof result);
+	return fosd_outs_reply(c, &resp, o, code);
 }
 
 void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos__WeightConfig *cfg)

@@ -175,7 +175,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	ly = lx ? fosd_lane_buffer(c, 1, (size_t)(m * n * 2)) : NULL;
 	if (lx && ly) {
 		if (fosd_tensor_h2d(c->be, srv, lx, &a->x, &e)) {
-			r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
 	} else {
@@ -186,12 +186,12 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	    !(y = ly ? ly : fosd_dev_alloc(c, (size_t)(m * n * 2), &e))) {
 		if (lx)
 			x = y = NULL; /* the lane's: not freed */
-		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
 	rc = fos_linear_forward(be, x, m, &w->qw, &o, bias, y, a->save ? &saved : NULL, &e);
 	if (rc) {
-		r = fosd_fail(s, code, fosd_code_of_rc(rc), "forward: %s", e.msg);
+		r = fosd_fail_be(s, code, rc, "forward", &e);
 		goto out;
 	}
 	have_saved = a->save;
@@ -235,10 +235,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	fosd_outs_init(&outs);
 	if (!a->skip_output && !a->has_expect)
 		fr.y = fosd_out_add(&outs, BF16, m, n, y);
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_FORWARD;
-	resp.forward = &fr;
-	r = fosd_outs_reply(c, &resp, &outs, code);
+	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_FORWARD, &fr, &outs, code);
 	if (*code && ctx)
 		fosd_contexts_remove(&srv->cx, ctx, FOSD_CTX_RELEASED);
 out:
@@ -281,7 +278,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) || !(dx = fosd_dev_alloc(oc, (size_t)(m * k * 2), &e)) ||
 	    !(dw = fosd_dev_alloc(oc, (size_t)(n * k * 2), &e)) ||
 	    (sv->has_bias && !(db = fosd_dev_alloc(oc, (size_t)n * 2, &e)))) {
-		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
 	int had_col = c->w->qw.qcol.codes != NULL;
@@ -293,7 +290,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 			fosd_warn("cache over budget after building the columnwise copy of '%s'", c->w->name);
 	}
 	if (rc) {
-		r = fosd_fail(s, code, fosd_code_of_rc(rc), "backward: %s", e.msg);
+		r = fosd_fail_be(s, code, rc, "backward", &e);
 		goto out;
 	}
 	fosd_outs outs;
@@ -303,10 +300,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	br.dw = fosd_out_add(&outs, BF16, n, k, dw);
 	if (db)
 		br.db = fosd_out_add(&outs, BF16, n, 0, db);
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_BACKWARD;
-	resp.backward = &br;
-	r = fosd_outs_reply(oc, &resp, &outs, code);
+	r = fosd_result_reply(oc, FOS__RESPONSE__RESULT_BACKWARD, &br, &outs, code);
 	if (!*code && !a->keep)
 		fosd_contexts_remove(&srv->cx, c, FOSD_CTX_CONSUMED);
 out:
@@ -326,10 +320,7 @@ nng_msg *fosd_op_release(fosd_opctx *c, int *code)
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	Fos__ReleaseContextResult rr = FOS__RELEASE_CONTEXT_RESULT__INIT;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_RELEASE_CONTEXT;
-	resp.release_context = &rr;
-	return fosd_outs_reply(c, &resp, NULL, code);
+	return fosd_result_reply(c, FOS__RESPONSE__RESULT_RELEASE_CONTEXT, &rr, NULL, code);
 }
 
 nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
@@ -349,13 +340,13 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 	if (!(x = fosd_dev_from(c, &a->x, &e)) || !(w = fosd_dev_from(c, &a->w, &e)) ||
 	    (a->has_bias && !(bias = fosd_dev_from(c, &a->bias, &e))) ||
 	    (a->has_dy && !(dy = fosd_dev_from(c, &a->dy, &e))) || !(y = fosd_dev_alloc(c, (size_t)(m * n * 2), &e))) {
-		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
 	int keep_master = a->has_dy && a->resolved == FOS_OVR_HIGH_PRECISION;
 	int want_col = a->has_dy && a->resolved == FOS_OVR_QUANTIZED;
 	if ((rc = fos_qweight_make(be, w, n, k, &a->opts, keep_master, want_col, &qw, &e))) {
-		r = fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing w: %s", e.msg);
+		r = fosd_fail_be(s, code, rc, "quantizing w", &e);
 		goto out;
 	}
 	have_qw = 1;
@@ -364,7 +355,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		goto out;
 	}
 	if ((rc = fos_linear_forward(be, x, m, &qw, &a->opts, bias, y, a->has_dy ? &saved : NULL, &e))) {
-		r = fosd_fail(s, code, fosd_code_of_rc(rc), "forward: %s", e.msg);
+		r = fosd_fail_be(s, code, rc, "forward", &e);
 		goto out;
 	}
 	have_saved = a->has_dy;
@@ -375,11 +366,11 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 	if (a->has_dy) {
 		if (!(dx = fosd_dev_alloc(c, (size_t)(m * k * 2), &e)) || !(dw = fosd_dev_alloc(c, (size_t)(n * k * 2), &e)) ||
 		    (a->has_bias && !(db = fosd_dev_alloc(c, (size_t)n * 2, &e)))) {
-			r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
 		if ((rc = fos_linear_backward(be, &saved, &qw, dy, dx, dw, db, &e))) {
-			r = fosd_fail(s, code, fosd_code_of_rc(rc), "backward: %s", e.msg);
+			r = fosd_fail_be(s, code, rc, "backward", &e);
 			goto out;
 		}
 	}
@@ -394,10 +385,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 			lr.db = fosd_out_add(&outs, BF16, n, 0, db);
 	}
 	lr.resolved_override = a->resolved;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_LINEAR;
-	resp.linear = &lr;
-	r = fosd_outs_reply(c, &resp, &outs, code);
+	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_LINEAR, &lr, &outs, code);
 out:
 	if (have_saved)
 		fos_saved_free(be, &saved);

@@ -18,13 +18,13 @@ nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 	memset(&q, 0, sizeof q);
 	if (!(x = fosd_dev_from(c, &a->x, &e)) || (a->has_amax && !(amax = fosd_dev_from(c, &a->amax, &e))) ||
 	    fos_qtensor_alloc(be, &q, rows, cols, a->cfg.row_scaled, &e)) {
-		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
 	have_q = 1;
 	int rc = be->quantize(be, x, a->dtype, rows, cols, &a->cfg, amax, &q, NULL, &e);
 	if (rc) {
-		r = fosd_fail(s, code, fosd_code_of_rc(rc), "quantize: %s", e.msg);
+		r = fosd_fail_be(s, code, rc, "quantize", &e);
 		goto out;
 	}
 	fosd_outs outs;
@@ -34,10 +34,7 @@ nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 	qr.scales = fosd_out_add(&outs, FOS__DTYPE__DTYPE_E4M3, rows, cols / 16, q.scales);
 	qr.amax = fosd_out_add(&outs, FOS__DTYPE__DTYPE_F32, a->cfg.row_scaled ? rows : 1, 0, q.amax);
 	qr.bound = (uint32_t)a->cfg.bound;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_QUANTIZE;
-	resp.quantize = &qr;
-	r = fosd_outs_reply(c, &resp, &outs, code);
+	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_QUANTIZE, &qr, &outs, code);
 out:
 	if (have_q)
 		fos_qtensor_free(be, &q);
@@ -60,7 +57,7 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 	memset(&q, 0, sizeof q);
 	size_t out_bytes = (size_t)(a->rows * a->cols) * fos_dtype_size(a->out_dtype);
 	if (fos_qtensor_alloc(be, &q, a->rows, a->cols, a->row_scaled, &e)) {
-		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
 	have_q = 1;
@@ -70,12 +67,12 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 	q.row_scaled = a->row_scaled;
 	if (fosd_tensor_h2d(c->be, srv, q.codes, &a->codes, &e) || fosd_tensor_h2d(c->be, srv, q.scales, &a->scales, &e) ||
 	    fosd_tensor_h2d(c->be, srv, q.amax, &a->amax, &e) || !(out = fosd_dev_alloc(c, out_bytes, &e))) {
-		r = fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
 	int rc = be->dequantize(be, &q, a->out_dtype, out, &e);
 	if (rc) {
-		r = fosd_fail(s, code, fosd_code_of_rc(rc), "dequantize: %s", e.msg);
+		r = fosd_fail_be(s, code, rc, "dequantize", &e);
 		goto out;
 	}
 	fosd_outs outs;
@@ -83,10 +80,7 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 	Fos__DequantizeResult dr = FOS__DEQUANTIZE_RESULT__INIT;
 	dr.out = fosd_out_add(&outs, a->out_dtype == FOS_F32 ? FOS__DTYPE__DTYPE_F32 : FOS__DTYPE__DTYPE_BF16, a->rows,
 			      a->cols, out);
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_DEQUANTIZE;
-	resp.dequantize = &dr;
-	r = fosd_outs_reply(c, &resp, &outs, code);
+	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_DEQUANTIZE, &dr, &outs, code);
 out:
 	if (have_q)
 		fos_qtensor_free(be, &q);

@@ -44,7 +44,7 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 	void *wd = fosd_dev_from(c, &a->w, &e);
 	if (!wd) {
 		free(w);
-		return fosd_fail(s, code, fosd_code_of_rc(e.rc), "%s", e.msg);
+		return fosd_fail_be(s, code, e.rc, NULL, &e);
 	}
 	rc = fos_qweight_make(c->be, wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
 	fosd_dev_free(c, wd);
@@ -64,10 +64,7 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 	fosd_weight_info_msg(&info, &wi, &wc);
 	Fos__PutWeightResult pr = FOS__PUT_WEIGHT_RESULT__INIT;
 	pr.info = &wi;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_PUT_WEIGHT;
-	resp.put_weight = &pr;
-	return fosd_outs_reply(c, &resp, NULL, code);
+	return fosd_result_reply(c, FOS__RESPONSE__RESULT_PUT_WEIGHT, &pr, NULL, code);
 }
 
 nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code)
@@ -81,8 +78,5 @@ nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code)
 	fosd_info("cache: dropped weight '%s'%s%s", s->args.u.drop_name, s->tenant ? " of " : "",
 		  s->tenant ? s->tenant->name : "");
 	Fos__DropWeightResult dr = FOS__DROP_WEIGHT_RESULT__INIT;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_DROP_WEIGHT;
-	resp.drop_weight = &dr;
-	return fosd_outs_reply(c, &resp, NULL, code);
+	return fosd_result_reply(c, FOS__RESPONSE__RESULT_DROP_WEIGHT, &dr, NULL, code);
 }

@@ -18,6 +18,22 @@ static void reply_error(fosd_slot *s, uint64_t id, int code, const char *message
 	fosd_finish(s, fosd_error_reply(id, code, message), code);
 }
 
+/* The message refusing a request on a connection over its share (FOSD_CONN_OVER_SHARE) or past
+ * max_connections (FOSD_CONN_OVER_MAX); both are answered RESOURCE_EXHAUSTED. */
+static void conn_refusal(const fosd_server *srv, int verdict, char *msg, size_t msgsz)
+{
+	if (verdict == FOSD_CONN_OVER_SHARE)
+		snprintf(msg, msgsz,
+			 "this connection already has %d requests in progress, the most one connection may have "
+			 "(connection_requests): wait for replies or open another connection",
+			 srv->conns.share);
+	else
+		snprintf(msg, msgsz,
+			 "fosd already serves %d connections, its limit (max_connections): close this one and "
+			 "retry later",
+			 srv->conns.max);
+}
+
 /* An inline op (FOSD_OPF_INLINE): run here, on the receiving thread, without a lane. */
 static void run_inline(fosd_server *srv, fosd_slot *s)
 {
@@ -67,19 +83,8 @@ void fosd_dispatch(fosd_slot *s)
 	s->client_id = rq->client_id;
 	s->op = fosd_request_op(rq);
 	s->def = fosd_op_def_of(s->op);
-	if (s->conn_verdict == FOSD_CONN_OVER_SHARE) {
-		snprintf(msg, sizeof msg,
-			 "this connection already has %d requests in progress, the most one connection may have "
-			 "(connection_requests): wait for replies or open another connection",
-			 srv->conns.share);
-		reply_error(s, rq->id, FOS__CODE__RESOURCE_EXHAUSTED, msg);
-		return;
-	}
-	if (s->conn_verdict == FOSD_CONN_OVER_MAX) {
-		snprintf(msg, sizeof msg,
-			 "fosd already serves %d connections, its limit (max_connections): close this one and "
-			 "retry later",
-			 srv->conns.max);
+	if (s->conn_verdict == FOSD_CONN_OVER_SHARE || s->conn_verdict == FOSD_CONN_OVER_MAX) {
+		conn_refusal(srv, s->conn_verdict, msg, sizeof msg);
 		reply_error(s, rq->id, FOS__CODE__RESOURCE_EXHAUSTED, msg);
 		return;
 	}

@@ -127,6 +127,23 @@ static int fail(vctx *v, const char *fmt, long long a, long long b)
 	return INVALID;
 }
 
+/* An f32 amax tensor of `want` values (one per row when row-scaled, else one), none NaN or
+ * negative; +inf is allowed. */
+static int check_amax(vctx *v, const fosw_tensor *amax, int64_t want)
+{
+	if (amax->shape[0] != want)
+		return fail(v, "amax has %lld values, %lld expected", amax->shape[0], want);
+	for (int64_t i = 0; i < want; i++) {
+		float f;
+		memcpy(&f, amax->ptr + 4 * i, 4);
+		if (!(f >= 0.0f)) {
+			snprintf(v->msg, v->msgsz, "amax[%lld] = %g is NaN or negative", (long long)i, (double)f);
+			return INVALID;
+		}
+	}
+	return 0;
+}
+
 /* The bytes result `result` adds to the reply message: 0 when the request has it written into a
  * region (its room is the region's, see fosd_shm_output_named), else bytes. */
 static uint64_t inline_bytes(const vctx *v, const char *result, uint64_t bytes)
@@ -299,17 +316,8 @@ int fosd_validate_quantize(vctx *v, const Fos__Request *rq, fosd_args *args, uin
 	if (a->has_amax) {
 		if ((rc = get_tensor(v, r->amax, "amax", FOS__DTYPE__DTYPE_F32, 1, &a->amax)))
 			return rc;
-		int64_t want = a->cfg.row_scaled ? a->x.shape[0] : 1;
-		if (a->amax.shape[0] != want)
-			return fail(v, "amax has %lld values, %lld expected", a->amax.shape[0], want);
-		for (int64_t i = 0; i < want; i++) {
-			float f;
-			memcpy(&f, a->amax.ptr + 4 * i, 4);
-			if (!(f >= 0.0f)) { /* NaN or negative; +inf is allowed */
-				snprintf(v->msg, v->msgsz, "amax[%lld] = %g is NaN or negative", (long long)i, (double)f);
-				return INVALID;
-			}
-		}
+		if ((rc = check_amax(v, &a->amax, a->cfg.row_scaled ? a->x.shape[0] : 1)))
+			return rc;
 	}
 	return 0;
 }
@@ -344,17 +352,8 @@ int fosd_validate_dequantize(vctx *v, const Fos__Request *rq, fosd_args *args, u
 			return INVALID;
 		}
 	a->row_scaled = r->row_scaled;
-	int64_t want = a->row_scaled ? a->rows : 1;
-	if (a->amax.shape[0] != want)
-		return fail(v, "amax has %lld values, %lld expected", a->amax.shape[0], want);
-	for (int64_t i = 0; i < want; i++) {
-		float f;
-		memcpy(&f, a->amax.ptr + 4 * i, 4);
-		if (!(f >= 0.0f)) { /* NaN or negative; +inf is allowed */
-			snprintf(v->msg, v->msgsz, "amax[%lld] = %g is NaN or negative", (long long)i, (double)f);
-			return INVALID;
-		}
-	}
+	if ((rc = check_amax(v, &a->amax, a->row_scaled ? a->rows : 1)))
+		return rc;
 	if (map_bound(r->bound, 256, &a->bound, v->msg, v->msgsz))
 		return INVALID;
 	if (r->out_dtype == FOS__DTYPE__DTYPE_UNSPECIFIED || r->out_dtype == FOS__DTYPE__DTYPE_BF16)

@@ -97,10 +97,7 @@ nng_msg *fosd_op_register_region(fosd_opctx *c, int *code)
 	region_info_msg(&info, &ri);
 	Fos__RegisterRegionResult rr = FOS__REGISTER_REGION_RESULT__INIT;
 	rr.info = &ri;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_REGISTER_REGION;
-	resp.register_region = &rr;
-	return fosd_outs_reply(c, &resp, NULL, code);
+	return fosd_result_reply(c, FOS__RESPONSE__RESULT_REGISTER_REGION, &rr, NULL, code);
 }
 
 nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code)
@@ -113,10 +110,7 @@ nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code)
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	Fos__UnregisterRegionResult ur = FOS__UNREGISTER_REGION_RESULT__INIT;
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = FOS__RESPONSE__RESULT_UNREGISTER_REGION;
-	resp.unregister_region = &ur;
-	return fosd_outs_reply(c, &resp, NULL, code);
+	return fosd_result_reply(c, FOS__RESPONSE__RESULT_UNREGISTER_REGION, &ur, NULL, code);
 }
 
 nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code)
@@ -140,10 +134,7 @@ nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code)
 		Fos__ListRegionsResult lr = FOS__LIST_REGIONS_RESULT__INIT;
 		lr.n_regions = n;
 		lr.regions = rp;
-		Fos__Response resp = FOS__RESPONSE__INIT;
-		resp.result_case = FOS__RESPONSE__RESULT_LIST_REGIONS;
-		resp.list_regions = &lr;
-		m = fosd_outs_reply(c, &resp, NULL, code);
+		m = fosd_result_reply(c, FOS__RESPONSE__RESULT_LIST_REGIONS, &lr, NULL, code);
 	}
 	free(ri);
 	free(rp);
