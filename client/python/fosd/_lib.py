@@ -163,7 +163,7 @@ def candidates():
         out.append(env)
     out.append(os.path.join(_HERE, "libfos.so"))
     repo = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
-    if os.path.isfile(os.path.join(repo, "client", "fos.h")):
+    if os.path.isfile(os.path.join(repo, "client", "libfos", "fos.h")):
         build = os.environ.get("FOS_BUILD")
         if build:
             out.append(os.path.join(build if os.path.isabs(build) else os.path.join(repo, build),
