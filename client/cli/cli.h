@@ -70,6 +70,13 @@ typedef struct cli_cmd {
  * or FOS_EINVAL with a message (unknown flag, missing value, flag repeated, wrong positionals). */
 int cli_parse(cli_cmd *c, int argc, char **argv, fos_err *err);
 void cli_print_help(const cli_cmd *c, FILE *f);
+/* Designated initializers of a cli_cmd's positionals and flags, the counts taken from the arrays. */
+#define CLI_CMD_POS(names, help) .pos_names = (names), .pos_help = (help), .npos = (int)(sizeof(names) / sizeof((names)[0]))
+#define CLI_CMD_FLAGS(flagv) .flags = (flagv), .nflags = (int)(sizeof(flagv) / sizeof((flagv)[0]))
+#define CLI_CMD_ARGS(names, help, flagv) CLI_CMD_POS(names, help), CLI_CMD_FLAGS(flagv)
+/* cli_parse for a subcommand's main: -1 when the command goes on; else the status to exit with
+ * (help shown: CLI_EXIT_OK; bad command line: CLI_EXIT_USAGE, its message printed). */
+int cli_parse_main(cli_cmd *c, int argc, char **argv, fos_err *err);
 /* Maps f->value through names[i] -> values[i]; when the flag was not given *out is left alone. */
 int cli_choice(const cli_flag *f, int n, const char *const *names, const int *values, int *out, fos_err *err);
 
@@ -120,6 +127,16 @@ int cli_check_rank(const npy_array *a, const char *path, int ndim, const char *w
 int cli_check_float(const npy_array *a, const char *path, int ndim, const char *what, fos_err *err);
 /* Converts an NPY_F4 array to NPY_U2 (bf16, round to nearest even) in place; no-op for NPY_U2. */
 int cli_to_bf16(npy_array *a, fos_err *err);
+/* cli_load + cli_check_float: a bf16 or f32 input of rank ndim (what: its shape, e.g. "(M, K)"). */
+int cli_load_float(const char *path, int ndim, const char *what, npy_array *a, fos_err *err);
+/* cli_load_float + cli_to_bf16: the input as bf16. */
+int cli_load_bf16(const char *path, int ndim, const char *what, npy_array *a, fos_err *err);
+/* FOS_OK when a holds at least one element, else "PATH: shape S is empty". */
+int cli_check_nonempty(const npy_array *a, const char *path, fos_err *err);
+/* The optional --bias: FOS_OK with a untouched when path is NULL; else a nonempty bf16 (N,) array. */
+int cli_load_bias(const char *path, npy_array *a, fos_err *err);
+/* A fos_tensor over a bf16 array of rank 1 or 2 (not copied). */
+fos_tensor cli_tensor_bf16(const npy_array *a);
 /* Checks every value of a float32 amax array: finite or +inf, not NaN, not negative. */
 int cli_check_amax_values(const npy_array *a, const char *path, fos_err *err);
 /* mkdir -p dir. */

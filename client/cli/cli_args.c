@@ -178,3 +178,13 @@ int cli_opt_override(const cli_flag *f, int *out, fos_err *err)
 				   FOS_OVR_DEQUANTIZED};
 	return cli_choice(f, 4, names, vals, out, err);
 }
+
+int cli_parse_main(cli_cmd *c, int argc, char **argv, fos_err *err)
+{
+	int rc = cli_parse(c, argc, argv, err);
+	if (rc == CLI_HELP_SHOWN)
+		return CLI_EXIT_OK;
+	if (rc)
+		return cli_report(err, CLI_EXIT_USAGE);
+	return -1;
+}

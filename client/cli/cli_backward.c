@@ -12,6 +12,7 @@ enum { BF_OUT, BF_KEEP, BF_RECOMPUTE, BF_SHM, BF_COUNT };
 
 int cli_backward_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[BF_COUNT] = {
 		[BF_OUT] = {"--out", "DIR", "write DIR/dx.npy (M, K), DIR/dw.npy (N, K) and, when the\n"
 					    "forward had a bias, DIR/db.npy (N,); all bf16 (required;\n"
@@ -33,31 +34,21 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 		.name = "backward",
 		.synopsis = "CONTEXT DY.npy --out DIR [--keep-context] [--recompute] [--shm]",
 		.summary = "Run a linear layer's backward from a saved forward context: dX, dW and db.",
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.about = "dX = dY W, dW = dY^T X, db = sum over M of dY, computed as the context's override\n"
 			 "says (NUMERICS.md 8). The request goes to --server / FOS_SERVER when given, else to the\n"
 			 "server recorded in CONTEXT.",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 2,
-		.flags = flags,
-		.nflags = BF_COUNT,
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 	if (!flags[BF_OUT].given)
 		return cli_fail(CLI_EXIT_USAGE, "backward: --out DIR is required");
 	const char *cp = cmd.pos[0], *dp = cmd.pos[1], *out_dir = flags[BF_OUT].value;
 	int keep = flags[BF_KEEP].given, recompute = flags[BF_RECOMPUTE].given;
 
 	static cli_ctxfile cf;
-	npy_array dy, x, bias;
-	memset(&dy, 0, sizeof dy);
-	memset(&x, 0, sizeof x);
-	memset(&bias, 0, sizeof bias);
+	npy_array dy = {0}, x = {0}, bias = {0};
 	fos_client *c = NULL;
 	cli_shm sh;
 	memset(&sh, 0, sizeof sh);
@@ -66,7 +57,7 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 	if (cli_ctxfile_read(cp, &cf, &err))
 		goto fail;
 	fos_context *ctx = &cf.ctx;
-	if (cli_load(dp, &dy, &err) || cli_check_float(&dy, dp, 2, "(M, N)", &err) || cli_to_bf16(&dy, &err))
+	if (cli_load_bf16(dp, 2, "(M, N)", &dy, &err))
 		goto fail;
 	if (dy.shape[0] != ctx->m || dy.shape[1] != ctx->n) {
 		char sb[64];
@@ -82,8 +73,7 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 				 cf.x_path[0] ? "bias" : "X");
 			goto fail;
 		}
-		if (cli_load(cf.x_path, &x, &err) || cli_check_float(&x, cf.x_path, 2, "(M, K)", &err) ||
-		    cli_to_bf16(&x, &err))
+		if (cli_load_bf16(cf.x_path, 2, "(M, K)", &x, &err))
 			goto fail;
 		if (x.shape[0] != ctx->m || x.shape[1] != ctx->k) {
 			char sb[64];
@@ -91,18 +81,17 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 				 cf.x_path, npy_shape_str(2, x.shape, sb, sizeof sb), (long long)ctx->m, (long long)ctx->k);
 			goto fail;
 		}
-		tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
+		tx = cli_tensor_bf16(&x);
 		bo.recompute_x = &tx;
 		if (ctx->has_bias) {
-			if (cli_load(cf.bias_path, &bias, &err) || cli_check_float(&bias, cf.bias_path, 1, "(N,)", &err) ||
-			    cli_to_bf16(&bias, &err))
+			if (cli_load_bf16(cf.bias_path, 1, "(N,)", &bias, &err))
 				goto fail;
 			if (bias.shape[0] != ctx->n) {
 				cli_errf(&err, "%s: shape (%lld,) is no longer the forward's (N,) = (%lld,); cannot recompute",
 					 cf.bias_path, (long long)bias.shape[0], (long long)ctx->n);
 				goto fail;
 			}
-			tb = fos_tensor_1d(FOS_DTYPE_BF16, bias.shape[0], bias.data);
+			tb = cli_tensor_bf16(&bias);
 			bo.recompute_bias = &tb;
 		}
 	}
@@ -112,7 +101,7 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 	if (cli_connect(&rg, &c, &err))
 		goto fail;
 	int old_recomputed = ctx->recomputed;
-	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, dy.shape[0], dy.shape[1], dy.data);
+	fos_tensor tdy = cli_tensor_bf16(&dy);
 	fos_tensor *pdy = &tdy, *pdx = &dx, *pdw = &dw, *pdb = &db, sdy, sdx, sdw, sdb, srx, srb;
 	if (flags[BF_SHM].given) { /* inputs copied once into a region; fosd writes the results there */
 		size_t need = cli_shm_slot(fos_tensor_bytes(&tdy)) + cli_shm_slot((size_t)(ctx->m * ctx->k) * 2) +

@@ -140,10 +140,7 @@ static int check_remote(const cli_global *g, cli_flag *flags, const char *name, 
 			const fos_cmp_criterion *crit)
 {
 	fos_err err = {0, ""};
-	npy_array x, y, bias;
-	memset(&x, 0, sizeof x);
-	memset(&y, 0, sizeof y);
-	memset(&bias, 0, sizeof bias);
+	npy_array x = {0}, y = {0}, bias = {0};
 	fos_client *c = NULL;
 	cli_shm sh;
 	memset(&sh, 0, sizeof sh);
@@ -152,13 +149,8 @@ static int check_remote(const cli_global *g, cli_flag *flags, const char *name, 
 	uint64_t version = 0;
 	if (flags[CF_VERSION].given && cli_parse_u64("--version", flags[CF_VERSION].value, 1, UINT64_MAX, &version, &err))
 		goto fail;
-	if (cli_load(xp, &x, &err) || cli_check_float(&x, xp, 2, "(M, K)", &err) || cli_to_bf16(&x, &err))
+	if (cli_load_bf16(xp, 2, "(M, K)", &x, &err) || cli_check_nonempty(&x, xp, &err))
 		goto fail;
-	if (x.count == 0) {
-		char sb[64];
-		cli_errf(&err, "%s: shape %s is empty", xp, npy_shape_str(2, x.shape, sb, sizeof sb));
-		goto fail;
-	}
 	if (cli_load(yp, &y, &err))
 		goto fail;
 	if (y.dtype != NPY_U2) {
@@ -171,17 +163,10 @@ static int check_remote(const cli_global *g, cli_flag *flags, const char *name, 
 		cli_errf(&err, "check: %s has shape %s; Y is (M, N)", yp, npy_shape_str(y.ndim, y.shape, sb, sizeof sb));
 		goto fail;
 	}
-	if (bp && (cli_load(bp, &bias, &err) || cli_check_float(&bias, bp, 1, "(N,)", &err) || cli_to_bf16(&bias, &err)))
+	if (cli_load_bias(bp, &bias, &err) || cli_connect(g, &c, &err))
 		goto fail;
-	if (bp && bias.count == 0) {
-		cli_errf(&err, "%s: shape (0,) is empty", bp);
-		goto fail;
-	}
-	if (cli_connect(g, &c, &err))
-		goto fail;
-	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
-	fos_tensor te = y.ndim == 2 ? fos_tensor_2d(FOS_DTYPE_BF16, y.shape[0], y.shape[1], y.data)
-				    : fos_tensor_1d(FOS_DTYPE_BF16, y.shape[0], y.data);
+	fos_tensor tx = cli_tensor_bf16(&x);
+	fos_tensor te = cli_tensor_bf16(&y);
 	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, bp ? bias.shape[0] : 1, bias.data);
 	fos_tensor *px = &tx, *pe = &te, *pb = bp ? &tb : NULL, sx, se, sb;
 	if (flags[CF_SHM].given) { /* X, Y (and the bias) copied once into a region */
@@ -254,6 +239,7 @@ done:
 
 int cli_check_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[CF_COUNT] = {
 		[CF_BITWISE] = {"--bitwise", NULL, "consistent only when every element has the same bits (the\n"
 						   "default when no other criterion is given)", 0, 0},
@@ -285,25 +271,18 @@ int cli_check_main(const cli_global *g, int argc, char **argv)
 			    "       fos check --remote NAME X.npy Y.npy [--bitwise | --min-sqnr DB | --max-ulps N]\n"
 			    "           [--bias B.npy] [--row-scaled] [--version V] [--shm] [--json]",
 		.summary = "Inference-consistency check: compare a result with a reference, element by element.",
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.about = "Reports how many elements differ (in their bits), the first of them, the largest\n"
 			 "difference in ulps of the dtype (bf16 ulps for bf16, f32 ulps for float32; -0 and +0\n"
 			 "are 0 ulps apart) and the SQNR in dB = 10 log10(sum ref^2 / sum (ours - ref)^2).\n"
 			 "uint8 arrays (codes, scales) compare bitwise only. With --remote fosd makes the same\n"
 			 "comparison (the same code) of Y.npy against its own Y.",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 2,
-		.flags = flags,
-		.nflags = CF_COUNT,
 		.footer = "Exit status: 0 consistent; 1 not consistent; 2 the comparison could not be made (bad\n"
 			  "command line, unreadable file, dtype or shape mismatch, or fosd's error).",
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 	fos_cmp_criterion crit = {0, 0, 0, 0};
 	int bitwise = flags[CF_BITWISE].given;
 	crit.by_min_sqnr = flags[CF_SQNR].given;

@@ -20,29 +20,13 @@ int cli_errf(fos_err *err, const char *fmt, ...)
 	return FOS_EINVAL;
 }
 
-static int cli_errf_rc(fos_err *err, int rc, const char *fmt, ...)
-#if defined(__GNUC__)
-	__attribute__((format(printf, 3, 4)))
-#endif
-	;
-
-static int cli_errf_rc(fos_err *err, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-	va_end(ap);
-	err->rc = rc;
-	return rc;
-}
-
 int cli_err_prefix(fos_err *err, const char *prefix)
 {
 	char tmp[sizeof err->msg];
 	memcpy(tmp, err->msg, sizeof tmp);
 	tmp[sizeof tmp - 1] = 0;
 	int rc = err->rc ? err->rc : FOS_EINVAL;
-	return cli_errf_rc(err, rc, "%s: %s", prefix, tmp);
+	return fos_seterr(err, rc, "%s: %s", prefix, tmp);
 }
 
 int cli_report(const fos_err *err, int code)

@@ -75,6 +75,7 @@ static int cli_check_scale_bytes(const npy_array *s, const char *path, fos_err *
 
 int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[DF_COUNT] = {
 		[DF_CODES] = {"--codes", "C.npy", "uint8 (R, C/2) E2M1 codes, as fos quantize writes them\n(required)",
 			      0, 0},
@@ -97,17 +98,13 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "--codes C.npy --scales S.npy --amax A.npy --out OUT.npy [--local]\n"
 			    "           [--bound 256|448] [--dtype bf16|f32] [--backend cpu|cuda|auto]",
 		.summary = "Dequantize NVFP4 codes, scales and amax back to a matrix (NUMERICS.md 6).",
+		CLI_CMD_FLAGS(flags),
 		.about = "out[r, c] = e2m1(code[r, c]) * rn(rn(e4m3(scale[r, c/16]) * amax) * rn(1/(6*bound)))",
 		.npos = 0,
-		.flags = flags,
-		.nflags = DF_COUNT,
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 
 	int bound = 256, dtype = FOS_BF16;
 	const char *backend = "auto";
@@ -126,10 +123,7 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 
 	const char *cp = flags[DF_CODES].value, *sp = flags[DF_SCALES].value, *ap = flags[DF_AMAX].value,
 		   *op = flags[DF_OUT].value;
-	npy_array codes, scales, amax;
-	memset(&codes, 0, sizeof codes);
-	memset(&scales, 0, sizeof scales);
-	memset(&amax, 0, sizeof amax);
+	npy_array codes = {0}, scales = {0}, amax = {0};
 	void *out = NULL;
 	int code = CLI_EXIT_FAIL;
 	static const int u1[] = {NPY_U1}, f4[] = {NPY_F4};

@@ -30,6 +30,7 @@ static int cli_forward_weight_n(fos_client *c, const char *name, int64_t *n, fos
 
 int cli_forward_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[FF_COUNT] = {
 		[FF_OUT] = {"--out", "Y.npy", "where to write Y, bf16 (M, N) (required; its directory is\n"
 					      "created if missing)", 0, 0},
@@ -58,21 +59,14 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 			    "           [--override default|quantized|high_precision|dequantized] [--row-scaled]\n"
 			    "           [--bias B.npy] [--shm]",
 		.summary = "Run a linear layer's forward with a weight from fosd's cache: Y = X W^T (+ bias).",
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled) with the weight's err\n"
 			 "mode and bound; the result is bit-identical to `fos linear` with the same weight and\n"
 			 "options.",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 2,
-		.flags = flags,
-		.nflags = FF_COUNT,
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 	int ovr = FOS_OVR_DEFAULT;
 	uint64_t version = 0;
 	if (cli_opt_override(&flags[FF_OVERRIDE], &ovr, &err) ||
@@ -87,9 +81,7 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 	const char *name = cmd.pos[0], *xp = cmd.pos[1], *yp = flags[FF_OUT].value, *bp = flags[FF_BIAS].value,
 		   *cp = flags[FF_CTX].value;
 
-	npy_array x, bias;
-	memset(&x, 0, sizeof x);
-	memset(&bias, 0, sizeof bias);
+	npy_array x = {0}, bias = {0};
 	fos_client *c = NULL;
 	cli_shm sh;
 	memset(&sh, 0, sizeof sh);
@@ -97,22 +89,11 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 	fos_context ctx;
 	memset(&ctx, 0, sizeof ctx);
 	int code = CLI_EXIT_FAIL;
-	if (cli_load(xp, &x, &err) || cli_check_float(&x, xp, 2, "(M, K)", &err) || cli_to_bf16(&x, &err))
+	if (cli_load_bf16(xp, 2, "(M, K)", &x, &err) || cli_check_nonempty(&x, xp, &err))
 		goto fail;
-	if (x.count == 0) {
-		char sb[64];
-		cli_errf(&err, "%s: shape %s is empty", xp, npy_shape_str(2, x.shape, sb, sizeof sb));
+	if (cli_load_bias(bp, &bias, &err) || cli_connect(g, &c, &err))
 		goto fail;
-	}
-	if (bp && (cli_load(bp, &bias, &err) || cli_check_float(&bias, bp, 1, "(N,)", &err) || cli_to_bf16(&bias, &err)))
-		goto fail;
-	if (bp && bias.count == 0) {
-		cli_errf(&err, "%s: shape (0,) is empty", bp);
-		goto fail;
-	}
-	if (cli_connect(g, &c, &err))
-		goto fail;
-	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, x.shape[0], x.shape[1], x.data);
+	fos_tensor tx = cli_tensor_bf16(&x);
 	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, bp ? bias.shape[0] : 1, bias.data);
 	fos_tensor *px = &tx, *pb = bp ? &tb : NULL, *py = &y, sx, sb, sy;
 	if (flags[FF_SHM].given) { /* X (and the bias) copied once into a region; Y written there */

@@ -34,8 +34,7 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		.name = "health",
 		.synopsis = "[--json]",
 		.summary = "Ask fosd whether it is serving: its version, backend, device and uptime.",
-		.flags = flags,
-		.nflags = HF_COUNT,
+		CLI_CMD_FLAGS(flags),
 		.footer = "Exit status: 0 fosd answers and is serving; 1 it does not answer, or it is draining\n"
 			  "(shutting down); 2 bad command line.",
 	};
@@ -254,11 +253,10 @@ int cli_stats_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "[--json]",
 		.summary = "Show fosd's counters: requests, status codes, latencies and bytes by op, the\n"
 			   "weight cache, saved contexts, the executor and the message pool.",
+		CLI_CMD_FLAGS(flags),
 		.about = "Latencies are fosd's own (receipt to reply, OK requests), in microseconds. For ops\n"
 			 "the executor runs they are split into queue (receipt until an executor lane took\n"
 			 "the request) and run (the op and its device sync on the lane).",
-		.flags = flags,
-		.nflags = SF_COUNT,
 	};
 	fos_client *c;
 	int ex;

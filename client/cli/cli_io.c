@@ -1,5 +1,6 @@
-/* cli_io.c: loading and checking the CLI's .npy inputs (dtype, rank, amax values), the f32 -> bf16
- * rounding of inputs, creating output directories and writing the outputs. */
+/* cli_io.c: loading and checking the CLI's .npy inputs (dtype, rank, nonempty, amax values; the
+ * bf16/f32 inputs and the optional bias in one call each), the f32 -> bf16 rounding of inputs, the
+ * fos_tensor over a bf16 input, creating output directories and writing the outputs. */
 #include "cli.h"
 #include "fos_format.h"
 
@@ -11,6 +12,40 @@
 int cli_load(const char *path, npy_array *a, fos_err *err)
 {
 	return npy_read(path, a, err);
+}
+
+int cli_load_float(const char *path, int ndim, const char *what, npy_array *a, fos_err *err)
+{
+	int rc = cli_load(path, a, err);
+	return rc ? rc : cli_check_float(a, path, ndim, what, err);
+}
+
+int cli_load_bf16(const char *path, int ndim, const char *what, npy_array *a, fos_err *err)
+{
+	int rc = cli_load_float(path, ndim, what, a, err);
+	return rc ? rc : cli_to_bf16(a, err);
+}
+
+int cli_check_nonempty(const npy_array *a, const char *path, fos_err *err)
+{
+	if (a->count)
+		return FOS_OK;
+	char sb[200];
+	return cli_errf(err, "%s: shape %s is empty", path, npy_shape_str(a->ndim, a->shape, sb, sizeof sb));
+}
+
+int cli_load_bias(const char *path, npy_array *a, fos_err *err)
+{
+	if (!path)
+		return FOS_OK;
+	int rc = cli_load_bf16(path, 1, "(N,)", a, err);
+	return rc ? rc : cli_check_nonempty(a, path, err);
+}
+
+fos_tensor cli_tensor_bf16(const npy_array *a)
+{
+	return a->ndim == 2 ? fos_tensor_2d(FOS_DTYPE_BF16, a->shape[0], a->shape[1], a->data)
+			    : fos_tensor_1d(FOS_DTYPE_BF16, a->shape[0], a->data);
 }
 
 static void cli_dtype_list(int n, const int *dtypes, char *buf, size_t cap)

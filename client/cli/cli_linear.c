@@ -136,17 +136,9 @@ int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *e
 
 enum { LF_OUT, LF_LOCAL, LF_BACKEND, LF_BIAS, LF_DY, LF_OVERRIDE, LF_WBLOCK, LF_ROW, LF_ERR, LF_BOUND, LF_SHM, LF_COUNT };
 
-/* Loads a bf16/f32 input of rank ndim and rounds it to bf16. */
-static int cli_linear_load(const char *path, int ndim, const char *what, npy_array *a, fos_err *err)
-{
-	int rc = cli_load(path, a, err);
-	if (!rc)
-		rc = cli_check_float(a, path, ndim, what, err);
-	return rc;
-}
-
 int cli_linear_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[LF_COUNT] = {
 		[LF_OUT] = {"--out", "DIR", "write DIR/y.npy, and with --dy DIR/dx.npy, DIR/dw.npy\n"
 					    "(and DIR/db.npy with --bias); required, created if missing", 0, 0},
@@ -179,25 +171,18 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 			    "           [--weight-block 16x16|1x16] [--row-scaled] [--err mae|mse] [--bound 256|448]\n"
 			    "           [--backend cpu|cuda|auto] [--shm]",
 		.summary = "Run one NVFP4 four-over-six linear layer: Y = X W^T, and its backward with --dy.",
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled), W with --weight-block;\n"
 			 "float32 inputs are rounded to bf16 (nearest even) first. The backward gives\n"
 			 "dX = dY W, dW = dY^T X and db = sum over M of dY, computed as the override says.\n"
 			 "Shapes: any M >= 1, N and K multiples of 16; the results are those of the same\n"
 			 "layer on inputs zero-padded to multiples of 128 (NUMERICS.md 8).",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 2,
-		.flags = flags,
-		.nflags = LF_COUNT,
 		.footer = "Outputs (all bf16 '<u2'): DIR/y.npy (M, N); with --dy DIR/dx.npy (M, K),\n"
 			  "DIR/dw.npy (N, K), and with --bias too DIR/db.npy (N,).",
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 
 	fos_linear_opts o = fos_linear_opts_default();
 	const char *backend = "auto";
@@ -220,15 +205,11 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 	if (flags[LF_SHM].given && flags[LF_LOCAL].given)
 		return cli_fail(CLI_EXIT_USAGE, "linear: --shm is for fosd (it cannot be used with --local)");
 
-	npy_array x, w, bias, dy;
-	memset(&x, 0, sizeof x);
-	memset(&w, 0, sizeof w);
-	memset(&bias, 0, sizeof bias);
-	memset(&dy, 0, sizeof dy);
+	npy_array x = {0}, w = {0}, bias = {0}, dy = {0};
 	cli_linear_out out = {NULL, NULL, NULL, NULL};
 	int code = CLI_EXIT_FAIL;
 	char xs[64], ws[64], sb[200];
-	if (cli_linear_load(xp, 2, "(M, K)", &x, &err) || cli_linear_load(wp, 2, "(N, K)", &w, &err))
+	if (cli_load_float(xp, 2, "(M, K)", &x, &err) || cli_load_float(wp, 2, "(N, K)", &w, &err))
 		goto fail;
 	npy_shape_str(2, x.shape, xs, sizeof xs);
 	npy_shape_str(2, w.shape, ws, sizeof ws);
@@ -245,7 +226,7 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		goto fail;
 	}
 	if (bp) {
-		if (cli_linear_load(bp, 1, "(N,)", &bias, &err))
+		if (cli_load_float(bp, 1, "(N,)", &bias, &err))
 			goto fail;
 		if (bias.shape[0] != N) {
 			cli_errf(&err, "%s: shape %s does not match N = %lld (%s %s)", bp,
@@ -254,7 +235,7 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		}
 	}
 	if (dp) {
-		if (cli_linear_load(dp, 2, "(M, N)", &dy, &err))
+		if (cli_load_float(dp, 2, "(M, N)", &dy, &err))
 			goto fail;
 		if (dy.shape[0] != M || dy.shape[1] != N) {
 			cli_errf(&err, "%s: shape %s does not match (M, N) = (%lld, %lld)", dp,

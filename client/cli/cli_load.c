@@ -726,6 +726,7 @@ static int load_execute(load_run *r, cli_load_result *res, fos_err *err)
 
 int cli_load_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[LDF_COUNT] = {
 		[LDF_OP] = {"--op", "OP", "what each request is: forward (default; with the run's own\n"
 					  "cached weight), backward (on a context each worker saved\n"
@@ -771,6 +772,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]\n"
 			    "           [--shm] [--channel]",
 		.summary = "Load-test fosd: closed loop or a fixed rate; throughput, latency percentiles, errors.",
+		CLI_CMD_FLAGS(flags),
 		.about = "For forward, backward and check it first caches a random (N, K) weight under a unique\n"
 			 "name (fos-load-PID-RANDOM) and drops it at the end. Inputs are random bf16; check\n"
 			 "sends fosd's own Y of X (from one forward at the start), so any difference is a\n"
@@ -778,20 +780,15 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 			 "stops early and still reports. When fosd stops answering (UNAVAILABLE: draining, or\n"
 			 "the connection lost) the workers stop sending and one of them probes fosd with Health,\n"
 			 "backing off from 10 ms to 1 s; after 3 s of that the run stops (\"fosd is unavailable\").",
-		.flags = flags,
-		.nflags = LDF_COUNT,
 		.footer = "Report: requests (measured, ok, failed), throughput in requests/s and GB/s of\n"
 			  "tensor bytes moved (request + reply), latency min/p50/p90/p99/p99.9/max/mean, and\n"
 			  "failures by status code.\n"
 			  "Exit status: 0 every request succeeded; 1 any request failed (or setup failed, or\n"
 			  "interrupted, or fosd unavailable); 2 bad command line.",
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 	cli_load_cfg cfg = {CLI_LOAD_FORWARD, 128, 1024, 1024, FOS_OVERRIDE_DEFAULT, 1, 0, 10000000000ull, 0,
 			    1000000000ull, 1, 0, 0, g->server, 0, 0};
 	if (load_parse(flags, &cfg, &err))

@@ -82,6 +82,7 @@ enum { QF_OUT, QF_LOCAL, QF_BACKEND, QF_RECIPE, QF_BLOCK, QF_ERR, QF_BOUND, QF_R
 
 int cli_quantize_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[QF_COUNT] = {
 		[QF_OUT] = {"--out", "DIR", "write DIR/codes.npy, DIR/scales.npy and DIR/amax.npy (required;\n"
 					    "DIR is created if missing)", 0, 0},
@@ -112,23 +113,16 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 			    "           [--err mae|mse] [--bound 256|448] [--row-scaled] [--amax AMAX.npy]\n"
 			    "           [--backend cpu|cuda|auto]",
 		.summary = "Quantize a matrix to NVFP4 with four-over-six block scaling (NUMERICS.md 3-5).",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 1,
-		.flags = flags,
-		.nflags = QF_COUNT,
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.footer = "Outputs:\n"
 			  "  DIR/codes.npy   uint8 (R, C/2): two E2M1 codes per byte, element 2j in the low nibble\n"
 			  "  DIR/scales.npy  uint8 (R, C/16): one E4M3 scale byte per 16 elements of a row\n"
 			  "                  (16x16: the tile's byte repeated on each of its 16 rows)\n"
 			  "  DIR/amax.npy    float32, shape () per tensor or (R,) row-scaled: the raw amax",
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 
 	/* ---- options ---- */
 	fos_qcfg cfg = fos_qcfg_default();
@@ -165,20 +159,13 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 		return cli_report(&err, CLI_EXIT_USAGE);
 
 	/* ---- inputs ---- */
-	npy_array x, amax;
-	memset(&x, 0, sizeof x);
-	memset(&amax, 0, sizeof amax);
+	npy_array x = {0}, amax = {0};
 	cli_qhost q;
 	memset(&q, 0, sizeof q);
 	int code = CLI_EXIT_FAIL;
-	if (cli_load(x_path, &x, &err) || cli_check_float(&x, x_path, 2, "(R, C)", &err))
+	if (cli_load_float(x_path, 2, "(R, C)", &x, &err) || cli_check_nonempty(&x, x_path, &err))
 		goto fail;
 	int64_t R = x.shape[0], C = x.shape[1];
-	if (x.count == 0) {
-		char sb[64];
-		cli_errf(&err, "%s: shape %s is empty", x_path, npy_shape_str(2, x.shape, sb, sizeof sb));
-		goto fail;
-	}
 	if (fos_qcfg_check(&cfg, R, C, &err)) {
 		char sb[64], pre[512];
 		snprintf(pre, sizeof pre, "%s: shape %s", x_path, npy_shape_str(2, x.shape, sb, sizeof sb));

@@ -47,6 +47,7 @@ enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER
 
 int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 {
+	fos_err err = {0, ""};
 	cli_flag flags[PF_COUNT] = {
 		[PF_VERSION] = {"--version", "V", "the weight's version, a whole number >= 1 (default 1); a\n"
 						  "new version replaces the cached one, the same one is refused\n"
@@ -71,18 +72,11 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "NAME W.npy [--version V] [--weight-block 16x16|1x16] [--err mae|mse]\n"
 			    "           [--bound 256|448] [--pin] [--drop-master] [--eager-columnwise] [--json]",
 		.summary = "Quantize a weight once into fosd's cache; `fos forward NAME ...` then uses it.",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 2,
-		.flags = flags,
-		.nflags = PF_COUNT,
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 	};
-	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc)
-		return cli_report(&err, CLI_EXIT_USAGE);
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
 	int block = FOS_BLOCK_16X16, errm = FOS_ERR_MAE, bound = 256;
 	uint64_t version = 1;
 	if (cli_opt_block(&flags[PF_WBLOCK], &block, &err) || cli_opt_err_mode(&flags[PF_ERR], &errm, &err) ||
@@ -91,15 +85,8 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 	    cli_check_weight_name(cmd.pos[0], &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
 	const char *name = cmd.pos[0], *wp = cmd.pos[1];
-	npy_array w;
-	memset(&w, 0, sizeof w);
-	if (cli_load(wp, &w, &err) || cli_check_float(&w, wp, 2, "(N, K)", &err) || cli_to_bf16(&w, &err)) {
-		npy_free(&w);
-		return cli_report(&err, CLI_EXIT_FAIL);
-	}
-	if (w.count == 0) {
-		char sb[64];
-		cli_errf(&err, "%s: shape %s is empty", wp, npy_shape_str(2, w.shape, sb, sizeof sb));
+	npy_array w = {0};
+	if (cli_load_bf16(wp, 2, "(N, K)", &w, &err) || cli_check_nonempty(&w, wp, &err)) {
 		npy_free(&w);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
@@ -108,7 +95,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		npy_free(&w);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
-	fos_tensor t = fos_tensor_2d(FOS_DTYPE_BF16, w.shape[0], w.shape[1], w.data);
+	fos_tensor t = cli_tensor_bf16(&w);
 	fos_weight_config cfg = {fos_block_to_wire(block), errm, bound,
 				 flags[PF_PIN].given, flags[PF_DROP_MASTER].given, flags[PF_EAGER].given};
 	fos_weight_info info;
@@ -147,9 +134,7 @@ int cli_drop_weight_main(const cli_global *g, int argc, char **argv)
 		.name = "drop-weight",
 		.synopsis = "NAME",
 		.summary = "Remove a weight from fosd's cache.",
-		.pos_names = pos_names,
-		.pos_help = pos_help,
-		.npos = 1,
+		CLI_CMD_POS(pos_names, pos_help),
 		.footer = "Exit status: 0 dropped; 1 no such weight (NOT_FOUND) or fosd error; 2 bad command line.",
 	};
 	fos_err err = {0, ""};
@@ -187,9 +172,8 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 		.name = "list-weights",
 		.synopsis = "[--json]",
 		.summary = "List the weights in fosd's cache, in byte order of their names.",
+		CLI_CMD_FLAGS(flags),
 		.about = "fosd answers in pages of up to 1000 weights; all pages are fetched and listed.",
-		.flags = flags,
-		.nflags = LWF_COUNT,
 	};
 	fos_client *c;
 	int ex;

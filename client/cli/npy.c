@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,24 +17,6 @@
 
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
-static int npy_fail(fos_err *err, int rc, const char *fmt, ...)
-#if defined(__GNUC__)
-	__attribute__((format(printf, 3, 4)))
-#endif
-	;
-
-static int npy_fail(fos_err *err, int rc, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-		va_end(ap);
-		err->rc = rc;
-	}
-	return rc;
-}
-
 /* Puts "prefix: " in front of err->msg (keeps the rc). */
 static int npy_prefix(fos_err *err, const char *prefix)
 {
@@ -44,7 +25,7 @@ static int npy_prefix(fos_err *err, const char *prefix)
 	char tmp[sizeof err->msg];
 	memcpy(tmp, err->msg, sizeof tmp);
 	tmp[sizeof tmp - 1] = 0;
-	return npy_fail(err, err->rc, "%s: %s", prefix, tmp);
+	return fos_seterr(err, err->rc, "%s: %s", prefix, tmp);
 }
 
 size_t npy_dtype_size(int dtype)
@@ -124,7 +105,7 @@ static int npy_expect(npy_lex *l, char c, const char *where, fos_err *err)
 		return FOS_OK;
 	}
 	char nb[32];
-	return npy_fail(err, FOS_EINVAL, "bad .npy header: expected '%c' %s at offset %zu, found %s", c, where,
+	return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected '%c' %s at offset %zu, found %s", c, where,
 			npy_off(l), npy_next_desc(l, nb, sizeof nb));
 }
 
@@ -134,21 +115,21 @@ static int npy_parse_string(npy_lex *l, char *out, size_t cap, const char *what,
 	npy_skip_ws(l);
 	char nb[32];
 	if (l->p >= l->end || (*l->p != '\'' && *l->p != '"'))
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: expected a quoted %s at offset %zu, found %s", what,
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected a quoted %s at offset %zu, found %s", what,
 				npy_off(l), npy_next_desc(l, nb, sizeof nb));
 	char q = *l->p++;
 	size_t n = 0;
 	while (l->p < l->end && *l->p != q) {
 		if (*l->p == '\\')
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: escape sequence in %s at offset %zu", what,
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: escape sequence in %s at offset %zu", what,
 					npy_off(l));
 		if (n + 1 >= cap)
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: %s at offset %zu is too long", what,
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: %s at offset %zu is too long", what,
 					npy_off(l));
 		out[n++] = *l->p++;
 	}
 	if (l->p >= l->end)
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: unterminated string in %s", what);
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: unterminated string in %s", what);
 	l->p++;
 	out[n] = 0;
 	return FOS_OK;
@@ -174,7 +155,7 @@ static int npy_parse_bool(npy_lex *l, int *v, fos_err *err)
 		*v = 0;
 		return FOS_OK;
 	}
-	return npy_fail(err, FOS_EINVAL, "bad .npy header: 'fortran_order' must be True or False (offset %zu)",
+	return fos_seterr(err, FOS_EINVAL, "bad .npy header: 'fortran_order' must be True or False (offset %zu)",
 			npy_off(l));
 }
 
@@ -184,16 +165,16 @@ static int npy_parse_dim(npy_lex *l, int64_t *v, fos_err *err)
 	npy_skip_ws(l);
 	char nb[32];
 	if (l->p < l->end && *l->p == '-')
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: negative dimension in 'shape' at offset %zu",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: negative dimension in 'shape' at offset %zu",
 				npy_off(l));
 	if (l->p >= l->end || *l->p < '0' || *l->p > '9')
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: expected an integer in 'shape' at offset %zu, found %s",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected an integer in 'shape' at offset %zu, found %s",
 				npy_off(l), npy_next_desc(l, nb, sizeof nb));
 	int64_t x = 0;
 	while (l->p < l->end && *l->p >= '0' && *l->p <= '9') {
 		int d = *l->p - '0';
 		if (x > (INT64_MAX - d) / 10)
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: dimension too large in 'shape' at offset %zu",
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: dimension too large in 'shape' at offset %zu",
 					npy_off(l));
 		x = x * 10 + d;
 		l->p++;
@@ -201,7 +182,7 @@ static int npy_parse_dim(npy_lex *l, int64_t *v, fos_err *err)
 	if (l->p < l->end && (*l->p == 'L' || *l->p == 'l'))
 		l->p++;
 	if (l->p < l->end && npy_is_ident(*l->p))
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: bad integer in 'shape' at offset %zu", npy_off(l));
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: bad integer in 'shape' at offset %zu", npy_off(l));
 	*v = x;
 	return FOS_OK;
 }
@@ -220,7 +201,7 @@ static int npy_parse_shape(npy_lex *l, npy_array *a, fos_err *err)
 	}
 	for (;;) {
 		if (a->ndim >= NPY_MAX_DIMS)
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: more than %d dimensions in 'shape'",
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: more than %d dimensions in 'shape'",
 					NPY_MAX_DIMS);
 		int64_t d = 0;
 		if ((rc = npy_parse_dim(l, &d, err)))
@@ -239,13 +220,13 @@ static int npy_parse_shape(npy_lex *l, npy_array *a, fos_err *err)
 		}
 		if (l->p < l->end && *l->p == ')') {
 			if (a->ndim == 1)
-				return npy_fail(err, FOS_EINVAL,
+				return fos_seterr(err, FOS_EINVAL,
 						"bad .npy header: 'shape' (%lld) is not a tuple (a 1-d shape is written (%lld,))",
 						(long long)a->shape[0], (long long)a->shape[0]);
 			l->p++;
 			return FOS_OK;
 		}
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: expected ',' or ')' in 'shape' at offset %zu, found %s",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected ',' or ')' in 'shape' at offset %zu, found %s",
 				npy_off(l), npy_next_desc(l, nb, sizeof nb));
 	}
 }
@@ -254,7 +235,7 @@ static int npy_parse_descr(npy_lex *l, npy_array *a, fos_err *err)
 {
 	npy_skip_ws(l);
 	if (l->p < l->end && (*l->p == '[' || *l->p == '{'))
-		return npy_fail(err, FOS_EINVAL, "structured dtypes are not supported (fos reads '<u2' bf16 bits, "
+		return fos_seterr(err, FOS_EINVAL, "structured dtypes are not supported (fos reads '<u2' bf16 bits, "
 						  "'<f4' float32, '|u1' uint8)");
 	char d[40];
 	int rc = npy_parse_string(l, d, sizeof d, "'descr'", err);
@@ -267,7 +248,7 @@ static int npy_parse_descr(npy_lex *l, npy_array *a, fos_err *err)
 	else if (!strcmp(d, "|u1") || !strcmp(d, "<u1"))
 		a->dtype = NPY_U1;
 	else
-		return npy_fail(err, FOS_EINVAL, "unsupported dtype '%s' (fos reads '<u2' bf16 bits, '<f4' float32, "
+		return fos_seterr(err, FOS_EINVAL, "unsupported dtype '%s' (fos reads '<u2' bf16 bits, '<f4' float32, "
 						  "'|u1' uint8%s)",
 				d, strstr(d, "V2") ? "; save bf16 as its bit pattern, x.view(np.uint16)" : "");
 	return FOS_OK;
@@ -278,24 +259,24 @@ static int npy_preamble(const unsigned char *b, size_t len, size_t *prefix, size
 {
 	if (len < 10 || memcmp(b, npy_magic, 6)) {
 		if (len >= 6 && memcmp(b, npy_magic, 6))
-			return npy_fail(err, FOS_EINVAL, "not a .npy file (no \\x93NUMPY magic at the start)");
-		return npy_fail(err, FOS_EINVAL, "not a .npy file (%zu bytes, too short for the .npy preamble)", len);
+			return fos_seterr(err, FOS_EINVAL, "not a .npy file (no \\x93NUMPY magic at the start)");
+		return fos_seterr(err, FOS_EINVAL, "not a .npy file (%zu bytes, too short for the .npy preamble)", len);
 	}
 	int major = b[6], minor = b[7];
 	if ((major != 1 && major != 2 && major != 3) || minor != 0)
-		return npy_fail(err, FOS_EINVAL, "unsupported .npy format version %d.%d (1.0, 2.0 and 3.0 are read)",
+		return fos_seterr(err, FOS_EINVAL, "unsupported .npy format version %d.%d (1.0, 2.0 and 3.0 are read)",
 				major, minor);
 	if (major == 1) {
 		*prefix = 10;
 		*hlen = (size_t)b[8] | ((size_t)b[9] << 8);
 	} else {
 		if (len < 12)
-			return npy_fail(err, FOS_EINVAL, "not a .npy file (%zu bytes, too short for the .npy preamble)", len);
+			return fos_seterr(err, FOS_EINVAL, "not a .npy file (%zu bytes, too short for the .npy preamble)", len);
 		*prefix = 12;
 		*hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
 	}
 	if (*hlen > NPY_MAX_HEADER)
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: header length %zu is above the limit of %u bytes",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: header length %zu is above the limit of %u bytes",
 				*hlen, NPY_MAX_HEADER);
 	return FOS_OK;
 }
@@ -309,13 +290,13 @@ int npy_parse_header(const void *buf, size_t len, npy_array *a, size_t *data_off
 	if (rc)
 		return rc;
 	if (len - prefix < hlen)
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: truncated (header length %zu, only %zu bytes follow)",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: truncated (header length %zu, only %zu bytes follow)",
 				hlen, len - prefix);
 	const char *h = (const char *)b + prefix;
 	for (size_t i = 0; i < hlen; i++) {
 		unsigned char c = (unsigned char)h[i];
 		if (c == 0 || c >= 0x80 || (c < 0x20 && c != '\n' && c != '\r' && c != '\t'))
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: unexpected byte 0x%02x at offset %zu", c, i);
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: unexpected byte 0x%02x at offset %zu", c, i);
 	}
 	npy_lex l = {h, h, h + hlen};
 	if ((rc = npy_expect(&l, '{', "at the start of the header (a dict)", err)))
@@ -346,10 +327,10 @@ int npy_parse_header(const void *buf, size_t len, npy_array *a, size_t *data_off
 			if (!*seen && (rc = npy_parse_shape(&l, a, err)))
 				return rc;
 		} else {
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: unknown key '%s'", key);
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: unknown key '%s'", key);
 		}
 		if (*seen)
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: key '%s' appears twice", key);
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: key '%s' appears twice", key);
 		*seen = 1;
 		npy_skip_ws(&l);
 		if (l.p < l.end && *l.p == ',') {
@@ -361,25 +342,25 @@ int npy_parse_header(const void *buf, size_t len, npy_array *a, size_t *data_off
 			break;
 		}
 		char nb[32];
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: expected ',' or '}' at offset %zu, found %s",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected ',' or '}' at offset %zu, found %s",
 				npy_off(&l), npy_next_desc(&l, nb, sizeof nb));
 	}
 	npy_skip_ws(&l);
 	if (l.p != l.end)
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: unexpected text after the dict at offset %zu",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: unexpected text after the dict at offset %zu",
 				npy_off(&l));
 	if (!seen_descr || !seen_fortran || !seen_shape)
-		return npy_fail(err, FOS_EINVAL, "bad .npy header: missing key '%s'",
+		return fos_seterr(err, FOS_EINVAL, "bad .npy header: missing key '%s'",
 				!seen_descr ? "descr" : (!seen_fortran ? "fortran_order" : "shape"));
 	if (fortran)
-		return npy_fail(err, FOS_EINVAL, "fortran_order True is not supported (save a C-ordered array, "
+		return fos_seterr(err, FOS_EINVAL, "fortran_order True is not supported (save a C-ordered array, "
 						  "e.g. np.save(f, np.ascontiguousarray(x)))");
 	size_t esize = npy_dtype_size(a->dtype), count = 1;
 	for (int i = 0; i < a->ndim; i++) {
 		uint64_t d = (uint64_t)a->shape[i];
 		if (d && count > (SIZE_MAX / esize) / d) {
 			char sb[160];
-			return npy_fail(err, FOS_EINVAL, "bad .npy header: shape %s is too large",
+			return fos_seterr(err, FOS_EINVAL, "bad .npy header: shape %s is too large",
 					npy_shape_str(a->ndim, a->shape, sb, sizeof sb));
 		}
 		count *= (size_t)d;
@@ -395,9 +376,9 @@ static int npy_size_mismatch(const npy_array *a, size_t have, fos_err *err)
 	char sb[160];
 	npy_shape_str(a->ndim, a->shape, sb, sizeof sb);
 	if (have < a->nbytes)
-		return npy_fail(err, FOS_EINVAL, "truncated .npy data: shape %s of %s needs %zu bytes, the file has %zu",
+		return fos_seterr(err, FOS_EINVAL, "truncated .npy data: shape %s of %s needs %zu bytes, the file has %zu",
 				sb, npy_dtype_descr(a->dtype), a->nbytes, have);
-	return npy_fail(err, FOS_EINVAL, "%zu bytes of trailing data after the array (shape %s of %s)",
+	return fos_seterr(err, FOS_EINVAL, "%zu bytes of trailing data after the array (shape %s of %s)",
 			have - a->nbytes, sb, npy_dtype_descr(a->dtype));
 }
 
@@ -423,7 +404,7 @@ int npy_read_mem(const void *buf, size_t len, npy_array *a, fos_err *err)
 	a->data = npy_alloc(a->nbytes);
 	if (!a->data) {
 		memset(a, 0, sizeof *a);
-		return npy_fail(err, FOS_ENOMEM, "out of memory for %zu bytes of array data", len - off);
+		return fos_seterr(err, FOS_ENOMEM, "out of memory for %zu bytes of array data", len - off);
 	}
 	if (a->nbytes)
 		memcpy(a->data, (const char *)buf + off, a->nbytes);
@@ -453,7 +434,7 @@ static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err
 	unsigned char pre[12];
 	ssize_t n = npy_read_full(fd, pre, sizeof pre);
 	if (n < 0)
-		return npy_fail(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
+		return fos_seterr(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
 	size_t prefix, hlen;
 	int rc = npy_preamble(pre, (size_t)n, &prefix, &hlen, err);
 	if (rc)
@@ -461,14 +442,14 @@ static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err
 	size_t total = prefix + hlen;
 	unsigned char *hb = malloc(total > (size_t)n ? total : (size_t)n);
 	if (!hb)
-		return npy_fail(err, FOS_ENOMEM, "out of memory for a %zu-byte header", total);
+		return fos_seterr(err, FOS_ENOMEM, "out of memory for a %zu-byte header", total);
 	memcpy(hb, pre, (size_t)n);
 	size_t have = (size_t)n;
 	if (total > have) {
 		n = npy_read_full(fd, hb + have, total - have);
 		if (n < 0) {
 			free(hb);
-			return npy_fail(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
+			return fos_seterr(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
 		}
 		have += (size_t)n;
 	}
@@ -493,14 +474,14 @@ static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err
 	a->data = npy_alloc(a->nbytes);
 	if (!a->data) {
 		memset(a, 0, sizeof *a);
-		return npy_fail(err, FOS_ENOMEM, "out of memory for %zu bytes of array data", a->nbytes);
+		return fos_seterr(err, FOS_ENOMEM, "out of memory for %zu bytes of array data", a->nbytes);
 	}
 	size_t got = extra < a->nbytes ? extra : a->nbytes;
 	memcpy(a->data, extra_bytes, got);
 	if (a->nbytes > got) {
 		n = npy_read_full(fd, (char *)a->data + got, a->nbytes - got);
 		if (n < 0) {
-			rc = npy_fail(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
+			rc = fos_seterr(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
 			npy_free(a);
 			return rc;
 		}
@@ -511,7 +492,7 @@ static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err
 	if (got == a->nbytes && !more) {
 		n = npy_read_full(fd, &one, 1);
 		if (n < 0) {
-			rc = npy_fail(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
+			rc = fos_seterr(err, FOS_EINVAL, "cannot read: %s", strerror(errno));
 			npy_free(a);
 			return rc;
 		}
@@ -532,15 +513,15 @@ int npy_read(const char *path, npy_array *a, fos_err *err)
 	memset(a, 0, sizeof *a);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		npy_fail(err, FOS_EINVAL, "cannot open: %s", strerror(errno));
+		fos_seterr(err, FOS_EINVAL, "cannot open: %s", strerror(errno));
 		return npy_prefix(err, path);
 	}
 	struct stat st;
 	int rc;
 	if (fstat(fd, &st)) {
-		rc = npy_fail(err, FOS_EINVAL, "cannot stat: %s", strerror(errno));
+		rc = fos_seterr(err, FOS_EINVAL, "cannot stat: %s", strerror(errno));
 	} else if (S_ISDIR(st.st_mode)) {
-		rc = npy_fail(err, FOS_EINVAL, "is a directory, not a .npy file");
+		rc = fos_seterr(err, FOS_EINVAL, "is a directory, not a .npy file");
 	} else {
 		rc = npy_read_fd(fd, &st, a, err);
 	}
@@ -613,27 +594,27 @@ int npy_write(const char *path, int dtype, int ndim, const int64_t *shape, const
 	char hdr[1024];
 	size_t hl = npy_header_build(hdr, sizeof hdr, dtype, ndim, shape);
 	if (!hl)
-		return npy_fail(err, FOS_EINVAL, "%s: cannot write: bad dtype or shape", path);
+		return fos_seterr(err, FOS_EINVAL, "%s: cannot write: bad dtype or shape", path);
 	size_t count = 1;
 	for (int i = 0; i < ndim; i++) {
 		if (shape[i] && count > SIZE_MAX / 4 / (uint64_t)shape[i])
-			return npy_fail(err, FOS_EINVAL, "%s: cannot write: shape too large", path);
+			return fos_seterr(err, FOS_EINVAL, "%s: cannot write: shape too large", path);
 		count *= (size_t)shape[i];
 	}
 	size_t nbytes = count * npy_dtype_size(dtype);
 	if (nbytes && !data)
-		return npy_fail(err, FOS_EINVAL, "%s: cannot write: no data", path);
+		return fos_seterr(err, FOS_EINVAL, "%s: cannot write: no data", path);
 
 	size_t plen = strlen(path);
 	char *tmp = malloc(plen + 32);
 	if (!tmp)
-		return npy_fail(err, FOS_ENOMEM, "%s: out of memory", path);
+		return fos_seterr(err, FOS_ENOMEM, "%s: out of memory", path);
 	snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0) {
 		int e = errno;
 		free(tmp);
-		return npy_fail(err, FOS_EINVAL, "%s: cannot write: %s", path, strerror(e));
+		return fos_seterr(err, FOS_EINVAL, "%s: cannot write: %s", path, strerror(e));
 	}
 	int bad = npy_write_full(fd, hdr, hl) || npy_write_full(fd, data, nbytes);
 	int e = errno;
@@ -648,7 +629,7 @@ int npy_write(const char *path, int dtype, int ndim, const int64_t *shape, const
 	if (bad) {
 		unlink(tmp);
 		free(tmp);
-		return npy_fail(err, FOS_EINTERNAL, "%s: cannot write: %s", path, strerror(e));
+		return fos_seterr(err, FOS_EINTERNAL, "%s: cannot write: %s", path, strerror(e));
 	}
 	free(tmp);
 	return FOS_OK;

@@ -475,6 +475,26 @@ void fosc_out_none(fos_tensor *out)
 	out->size = 0;
 }
 
+int fosc_out_expect(const fosw_tensor *v, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
+		    fos_status *st)
+{
+	int exp_ndim = exp_d1 > 0 ? 2 : 1;
+	if (v->dtype != dtype || (exp_d0 >= 0 && (v->ndim != exp_ndim || v->shape[0] != exp_d0 ||
+						   (exp_ndim == 2 && v->shape[1] != exp_d1))))
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s has an unexpected dtype or shape", what);
+	return FOS_CODE_OK;
+}
+
+int fosc_out_describe(fos_tensor *out, const fosw_tensor *v)
+{
+	out->dtype = v->dtype;
+	out->ndim = v->ndim;
+	out->shape[0] = v->shape[0];
+	out->shape[1] = v->ndim > 1 ? v->shape[1] : 0;
+	out->size = v->len;
+	return FOS_CODE_OK;
+}
+
 int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
 	     fos_tensor *out, fos_status *st)
 {
@@ -487,12 +507,8 @@ int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dt
 		return fosc_shm_out(r, t, what, dtype, exp_d0, exp_d1, out, st);
 	if (fosw_tensor_get(t, r->data, r->dlen, what, &v, NULL, &code, why, sizeof why))
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", why);
-	int exp_ndim = exp_d1 > 0 ? 2 : 1;
-	if (v.dtype != dtype || (exp_d0 >= 0 && (v.ndim != exp_ndim || v.shape[0] != exp_d0 ||
-						  (exp_ndim == 2 && v.shape[1] != exp_d1))))
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s has an unexpected dtype or shape", what);
-	if (!out)
-		return FOS_CODE_OK;
+	if ((code = fosc_out_expect(&v, what, dtype, exp_d0, exp_d1, st)) || !out)
+		return code;
 	if (out->data) {
 		if (out->size < v.len)
 			return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "output %s needs %zu bytes, the buffer has %zu", what,
@@ -503,10 +519,5 @@ int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dt
 			return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes for %s", v.len, what);
 	}
 	memcpy(out->data, v.ptr, v.len);
-	out->dtype = v.dtype;
-	out->ndim = v.ndim;
-	out->shape[0] = v.shape[0];
-	out->shape[1] = v.ndim > 1 ? v.shape[1] : 0;
-	out->size = v.len;
-	return FOS_CODE_OK;
+	return fosc_out_describe(out, &v);
 }

@@ -57,6 +57,37 @@ static const void *call_result(fos_client *c, Fos__Request *rq, fosc_in *ins, in
 	return res;
 }
 
+/* One op's call: its inputs, the outputs fosd may write straight into a shared-memory region
+ * (names[i] for outs[i]; NULL entries are not asked for), the result case it answers with, and
+ * for a Forward the weight libfos puts again (then retries once) when fosd answers NOT_FOUND. */
+typedef struct opcall {
+	fosc_in *ins;
+	int nin;
+	const char *const *names;
+	fos_tensor *const *outs;
+	int nout;
+	Fos__Response__ResultCase want;
+	const char *what;
+	const char *reput;
+} opcall;
+
+/* call_result for oc, after asking for its outputs in regions; os (when not NULL) gets the outputs
+ * so that a failure copying them out frees what libfos allocated. */
+static const void *op_call(fos_client *c, Fos__Request *rq, const opcall *oc, fosc_reply *r, int *code,
+			   outset *os, fos_status *st)
+{
+	fosc_shm_outs so;
+	if (oc->nout)
+		fosc_shm_outputs(c, rq, &so, oc->names, oc->outs, oc->nout);
+	const void *res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, r, code, st);
+	if (!res && oc->reput && *code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, oc->reput) == FOS_CODE_OK)
+		res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, r, code, st);
+	if (res && os)
+		for (int i = 0; i < oc->nout; i++)
+			outset_add(os, oc->outs[i]);
+	return res;
+}
+
 const Fos__StatsResult *fosc_stats_call(fos_client *c, fosc_reply *r, int *code, fos_status *st)
 {
 	Fos__Request rq = FOS__REQUEST__INIT;
@@ -345,6 +376,25 @@ int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_s
 
 /* ---- forward / backward --------------------------------------------------------------------- */
 
+/* Fills rq as a Forward of x (and bias) through weight with o's options; tx and tb are the wire
+ * tensors fosc_call fills from x and bias. */
+static void forward_request(Fos__Request *rq, Fos__ForwardRequest *fr, const char *weight, Fos__Tensor *tx,
+			    Fos__Tensor *tb, const fos_tensor *bias, const fos_forward_opts *o)
+{
+	rq->op_case = FOS__REQUEST__OP_FORWARD;
+	rq->forward = fr;
+	fr->weight = (char *)weight;
+	fr->x = tx;
+	fr->bias = bias ? tb : NULL;
+	if (o) {
+		fr->weight_version = o->weight_version;
+		fr->override = o->override;
+		fr->row_scaled = o->row_scaled;
+		fr->save_context = o->save_context; /* with expect: refused by fosd, with its message */
+	}
+}
+
+
 /* One Forward request; y NULL with skip_output. */
 static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
 			const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx, fos_status *st)
@@ -356,36 +406,20 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
 	Fos__Tensor tx, tb;
-	rq.op_case = FOS__REQUEST__OP_FORWARD;
-	rq.forward = &fr;
-	fr.weight = (char *)weight;
-	fr.x = &tx;
-	fr.bias = bias ? &tb : NULL;
+	forward_request(&rq, &fr, weight, &tx, &tb, bias, o);
 	fr.skip_output = skip_output;
-	if (o) {
-		fr.weight_version = o->weight_version;
-		fr.override = o->override;
-		fr.row_scaled = o->row_scaled;
-		fr.save_context = o->save_context;
-	}
 	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
-	fosc_shm_outs so;
 	static const char *const out_names[] = {"y"};
 	fos_tensor *outs[] = {skip_output ? NULL : y};
-	fosc_shm_outputs(c, &rq, &so, out_names, outs, 1); /* y straight into a region */
+	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD, "forward result", weight};
 	fosc_reply r;
 	int code;
-	const Fos__ForwardResult *res = call_result(c, &rq, ins, bias ? 2 : 1, FOS__RESPONSE__RESULT_FORWARD,
-						    "forward result", &r, &code, st);
-	if (!res && code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, weight) == FOS_CODE_OK)
-		res = call_result(c, &rq, ins, bias ? 2 : 1, FOS__RESPONSE__RESULT_FORWARD, "forward result", &r,
-				  &code, st); /* the weight was put again: retry once */
+	outset os = {{0}, {0}, 0};
+	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
 	if (!res)
 		return code;
 	int64_t m = x->shape[0];
 	if (!skip_output) {
-		outset os = {{0}, {0}, 0};
-		outset_add(&os, y);
 		/* N is the weight's: any (M, N) */
 		if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, -1, 0, y, st)))
 			goto out;
@@ -451,18 +485,8 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 	Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
 	Fos__CheckCriterion cc = FOS__CHECK_CRITERION__INIT;
 	Fos__Tensor tx, te, tb;
-	rq.op_case = FOS__REQUEST__OP_FORWARD;
-	rq.forward = &fr;
-	fr.weight = (char *)weight;
-	fr.x = &tx;
+	forward_request(&rq, &fr, weight, &tx, &tb, bias, o);
 	fr.expect = &te;
-	fr.bias = bias ? &tb : NULL;
-	if (o) {
-		fr.weight_version = o->weight_version;
-		fr.override = o->override;
-		fr.row_scaled = o->row_scaled;
-		fr.save_context = o->save_context; /* refused by fosd, with its message */
-	}
 	if (crit) {
 		cc.by_max_ulps = crit->by_max_ulps != 0;
 		cc.max_ulps = crit->max_ulps;
@@ -471,13 +495,10 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 		fr.criterion = &cc;
 	}
 	fosc_in ins[3] = {{&tx, x, "x"}, {&te, expect, "expect"}, {&tb, bias, "bias"}};
+	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", weight};
 	fosc_reply r;
 	int code;
-	const Fos__ForwardResult *res = call_result(c, &rq, ins, bias ? 3 : 2, FOS__RESPONSE__RESULT_FORWARD,
-						    "forward result", &r, &code, st);
-	if (!res && code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, weight) == FOS_CODE_OK)
-		res = call_result(c, &rq, ins, bias ? 3 : 2, FOS__RESPONSE__RESULT_FORWARD, "forward result", &r,
-				  &code, st); /* the weight was put again: retry once */
+	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &r, &code, NULL, st);
 	if (!res)
 		return code;
 	const Fos__CheckResult *cr = res->check;
@@ -520,20 +541,15 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	br.dy = &tdy;
 	br.keep_context = keep;
 	fosc_in ins[1] = {{&tdy, dy, "dy"}};
-	fosc_shm_outs so;
 	static const char *const out_names[] = {"dx", "dw", "db"};
 	fos_tensor *outs[] = {dx, dw, db};
-	fosc_shm_outputs(c, &rq, &so, out_names, outs, 3);
+	const opcall oc = {ins, 1, out_names, outs, 3, FOS__RESPONSE__RESULT_BACKWARD, "backward result", NULL};
 	fosc_reply r;
 	int code;
-	const Fos__BackwardResult *res =
-		call_result(c, &rq, ins, 1, FOS__RESPONSE__RESULT_BACKWARD, "backward result", &r, &code, st);
+	outset os = {{0}, {0}, 0};
+	const Fos__BackwardResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
 	if (!res)
 		return code;
-	outset os = {{0}, {0}, 0};
-	outset_add(&os, dx);
-	outset_add(&os, dw);
-	outset_add(&os, db);
 	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
 	if ((code = fosc_out(&r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st)) ||
 	    (code = fosc_out(&r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st)))
@@ -635,22 +651,18 @@ int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg
 		qc.row_scaled = cfg->row_scaled;
 	}
 	fosc_in ins[2] = {{&tx, x, "x"}, {&ta, amax_in, "amax"}};
-	fosc_shm_outs so;
 	static const char *const out_names[] = {"codes", "scales", "amax"};
 	fos_tensor *outs[] = {codes, scales, amax_out};
-	fosc_shm_outputs(c, &rq, &so, out_names, outs, 3);
+	const opcall oc = {ins, amax_in ? 2 : 1, out_names, outs, 3, FOS__RESPONSE__RESULT_QUANTIZE, "quantize result",
+			   NULL};
 	fosc_reply r;
 	int code;
-	const Fos__QuantizeResult *res = call_result(c, &rq, ins, amax_in ? 2 : 1, FOS__RESPONSE__RESULT_QUANTIZE,
-						     "quantize result", &r, &code, st);
+	outset os = {{0}, {0}, 0};
+	const Fos__QuantizeResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
 	if (!res)
 		return code;
 	int64_t rows = x->shape[0], cols = x->shape[1];
 	int rs = cfg && cfg->row_scaled;
-	outset os = {{0}, {0}, 0};
-	outset_add(&os, codes);
-	outset_add(&os, scales);
-	outset_add(&os, amax_out);
 	if ((code = fosc_out(&r, res->codes, "codes", FOS_DTYPE_U8, rows, cols / 2, codes, st)) ||
 	    (code = fosc_out(&r, res->scales, "scales", FOS_DTYPE_E4M3, rows, cols / 16, scales, st)) ||
 	    (code = fosc_out(&r, res->amax, "amax", FOS_DTYPE_F32, rs ? rows : 1, 0, amax_out, st)))
@@ -678,14 +690,12 @@ int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *sca
 	dr.row_scaled = row_scaled;
 	dr.out_dtype = out_dtype;
 	fosc_in ins[3] = {{&tc, codes, "codes"}, {&ts, scales, "scales"}, {&ta, amax, "amax"}};
-	fosc_shm_outs so;
 	static const char *const out_names[] = {"out"};
 	fos_tensor *outs[] = {out};
-	fosc_shm_outputs(c, &rq, &so, out_names, outs, 1);
+	const opcall oc = {ins, 3, out_names, outs, 1, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", NULL};
 	fosc_reply r;
 	int code;
-	const Fos__DequantizeResult *res =
-		call_result(c, &rq, ins, 3, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", &r, &code, st);
+	const Fos__DequantizeResult *res = op_call(c, &rq, &oc, &r, &code, NULL, st);
 	if (!res)
 		return code;
 	code = fosc_out(&r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
@@ -727,22 +737,16 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 		ins[nin++] = (fosc_in){&tb, bias, "bias"};
 	if (dy)
 		ins[nin++] = (fosc_in){&tdy, dy, "dy"};
-	fosc_shm_outs so;
 	static const char *const out_names[] = {"y", "dx", "dw", "db"};
 	fos_tensor *outs[] = {y, dy ? dx : NULL, dy ? dw : NULL, dy ? db : NULL};
-	fosc_shm_outputs(c, &rq, &so, out_names, outs, 4);
+	const opcall oc = {ins, nin, out_names, outs, 4, FOS__RESPONSE__RESULT_LINEAR, "linear result", NULL};
 	fosc_reply r;
 	int code;
-	const Fos__LinearResult *res =
-		call_result(c, &rq, ins, nin, FOS__RESPONSE__RESULT_LINEAR, "linear result", &r, &code, st);
+	outset os = {{0}, {0}, 0};
+	const Fos__LinearResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
 	if (!res)
 		return code;
 	int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
-	outset os = {{0}, {0}, 0};
-	outset_add(&os, y);
-	outset_add(&os, dx);
-	outset_add(&os, dw);
-	outset_add(&os, db);
 	if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, m, n, y, st)))
 		goto fail;
 	if (dy) {

@@ -330,12 +330,8 @@ int fosc_shm_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, in
 	char why[256];
 	if (t->offset || fosw_tensor_get(&tmp, &none, (size_t)t->length, what, &v, NULL, &code, why, sizeof why))
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", t->offset ? "shm result with an offset" : why);
-	int exp_ndim = exp_d1 > 0 ? 2 : 1;
-	if (v.dtype != dtype || (exp_d0 >= 0 && (v.ndim != exp_ndim || v.shape[0] != exp_d0 ||
-						  (exp_ndim == 2 && v.shape[1] != exp_d1))))
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s has an unexpected dtype or shape", what);
-	if (!out)
-		return FOS_CODE_OK;
+	if ((code = fosc_out_expect(&v, what, dtype, exp_d0, exp_d1, st)) || !out)
+		return code;
 	fos_client *c = r->c;
 	const char *rn = t->shm->region ? t->shm->region : "";
 	const uint8_t *p = NULL;
@@ -352,12 +348,7 @@ int fosc_shm_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, in
 	if (out->size < v.len)
 		return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "output %s needs %zu bytes, the buffer has %zu", what, v.len,
 				   out->size);
-	out->dtype = v.dtype;
-	out->ndim = v.ndim;
-	out->shape[0] = v.shape[0];
-	out->shape[1] = v.ndim > 1 ? v.shape[1] : 0;
-	out->size = v.len;
-	return FOS_CODE_OK;
+	return fosc_out_describe(out, &v);
 }
 
 int fosc_shm_reregister(fos_client *c, fos_status *st)
