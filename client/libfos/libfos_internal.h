@@ -80,6 +80,12 @@ const Fos__StatsResult *fosc_stats_call(fos_client *c, fosc_reply *r, int *code,
  * caller's buffer. t NULL gives DATA_LOSS. */
 int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
 	     fos_tensor *out, fos_status *st);
+/* DATA_LOSS "the reply's WHAT has an unexpected dtype or shape" unless v is of dtype and (exp_d0 >= 0)
+ * of the shape fosc_out expects; else OK. */
+int fosc_out_expect(const fosw_tensor *v, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
+		    fos_status *st);
+/* Sets out's dtype, shape and size to v's (its data already there); returns OK. */
+int fosc_out_describe(fos_tensor *out, const fosw_tensor *v);
 /* Marks an output absent (ndim 0, size 0). */
 void fosc_out_none(fos_tensor *out);
 
