@@ -106,7 +106,7 @@ static int npy_expect(npy_lex *l, char c, const char *where, fos_err *err)
 	}
 	char nb[32];
 	return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected '%c' %s at offset %zu, found %s", c, where,
-			npy_off(l), npy_next_desc(l, nb, sizeof nb));
+			  npy_off(l), npy_next_desc(l, nb, sizeof nb));
 }
 
 /* A Python string literal without escapes: 'abc' or "abc". */
@@ -116,16 +116,16 @@ static int npy_parse_string(npy_lex *l, char *out, size_t cap, const char *what,
 	char nb[32];
 	if (l->p >= l->end || (*l->p != '\'' && *l->p != '"'))
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected a quoted %s at offset %zu, found %s", what,
-				npy_off(l), npy_next_desc(l, nb, sizeof nb));
+				  npy_off(l), npy_next_desc(l, nb, sizeof nb));
 	char q = *l->p++;
 	size_t n = 0;
 	while (l->p < l->end && *l->p != q) {
 		if (*l->p == '\\')
 			return fos_seterr(err, FOS_EINVAL, "bad .npy header: escape sequence in %s at offset %zu", what,
-					npy_off(l));
+					  npy_off(l));
 		if (n + 1 >= cap)
 			return fos_seterr(err, FOS_EINVAL, "bad .npy header: %s at offset %zu is too long", what,
-					npy_off(l));
+					  npy_off(l));
 		out[n++] = *l->p++;
 	}
 	if (l->p >= l->end)
@@ -156,7 +156,7 @@ static int npy_parse_bool(npy_lex *l, int *v, fos_err *err)
 		return FOS_OK;
 	}
 	return fos_seterr(err, FOS_EINVAL, "bad .npy header: 'fortran_order' must be True or False (offset %zu)",
-			npy_off(l));
+			  npy_off(l));
 }
 
 /* A nonnegative decimal integer, optionally with the 'L' suffix old Python 2 numpy wrote. */
@@ -166,16 +166,16 @@ static int npy_parse_dim(npy_lex *l, int64_t *v, fos_err *err)
 	char nb[32];
 	if (l->p < l->end && *l->p == '-')
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: negative dimension in 'shape' at offset %zu",
-				npy_off(l));
+				  npy_off(l));
 	if (l->p >= l->end || *l->p < '0' || *l->p > '9')
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected an integer in 'shape' at offset %zu, found %s",
-				npy_off(l), npy_next_desc(l, nb, sizeof nb));
+				  npy_off(l), npy_next_desc(l, nb, sizeof nb));
 	int64_t x = 0;
 	while (l->p < l->end && *l->p >= '0' && *l->p <= '9') {
 		int d = *l->p - '0';
 		if (x > (INT64_MAX - d) / 10)
 			return fos_seterr(err, FOS_EINVAL, "bad .npy header: dimension too large in 'shape' at offset %zu",
-					npy_off(l));
+					  npy_off(l));
 		x = x * 10 + d;
 		l->p++;
 	}
@@ -202,7 +202,7 @@ static int npy_parse_shape(npy_lex *l, npy_array *a, fos_err *err)
 	for (;;) {
 		if (a->ndim >= NPY_MAX_DIMS)
 			return fos_seterr(err, FOS_EINVAL, "bad .npy header: more than %d dimensions in 'shape'",
-					NPY_MAX_DIMS);
+					  NPY_MAX_DIMS);
 		int64_t d = 0;
 		if ((rc = npy_parse_dim(l, &d, err)))
 			return rc;
@@ -221,13 +221,13 @@ static int npy_parse_shape(npy_lex *l, npy_array *a, fos_err *err)
 		if (l->p < l->end && *l->p == ')') {
 			if (a->ndim == 1)
 				return fos_seterr(err, FOS_EINVAL,
-						"bad .npy header: 'shape' (%lld) is not a tuple (a 1-d shape is written (%lld,))",
-						(long long)a->shape[0], (long long)a->shape[0]);
+						  "bad .npy header: 'shape' (%lld) is not a tuple (a 1-d shape is written (%lld,))",
+						  (long long)a->shape[0], (long long)a->shape[0]);
 			l->p++;
 			return FOS_OK;
 		}
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected ',' or ')' in 'shape' at offset %zu, found %s",
-				npy_off(l), npy_next_desc(l, nb, sizeof nb));
+				  npy_off(l), npy_next_desc(l, nb, sizeof nb));
 	}
 }
 
@@ -236,7 +236,7 @@ static int npy_parse_descr(npy_lex *l, npy_array *a, fos_err *err)
 	npy_skip_ws(l);
 	if (l->p < l->end && (*l->p == '[' || *l->p == '{'))
 		return fos_seterr(err, FOS_EINVAL, "structured dtypes are not supported (fos reads '<u2' bf16 bits, "
-						  "'<f4' float32, '|u1' uint8)");
+						    "'<f4' float32, '|u1' uint8)");
 	char d[40];
 	int rc = npy_parse_string(l, d, sizeof d, "'descr'", err);
 	if (rc)
@@ -249,8 +249,8 @@ static int npy_parse_descr(npy_lex *l, npy_array *a, fos_err *err)
 		a->dtype = NPY_U1;
 	else
 		return fos_seterr(err, FOS_EINVAL, "unsupported dtype '%s' (fos reads '<u2' bf16 bits, '<f4' float32, "
-						  "'|u1' uint8%s)",
-				d, strstr(d, "V2") ? "; save bf16 as its bit pattern, x.view(np.uint16)" : "");
+						    "'|u1' uint8%s)",
+				  d, strstr(d, "V2") ? "; save bf16 as its bit pattern, x.view(np.uint16)" : "");
 	return FOS_OK;
 }
 
@@ -265,7 +265,7 @@ static int npy_preamble(const unsigned char *b, size_t len, size_t *prefix, size
 	int major = b[6], minor = b[7];
 	if ((major != 1 && major != 2 && major != 3) || minor != 0)
 		return fos_seterr(err, FOS_EINVAL, "unsupported .npy format version %d.%d (1.0, 2.0 and 3.0 are read)",
-				major, minor);
+				  major, minor);
 	if (major == 1) {
 		*prefix = 10;
 		*hlen = (size_t)b[8] | ((size_t)b[9] << 8);
@@ -277,7 +277,7 @@ static int npy_preamble(const unsigned char *b, size_t len, size_t *prefix, size
 	}
 	if (*hlen > NPY_MAX_HEADER)
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: header length %zu is above the limit of %u bytes",
-				*hlen, NPY_MAX_HEADER);
+				  *hlen, NPY_MAX_HEADER);
 	return FOS_OK;
 }
 
@@ -291,7 +291,7 @@ int npy_parse_header(const void *buf, size_t len, npy_array *a, size_t *data_off
 		return rc;
 	if (len - prefix < hlen)
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: truncated (header length %zu, only %zu bytes follow)",
-				hlen, len - prefix);
+				  hlen, len - prefix);
 	const char *h = (const char *)b + prefix;
 	for (size_t i = 0; i < hlen; i++) {
 		unsigned char c = (unsigned char)h[i];
@@ -343,25 +343,25 @@ int npy_parse_header(const void *buf, size_t len, npy_array *a, size_t *data_off
 		}
 		char nb[32];
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: expected ',' or '}' at offset %zu, found %s",
-				npy_off(&l), npy_next_desc(&l, nb, sizeof nb));
+				  npy_off(&l), npy_next_desc(&l, nb, sizeof nb));
 	}
 	npy_skip_ws(&l);
 	if (l.p != l.end)
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: unexpected text after the dict at offset %zu",
-				npy_off(&l));
+				  npy_off(&l));
 	if (!seen_descr || !seen_fortran || !seen_shape)
 		return fos_seterr(err, FOS_EINVAL, "bad .npy header: missing key '%s'",
-				!seen_descr ? "descr" : (!seen_fortran ? "fortran_order" : "shape"));
+				  !seen_descr ? "descr" : (!seen_fortran ? "fortran_order" : "shape"));
 	if (fortran)
 		return fos_seterr(err, FOS_EINVAL, "fortran_order True is not supported (save a C-ordered array, "
-						  "e.g. np.save(f, np.ascontiguousarray(x)))");
+						    "e.g. np.save(f, np.ascontiguousarray(x)))");
 	size_t esize = npy_dtype_size(a->dtype), count = 1;
 	for (int i = 0; i < a->ndim; i++) {
 		uint64_t d = (uint64_t)a->shape[i];
 		if (d && count > (SIZE_MAX / esize) / d) {
 			char sb[160];
 			return fos_seterr(err, FOS_EINVAL, "bad .npy header: shape %s is too large",
-					npy_shape_str(a->ndim, a->shape, sb, sizeof sb));
+					  npy_shape_str(a->ndim, a->shape, sb, sizeof sb));
 		}
 		count *= (size_t)d;
 	}
@@ -377,9 +377,9 @@ static int npy_size_mismatch(const npy_array *a, size_t have, fos_err *err)
 	npy_shape_str(a->ndim, a->shape, sb, sizeof sb);
 	if (have < a->nbytes)
 		return fos_seterr(err, FOS_EINVAL, "truncated .npy data: shape %s of %s needs %zu bytes, the file has %zu",
-				sb, npy_dtype_descr(a->dtype), a->nbytes, have);
+				  sb, npy_dtype_descr(a->dtype), a->nbytes, have);
 	return fos_seterr(err, FOS_EINVAL, "%zu bytes of trailing data after the array (shape %s of %s)",
-			have - a->nbytes, sb, npy_dtype_descr(a->dtype));
+			  have - a->nbytes, sb, npy_dtype_descr(a->dtype));
 }
 
 static void *npy_alloc(size_t nbytes)
