@@ -250,6 +250,27 @@ out:
 	return r;
 }
 
+/* Backend buffers for dX (m, k), dW (n, k) and, with a bias, db (n), in that order: 0, or -1 with
+ * e; what was allocated stays in *dx, *dw, *db for the caller to free. */
+static int grads_alloc(fosd_opctx *c, int64_t m, int64_t n, int64_t k, int has_bias, void **dx, void **dw, void **db,
+		       fos_err *e)
+{
+	if (!(*dx = fosd_dev_alloc(c, (size_t)(m * k * 2), e)) || !(*dw = fosd_dev_alloc(c, (size_t)(n * k * 2), e)) ||
+	    (has_bias && !(*db = fosd_dev_alloc(c, (size_t)n * 2, e))))
+		return -1;
+	return 0;
+}
+
+/* The gradients as outputs of a reply, into its dx, dw and db fields (db when there is one). */
+static void grads_out(fosd_outs *o, int64_t m, int64_t n, int64_t k, const void *dx, const void *dw, const void *db,
+		      Fos__Tensor **tdx, Fos__Tensor **tdw, Fos__Tensor **tdb)
+{
+	*tdx = fosd_out_add(o, BF16, m, k, dx);
+	*tdw = fosd_out_add(o, BF16, n, k, dw);
+	if (db)
+		*tdb = fosd_out_add(o, BF16, n, 0, db);
+}
+
 nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 {
 	fosd_server *srv = oc->srv;
@@ -275,9 +296,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 				 (unsigned long long)out);
 	nng_msg *r = NULL;
 	void *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL;
-	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) || !(dx = fosd_dev_alloc(oc, (size_t)(m * k * 2), &e)) ||
-	    !(dw = fosd_dev_alloc(oc, (size_t)(n * k * 2), &e)) ||
-	    (sv->has_bias && !(db = fosd_dev_alloc(oc, (size_t)n * 2, &e)))) {
+	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) || grads_alloc(oc, m, n, k, sv->has_bias, &dx, &dw, &db, &e)) {
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
@@ -296,10 +315,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	fosd_outs outs;
 	fosd_outs_init(&outs);
 	Fos__BackwardResult br = FOS__BACKWARD_RESULT__INIT;
-	br.dx = fosd_out_add(&outs, BF16, m, k, dx);
-	br.dw = fosd_out_add(&outs, BF16, n, k, dw);
-	if (db)
-		br.db = fosd_out_add(&outs, BF16, n, 0, db);
+	grads_out(&outs, m, n, k, dx, dw, db, &br.dx, &br.dw, &br.db);
 	r = fosd_result_reply(oc, FOS__RESPONSE__RESULT_BACKWARD, &br, &outs, code);
 	if (!*code && !a->keep)
 		fosd_contexts_remove(&srv->cx, c, FOSD_CTX_CONSUMED);
@@ -364,8 +380,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		goto out;
 	}
 	if (a->has_dy) {
-		if (!(dx = fosd_dev_alloc(c, (size_t)(m * k * 2), &e)) || !(dw = fosd_dev_alloc(c, (size_t)(n * k * 2), &e)) ||
-		    (a->has_bias && !(db = fosd_dev_alloc(c, (size_t)n * 2, &e)))) {
+		if (grads_alloc(c, m, n, k, a->has_bias, &dx, &dw, &db, &e)) {
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
@@ -379,10 +394,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 	Fos__LinearResult lr = FOS__LINEAR_RESULT__INIT;
 	lr.y = fosd_out_add(&outs, BF16, m, n, y);
 	if (a->has_dy) {
-		lr.dx = fosd_out_add(&outs, BF16, m, k, dx);
-		lr.dw = fosd_out_add(&outs, BF16, n, k, dw);
-		if (db)
-			lr.db = fosd_out_add(&outs, BF16, n, 0, db);
+		grads_out(&outs, m, n, k, dx, dw, db, &lr.dx, &lr.dw, &lr.db);
 	}
 	lr.resolved_override = a->resolved;
 	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_LINEAR, &lr, &outs, code);
