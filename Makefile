@@ -133,7 +133,7 @@ ALL_LIBS = $(LIBCLI) $(LIBFOSD) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
 # fixed upstream in 1.6.0), and a stream aio left unstarted by a pipe closed mid partial write is
 # completed. -u pulls proto/nng_fix.o out of libfosproto.a.
 NNG_FIX = -Wl,--wrap=nni_plat_errno -Wl,-u,__wrap_nni_plat_errno -Wl,--wrap=nng_stream_send \
-	-Wl,--wrap=nng_stream_recv
+	-Wl,--wrap=nng_stream_recv -Wl,--wrap=nni_pipe_send
 # Large message bodies of the static nng come from server/transport/msg_pool.c: reused, not cleared, and
 # pinned for DMA in a cuda fosd. -u pulls server/transport/msg_pool.o out of libfosd.a.
 MSGPOOL_WRAP = -Wl,--wrap=nni_msg_alloc -Wl,--wrap=nni_zalloc -Wl,--wrap=nni_alloc -Wl,--wrap=nni_free \
