@@ -71,20 +71,27 @@ typedef struct opcall {
 	const char *reput;
 } opcall;
 
-/* call_result for oc, after asking for its outputs in regions; os (when not NULL) gets the outputs
- * so that a failure copying them out frees what libfos allocated. */
-static const void *op_call(fos_client *c, Fos__Request *rq, const opcall *oc, fosc_reply *r, int *code,
-			   outset *os, fos_status *st)
+/* What one op's call leaves: the reply (to free with fosc_reply_free when the result came), the
+ * status code, and the outputs, so that a failure copying them out frees what libfos allocated. */
+typedef struct opreply {
+	fosc_reply r;
+	int code;
+	outset os;
+} opreply;
+
+/* call_result for oc, after asking for its outputs in regions; fills rp. */
+static const void *op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st)
 {
 	fosc_shm_outs so;
+	rp->os = (outset){{0}, {0}, 0};
 	if (oc->nout)
 		fosc_shm_outputs(c, rq, &so, oc->names, oc->outs, oc->nout);
-	const void *res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, r, code, st);
-	if (!res && oc->reput && *code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, oc->reput) == FOS_CODE_OK)
-		res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, r, code, st);
-	if (res && os)
+	const void *res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, &rp->r, &rp->code, st);
+	if (!res && oc->reput && rp->code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, oc->reput) == FOS_CODE_OK)
+		res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, &rp->r, &rp->code, st);
+	if (res)
 		for (int i = 0; i < oc->nout; i++)
-			outset_add(os, oc->outs[i]);
+			outset_add(&rp->os, oc->outs[i]);
 	return res;
 }
 
@@ -411,26 +418,26 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
 	static const char *const out_names[] = {"y"};
 	fos_tensor *outs[] = {skip_output ? NULL : y};
-	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD, "forward result", weight};
-	fosc_reply r;
-	int code;
-	outset os = {{0}, {0}, 0};
-	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
+	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD,
+			   "forward result", weight};
+	opreply rp;
+	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
-		return code;
+		return rp.code;
 	int64_t m = x->shape[0];
 	if (!skip_output) {
 		/* N is the weight's: any (M, N) */
-		if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, -1, 0, y, st)))
+		if ((rp.code = fosc_out(&rp.r, res->y, "y", FOS_DTYPE_BF16, -1, 0, y, st)))
 			goto out;
 		if (y->ndim != 2 || y->shape[0] != m) {
-			code = outset_fail(&os, fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's y has the wrong shape"));
+			rp.code = outset_fail(&rp.os,
+					      fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's y has the wrong shape"));
 			goto out;
 		}
 	}
 	if (o && o->save_context) {
 		if (!res->context_id) {
-			code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no context id");
+			rp.code = fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no context id");
 			goto out;
 		}
 		memset(ctx, 0, sizeof *ctx);
@@ -447,8 +454,8 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 		ctx->has_bias = bias != NULL;
 	}
 out:
-	fosc_reply_free(&r);
-	return code;
+	fosc_reply_free(&rp.r);
+	return rp.code;
 }
 
 int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
@@ -496,19 +503,18 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 	}
 	fosc_in ins[3] = {{&tx, x, "x"}, {&te, expect, "expect"}, {&tb, bias, "bias"}};
 	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", weight};
-	fosc_reply r;
-	int code;
-	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &r, &code, NULL, st);
+	opreply rp;
+	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
-		return code;
+		return rp.code;
 	const Fos__CheckResult *cr = res->check;
 	if (!cr) {
-		fosc_reply_free(&r);
+		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no check result");
 	}
 	int64_t rows = expect->ndim > 0 ? expect->shape[0] : 0, cols = expect->ndim > 1 ? expect->shape[1] : 1;
 	if (cr->elements != (uint64_t)(rows * cols)) {
-		fosc_reply_free(&r);
+		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's check covers %llu elements, expect has %lld",
 				   (unsigned long long)cr->elements, (long long)(rows * cols));
 	}
@@ -525,7 +531,7 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 	out->sqnr_db = cr->sqnr_db;
 	out->consistent = cr->consistent;
 	copy_str(out->reason, sizeof out->reason, cr->reason);
-	fosc_reply_free(&r);
+	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }
 
@@ -544,18 +550,16 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	static const char *const out_names[] = {"dx", "dw", "db"};
 	fos_tensor *outs[] = {dx, dw, db};
 	const opcall oc = {ins, 1, out_names, outs, 3, FOS__RESPONSE__RESULT_BACKWARD, "backward result", NULL};
-	fosc_reply r;
-	int code;
-	outset os = {{0}, {0}, 0};
-	const Fos__BackwardResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
+	opreply rp;
+	const Fos__BackwardResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
-		return code;
+		return rp.code;
 	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
-	if ((code = fosc_out(&r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st)) ||
-	    (code = fosc_out(&r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st)))
+	if ((rp.code = fosc_out(&rp.r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st)) ||
+	    (rp.code = fosc_out(&rp.r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st)))
 		goto fail;
 	if (res->db) {
-		if ((code = fosc_out(&r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
+		if ((rp.code = fosc_out(&rp.r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
 			goto fail;
 	} else {
 		fosc_out_none(db);
@@ -564,10 +568,10 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 		ctx->id = 0;
 	goto out;
 fail:
-	outset_fail(&os, code);
+	outset_fail(&rp.os, rp.code);
 out:
-	fosc_reply_free(&r);
-	return code;
+	fosc_reply_free(&rp.r);
+	return rp.code;
 }
 
 int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fos_backward_opts *o,
@@ -655,20 +659,18 @@ int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg
 	fos_tensor *outs[] = {codes, scales, amax_out};
 	const opcall oc = {ins, amax_in ? 2 : 1, out_names, outs, 3, FOS__RESPONSE__RESULT_QUANTIZE, "quantize result",
 			   NULL};
-	fosc_reply r;
-	int code;
-	outset os = {{0}, {0}, 0};
-	const Fos__QuantizeResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
+	opreply rp;
+	const Fos__QuantizeResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
-		return code;
+		return rp.code;
 	int64_t rows = x->shape[0], cols = x->shape[1];
 	int rs = cfg && cfg->row_scaled;
-	if ((code = fosc_out(&r, res->codes, "codes", FOS_DTYPE_U8, rows, cols / 2, codes, st)) ||
-	    (code = fosc_out(&r, res->scales, "scales", FOS_DTYPE_E4M3, rows, cols / 16, scales, st)) ||
-	    (code = fosc_out(&r, res->amax, "amax", FOS_DTYPE_F32, rs ? rows : 1, 0, amax_out, st)))
-		outset_fail(&os, code);
-	fosc_reply_free(&r);
-	return code;
+	if ((rp.code = fosc_out(&rp.r, res->codes, "codes", FOS_DTYPE_U8, rows, cols / 2, codes, st)) ||
+	    (rp.code = fosc_out(&rp.r, res->scales, "scales", FOS_DTYPE_E4M3, rows, cols / 16, scales, st)) ||
+	    (rp.code = fosc_out(&rp.r, res->amax, "amax", FOS_DTYPE_F32, rs ? rows : 1, 0, amax_out, st)))
+		outset_fail(&rp.os, rp.code);
+	fosc_reply_free(&rp.r);
+	return rp.code;
 }
 
 int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *scales, const fos_tensor *amax,
@@ -693,14 +695,13 @@ int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *sca
 	static const char *const out_names[] = {"out"};
 	fos_tensor *outs[] = {out};
 	const opcall oc = {ins, 3, out_names, outs, 1, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", NULL};
-	fosc_reply r;
-	int code;
-	const Fos__DequantizeResult *res = op_call(c, &rq, &oc, &r, &code, NULL, st);
+	opreply rp;
+	const Fos__DequantizeResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
-		return code;
-	code = fosc_out(&r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
-	fosc_reply_free(&r);
-	return code;
+		return rp.code;
+	rp.code = fosc_out(&rp.r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
+	fosc_reply_free(&rp.r);
+	return rp.code;
 }
 
 int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fos_tensor *bias,
@@ -740,21 +741,19 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 	static const char *const out_names[] = {"y", "dx", "dw", "db"};
 	fos_tensor *outs[] = {y, dy ? dx : NULL, dy ? dw : NULL, dy ? db : NULL};
 	const opcall oc = {ins, nin, out_names, outs, 4, FOS__RESPONSE__RESULT_LINEAR, "linear result", NULL};
-	fosc_reply r;
-	int code;
-	outset os = {{0}, {0}, 0};
-	const Fos__LinearResult *res = op_call(c, &rq, &oc, &r, &code, &os, st);
+	opreply rp;
+	const Fos__LinearResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
-		return code;
+		return rp.code;
 	int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
-	if ((code = fosc_out(&r, res->y, "y", FOS_DTYPE_BF16, m, n, y, st)))
+	if ((rp.code = fosc_out(&rp.r, res->y, "y", FOS_DTYPE_BF16, m, n, y, st)))
 		goto fail;
 	if (dy) {
-		if ((code = fosc_out(&r, res->dx, "dx", FOS_DTYPE_BF16, m, k, dx, st)) ||
-		    (code = fosc_out(&r, res->dw, "dw", FOS_DTYPE_BF16, n, k, dw, st)))
+		if ((rp.code = fosc_out(&rp.r, res->dx, "dx", FOS_DTYPE_BF16, m, k, dx, st)) ||
+		    (rp.code = fosc_out(&rp.r, res->dw, "dw", FOS_DTYPE_BF16, n, k, dw, st)))
 			goto fail;
 		if (res->db) {
-			if ((code = fosc_out(&r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
+			if ((rp.code = fosc_out(&rp.r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
 				goto fail;
 		} else {
 			fosc_out_none(db);
@@ -766,8 +765,8 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 	}
 	goto out;
 fail:
-	outset_fail(&os, code);
+	outset_fail(&rp.os, rp.code);
 out:
-	fosc_reply_free(&r);
-	return code;
+	fosc_reply_free(&rp.r);
+	return rp.code;
 }
