@@ -110,12 +110,11 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	Fos__HealthRequest h = FOS__HEALTH_REQUEST__INIT;
 	rq.op_case = FOS__REQUEST__OP_HEALTH;
 	rq.health = &h;
-	fosc_reply r;
-	int code;
-	const Fos__HealthResult *hr =
-		call_result(c, &rq, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", &r, &code, st);
+	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL};
+	opreply rp;
+	const Fos__HealthResult *hr = op_call(c, &rq, &oc, &rp, st);
 	if (!hr)
-		return code;
+		return rp.code;
 	memset(out, 0, sizeof *out);
 	copy_str(out->version, sizeof out->version, hr->version);
 	copy_str(out->backend, sizeof out->backend, hr->backend);
@@ -123,7 +122,7 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	out->uptime_ms = hr->uptime_ms;
 	out->max_message_bytes = hr->max_message_bytes;
 	out->draining = hr->draining;
-	fosc_reply_free(&r);
+	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }
 
@@ -249,19 +248,18 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		pw.eager_columnwise = cfg->eager_columnwise;
 	}
 	fosc_in ins[1] = {{&tw, w, "w"}};
-	fosc_reply r;
-	int code;
-	const Fos__PutWeightResult *pr =
-		call_result(c, &rq, ins, 1, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", &r, &code, st);
+	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL};
+	opreply rp;
+	const Fos__PutWeightResult *pr = op_call(c, &rq, &oc, &rp, st);
 	if (!pr)
-		return code;
+		return rp.code;
 	if (!pr->info) {
-		fosc_reply_free(&r);
+		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight info");
 	}
 	if (info)
 		weight_info_from(pr->info, info);
-	fosc_reply_free(&r);
+	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }
 
@@ -310,18 +308,17 @@ int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_s
 	rq.list_weights = &lw;
 	lw.page_token = (char *)(page_token ? page_token : "");
 	lw.page_size = page_size;
-	fosc_reply r;
-	int code;
-	const Fos__ListWeightsResult *lr =
-		call_result(c, &rq, NULL, 0, FOS__RESPONSE__RESULT_LIST_WEIGHTS, "weight list", &r, &code, st);
+	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_LIST_WEIGHTS, "weight list", NULL};
+	opreply rp;
+	const Fos__ListWeightsResult *lr = op_call(c, &rq, &oc, &rp, st);
 	if (!lr)
-		return code;
+		return rp.code;
 	fos_weight_info *a = calloc(lr->n_weights ? lr->n_weights : 1, sizeof *a);
 	char *next = lr->next_page_token && lr->next_page_token[0] ? strdup(lr->next_page_token) : NULL;
 	if (!a || (lr->next_page_token && lr->next_page_token[0] && !next)) {
 		free(a);
 		free(next);
-		fosc_reply_free(&r);
+		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < lr->n_weights; i++)
@@ -329,7 +326,7 @@ int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_s
 	*list = a;
 	*count = lr->n_weights;
 	*next_token = next;
-	fosc_reply_free(&r);
+	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }
 
