@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support_gpu.h"
 #include "backend.h"
 #include "fos_format.h"
 #include "support_ref.h"
@@ -32,13 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fos_backend *g_cpu, *g_gpu;
-
-#define NEED_GPU()                                                                                             \
-	do {                                                                                                   \
-		if (!g_gpu)                                                                                    \
-			skip();                                                                                \
-	} while (0)
 
 #define GUARD 1024        /* guard elements before and after each output buffer */
 #define POISON 0xA5A5u    /* not a decoded value: 1.0100101b needs 8 significant bits, decoded ones <= 5 */
@@ -596,28 +590,9 @@ static void test_backward(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	fos_err e;
-	g_cpu = fos_backend_cpu(0, &e);
-	if (!g_cpu)
-		return -1;
-	g_gpu = fos_backend_cuda(0, &e);
-	if (!g_gpu) {
-		printf("gpu_grad_pair: no CUDA backend (%s): skipping\n", e.msg);
-		return 0;
-	}
-	printf("gpu_grad_pair: %s\n", g_gpu->device);
-	return 0;
+	return tgpu_open("gpu_grad_pair");
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	if (g_gpu)
-		g_gpu->destroy(g_gpu);
-	if (g_cpu)
-		g_cpu->destroy(g_cpu);
-	return 0;
-}
 
 int main(void)
 {
@@ -625,5 +600,5 @@ int main(void)
 		cmocka_unit_test(test_errors),	 cmocka_unit_test(test_kinds),	   cmocka_unit_test(test_scales),
 		cmocka_unit_test(test_one_cta), cmocka_unit_test(test_large),	   cmocka_unit_test(test_backward),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, tgpu_close);
 }

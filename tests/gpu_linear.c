@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support_gpu.h"
 #include "backend.h"
 #include "fos_format.h"
 #ifdef FOS_HAVE_CUDA
@@ -31,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fos_backend *g_cpu, *g_gpu;
 
 static uint64_t g_rng = 0x13198A2E03707344ull;
 static uint32_t rnd32(void)
@@ -96,12 +96,6 @@ static int64_t diff_bytes(const void *a, const void *b, size_t n)
 		d += p[i] != q[i];
 	return d;
 }
-
-#define NEED_GPU()                                                                                             \
-	do {                                                                                                   \
-		if (!g_gpu)                                                                                    \
-			skip();                                                                                \
-	} while (0)
 
 /* ---- GEMM epilogue, bit for bit --------------------------------------------------------------- */
 
@@ -880,26 +874,9 @@ static void test_forward_replay(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	fos_err e;
-	g_gpu = fos_backend_cuda(0, &e);
-	if (!g_gpu) {
-		printf("gpu_linear: no CUDA backend (%s): skipping\n", e.msg);
-		return 0;
-	}
-	printf("gpu_linear: %s\n", g_gpu->device);
-	g_cpu = fos_backend_cpu(0, &e);
-	return g_cpu ? 0 : -1;
+	return tgpu_open("gpu_linear");
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	if (g_gpu)
-		g_gpu->destroy(g_gpu);
-	if (g_cpu)
-		g_cpu->destroy(g_cpu);
-	return 0;
-}
 
 int main(void)
 {
@@ -910,5 +887,5 @@ int main(void)
 		cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_linear_quantize_t),
 		cmocka_unit_test(test_forward_replay),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, tgpu_close);
 }

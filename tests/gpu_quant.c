@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support_gpu.h"
 #include "backend.h"
 #include "fos_format.h"
 #include "support_ref.h"
@@ -32,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fos_backend *g_cpu, *g_gpu;
 
 /* ---- data ------------------------------------------------------------------------------------ */
 
@@ -311,12 +311,6 @@ static int64_t compare_quant(const void *xh, int f32, int64_t rows, int64_t cols
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */
-
-#define NEED_GPU()                                                                                             \
-	do {                                                                                                   \
-		if (!g_gpu)                                                                                    \
-			skip();                                                                                \
-	} while (0)
 
 static void test_selftests(void **state)
 {
@@ -993,26 +987,9 @@ static void test_quantize_t_errors(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	fos_err e;
-	g_gpu = fos_backend_cuda(0, &e);
-	if (!g_gpu) {
-		printf("gpu_quant: no CUDA backend (%s): skipping\n", e.msg);
-		return 0;
-	}
-	printf("gpu_quant: %s\n", g_gpu->device);
-	g_cpu = fos_backend_cpu(0, &e);
-	return g_cpu ? 0 : -1;
+	return tgpu_open("gpu_quant");
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	if (g_gpu)
-		g_gpu->destroy(g_gpu);
-	if (g_cpu)
-		g_cpu->destroy(g_cpu);
-	return 0;
-}
 
 int main(void)
 {
@@ -1025,5 +1002,5 @@ int main(void)
 		cmocka_unit_test(test_quantize_t_determinism), cmocka_unit_test(test_ring_kernels),
 		cmocka_unit_test(test_quantize_t_errors),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, tgpu_close);
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "support_gpu.h"
 #include "backend.h"
 #include "support_ref.h"
 #include "support_shapes.h"
@@ -30,13 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fos_backend *g_cpu, *g_gpu;
-
-#define NEED_GPU()                                                                                             \
-	do {                                                                                                   \
-		if (!g_gpu)                                                                                    \
-			skip();                                                                                \
-	} while (0)
 
 static void test_padded_every_shape_and_option(void **state)
 {
@@ -249,26 +243,9 @@ static void test_forward_replay(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	fos_err e;
-	g_gpu = fos_backend_cuda(0, &e);
-	if (!g_gpu) {
-		printf("gpu_shapes: no CUDA backend (%s): skipping\n", e.msg);
-		return 0;
-	}
-	printf("gpu_shapes: %s\n", g_gpu->device);
-	g_cpu = fos_backend_cpu(0, &e);
-	return g_cpu ? 0 : -1;
+	return tgpu_open("gpu_shapes");
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	if (g_gpu)
-		g_gpu->destroy(g_gpu);
-	if (g_cpu)
-		g_cpu->destroy(g_cpu);
-	return 0;
-}
 
 int main(void)
 {
@@ -279,5 +256,5 @@ int main(void)
 		cmocka_unit_test(test_batch_invariance),
 		cmocka_unit_test(test_forward_replay),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, tgpu_close);
 }
