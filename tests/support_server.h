@@ -65,4 +65,8 @@ int tsrv_ref_dequantize(const uint8_t *codes, const uint8_t *scales, const float
 /* Milliseconds since an arbitrary start (CLOCK_MONOTONIC). */
 uint64_t tsrv_now_ms(void);
 
+/* A TCP connection to 127.0.0.1:port with send and receive timeouts of timeout_s seconds (the
+ * HTTP endpoint tests). Returns the descriptor or -1. */
+int tsrv_tcp_connect(int port, int timeout_s);
+
 #endif

@@ -408,21 +408,9 @@ typedef struct http_reply {
 static int http_do(int port, const char *method, const char *path, const char *body, http_reply *r)
 {
 	memset(r, 0, sizeof *r);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = tsrv_tcp_connect(port, 10);
 	if (fd < 0)
 		return -1;
-	struct timeval tv = {10, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
-		close(fd);
-		return -1;
-	}
 	char req[1024];
 	int n = snprintf(req, sizeof req,
 			 "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",

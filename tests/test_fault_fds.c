@@ -145,22 +145,7 @@ static void stop_clean(tsrv *s)
 
 static int tcp_connect(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	struct timeval tv = {5, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
-		close(fd);
-		return -1;
-	}
-	return fd;
+	return tsrv_tcp_connect(port, 5);
 }
 
 /* GET path on a fresh connection: the status, the body in body (NUL-terminated). 0 or -1. */
