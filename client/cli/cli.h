@@ -24,7 +24,8 @@
 /* Exit statuses. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 
-/* Global options (before the command). */
+/* Global options: before the command, or after it (cli_parse takes any it does not know as a
+ * command flag through cli_global_arg). */
 typedef struct cli_global {
 	const char *server; /* --server, $FOS_SERVER, or CLI_DEFAULT_SERVER */
 	const char *token;  /* --token, $FOS_TOKEN, or NULL */
@@ -32,7 +33,35 @@ typedef struct cli_global {
 	int timeout_ms;     /* --timeout, $FOS_TIMEOUT, or CLI_DEFAULT_TIMEOUT_MS: bounds each request */
 	const char *tls_ca;          /* --tls-ca, $FOS_TLS_CA, or NULL (the system's CAs) */
 	const char *tls_server_name; /* --tls-server-name, or NULL (the URL's host) */
+	int quiet; /* --quiet: nothing on stdout on success (errors still on stderr, the exit status) */
+	int json;  /* --json: what the command reports as one JSON object on stdout */
 } cli_global;
+
+/* Fills g from the environment ($FOS_SERVER, $FOS_TOKEN, $FOS_TIMEOUT, $FOS_TLS_CA) and the
+ * defaults; FOS_EINVAL with a message for a bad $FOS_TIMEOUT. */
+int cli_global_init(cli_global *g, fos_err *err);
+/* The global option at argv[*i] (--server URL, --token T, --timeout DUR, --tls-ca FILE,
+ * --tls-server-name NAME, --quiet, --json; VALUE or =VALUE): returns 1 with it stored in g and *i
+ * past its value; 0 when argv[*i] is no global option; -1 with a message in err (missing or bad
+ * value). */
+int cli_global_arg(cli_global *g, int argc, char **argv, int *i, fos_err *err);
+/* The cli_global that cli_parse stores global options given after the command into (main binds its
+ * own; NULL: cli_parse knows only the command's flags). A command flag named --json or --quiet,
+ * when given, also sets g->json / g->quiet, so commands test only g. */
+void cli_global_bind(cli_global *g);
+/* The help line listing the global options a command also takes. */
+#define CLI_GLOBAL_FLAGS_HELP \
+	"Global options (--server, --token, --timeout, --tls-ca, --tls-server-name, --quiet, --json)\n" \
+	"may come before or after the command (see 'fos --help')."
+/* The one-line success summary (printf-style, a newline added) on stdout, unless g->quiet or
+ * g->json (then the command prints its JSON object instead). */
+void cli_summary(const cli_global *g, const char *fmt, ...)
+#if defined(__GNUC__)
+	__attribute__((format(printf, 2, 3)))
+#endif
+	;
+/* fflush(stdout): CLI_EXIT_OK, or CLI_EXIT_FAIL with "fos: CMD: cannot write to stdout". */
+int cli_flush_stdout(const char *cmd);
 
 #define CLI_DEFAULT_SERVER "ipc:///tmp/fosd.sock"
 #define CLI_DEFAULT_TIMEOUT_MS 60000

@@ -1,8 +1,101 @@
 /* cli_args.c: the fos flag parser (--flag VALUE, --flag=VALUE, switches, positionals, --help), the
- * per-command help printer, and the parsers of option values shared by several subcommands. */
+ * global options (accepted before the command and, through cli_parse, after it), the per-command
+ * help printer, and the parsers of option values shared by several subcommands. A command's own
+ * flag of the same name wins over a global option. */
 #include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+static cli_global *cli_bound_global;
+
+void cli_global_bind(cli_global *g)
+{
+	cli_bound_global = g;
+}
+
+/* "" in the environment counts as unset. */
+static const char *cli_env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && v[0] ? v : NULL;
+}
+
+static int cli_set_timeout(cli_global *g, const char *src, const char *v, fos_err *err)
+{
+	uint64_t ns;
+	if (cli_parse_duration(src, v, &ns, err))
+		return FOS_EINVAL;
+	if (ns < 1000000 || ns > (uint64_t)24 * 3600 * 1000000000)
+		return cli_errf(err, "%s %s is out of range (1ms to 24h)", src, v);
+	g->timeout_ms = (int)(ns / 1000000);
+	return FOS_OK;
+}
+
+int cli_global_init(cli_global *g, fos_err *err)
+{
+	memset(g, 0, sizeof *g);
+	g->server = cli_env("FOS_SERVER");
+	g->server_given = g->server != NULL;
+	if (!g->server)
+		g->server = CLI_DEFAULT_SERVER;
+	g->token = cli_env("FOS_TOKEN");
+	g->tls_ca = cli_env("FOS_TLS_CA");
+	g->timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
+	const char *t = cli_env("FOS_TIMEOUT");
+	return t ? cli_set_timeout(g, "FOS_TIMEOUT", t, err) : FOS_OK;
+}
+
+/* --name VALUE or --name=VALUE at argv[*i]: 1 matched (value in *out), 0 not, -1 value missing. */
+static int cli_global_value(int argc, char **argv, int *i, const char *name, const char **out)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+	if (strncmp(a, name, n))
+		return 0;
+	if (a[n] == '=') {
+		*out = a + n + 1;
+		return **out ? 1 : -1;
+	}
+	if (a[n])
+		return 0;
+	if (*i + 1 >= argc || !argv[*i + 1][0] || !strncmp(argv[*i + 1], "--", 2))
+		return -1;
+	*out = argv[++*i];
+	return 1;
+}
+
+int cli_global_arg(cli_global *g, int argc, char **argv, int *i, fos_err *err)
+{
+	static const char *const names[] = {"--server", "--token", "--timeout", "--tls-ca", "--tls-server-name"};
+	const char *a = argv[*i];
+	if (!strcmp(a, "--quiet") || !strcmp(a, "--json")) {
+		*(a[2] == 'q' ? &g->quiet : &g->json) = 1;
+		return 1;
+	}
+	for (int k = 0; k < 5; k++) {
+		const char *v = NULL;
+		int r = cli_global_value(argc, argv, i, names[k], &v);
+		if (!r)
+			continue;
+		if (r < 0) {
+			cli_errf(err, "option %s needs a value", names[k]);
+			return -1;
+		}
+		switch (k) {
+		case 0: g->server = v, g->server_given = 1; break;
+		case 1: g->token = v; break;
+		case 2:
+			if (cli_set_timeout(g, "--timeout", v, err))
+				return -1;
+			break;
+		case 3: g->tls_ca = v; break;
+		default: g->tls_server_name = v; break;
+		}
+		return 1;
+	}
+	return 0;
+}
 
 static cli_flag *cli_find_flag(cli_cmd *c, const char *arg, size_t len)
 {
@@ -44,6 +137,13 @@ int cli_parse(cli_cmd *c, int argc, char **argv, fos_err *err)
 		const char *eq = strchr(a, '=');
 		size_t len = eq ? (size_t)(eq - a) : strlen(a);
 		cli_flag *f = a[1] == '-' ? cli_find_flag(c, a, len) : NULL;
+		if (!f && cli_bound_global) {
+			int r = cli_global_arg(cli_bound_global, argc, argv, &i, err);
+			if (r < 0)
+				return cli_err_prefix(err, c->name);
+			if (r > 0)
+				continue;
+		}
 		if (!f)
 			return cli_errf(err, "%s: unknown option '%.*s' (see 'fos %s --help')", c->name, (int)len, a,
 					c->name);
@@ -69,6 +169,12 @@ int cli_parse(cli_cmd *c, int argc, char **argv, fos_err *err)
 	if (npos < c->npos)
 		return cli_errf(err, "%s: missing argument %s (see 'fos %s --help')", c->name, c->pos_names[npos],
 				c->name);
+	for (int i = 0; i < c->nflags && cli_bound_global; i++) {
+		if (c->flags[i].given && !strcmp(c->flags[i].name, "--json"))
+			cli_bound_global->json = 1;
+		if (c->flags[i].given && !strcmp(c->flags[i].name, "--quiet"))
+			cli_bound_global->quiet = 1;
+	}
 	return FOS_OK;
 }
 
@@ -114,6 +220,7 @@ void cli_print_help(const cli_cmd *c, FILE *f)
 	fprintf(f, "%*sthis help\n", col - w, "");
 	if (c->footer)
 		fprintf(f, "\n%s\n", c->footer);
+	fprintf(f, "\n%s\n", CLI_GLOBAL_FLAGS_HELP);
 }
 
 int cli_choice(const cli_flag *f, int n, const char *const *names, const int *values, int *out, fos_err *err)

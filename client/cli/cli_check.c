@@ -217,7 +217,8 @@ static int check_remote(const cli_global *g, cli_flag *flags, const char *name, 
 	v.criterion = check_criterion_name(crit);
 	v.consistent = res.consistent;
 	v.why = consistent == res.consistent ? why : res.reason; /* fosd's verdict decides */
-	check_print(&v, flags[CF_JSON].given);
+	if (!g->quiet)
+		check_print(&v, g->json);
 	code = res.consistent ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 	if (fflush(stdout)) {
 		cli_errf(&err, "check: cannot write the result to stdout");
@@ -342,7 +343,8 @@ int cli_check_main(const cli_global *g, int argc, char **argv)
 	v.ndim = a.ndim;
 	v.shape = a.shape;
 	v.criterion = check_criterion_name(&crit);
-	check_print(&v, flags[CF_JSON].given);
+	if (!g->quiet)
+		check_print(&v, g->json);
 	int code = v.consistent ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 	if (fflush(stdout)) {
 		cli_errf(&err, "check: cannot write the result to stdout");

@@ -43,6 +43,23 @@ int cli_report(const fos_err *err, int code)
 	return code;
 }
 
+void cli_summary(const cli_global *g, const char *fmt, ...)
+{
+	if (g->quiet || g->json)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+}
+
+int cli_flush_stdout(const char *cmd)
+{
+	return fflush(stdout) || ferror(stdout) ? cli_fail(CLI_EXIT_FAIL, "%s: cannot write to stdout", cmd)
+					       : CLI_EXIT_OK;
+}
+
 int cli_fail(int code, const char *fmt, ...)
 {
 	fos_err e = {FOS_EINVAL, ""};

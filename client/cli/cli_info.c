@@ -51,7 +51,7 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
 	fos_close(c);
-	if (flags[HF_JSON].given) {
+	if (g->json && !g->quiet) {
 		cli_jw w;
 		cli_jw_init(&w, stdout, 1);
 		cli_jw_obj(&w, NULL);
@@ -63,7 +63,7 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		cli_jw_u64(&w, "uptime_ms", h.uptime_ms);
 		cli_jw_u64(&w, "max_message_bytes", h.max_message_bytes);
 		cli_jw_end(&w, '}');
-	} else {
+	} else if (!g->quiet) {
 		char mb[32];
 		printf("fosd %s at %s: %s\n", h.version, g->server, h.draining ? "DRAINING (shutting down)" : "serving");
 		printf("  backend:     %s (%s)\n", h.backend, h.device);
@@ -271,9 +271,9 @@ int cli_stats_main(const cli_global *g, int argc, char **argv)
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
 	fos_close(c);
-	if (flags[SF_JSON].given)
+	if (g->json && !g->quiet)
 		cli_stats_json(g, &s);
-	else
+	else if (!g->quiet)
 		cli_stats_text(g, &s);
-	return fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "stats: cannot write to stdout") : CLI_EXIT_OK;
+	return cli_flush_stdout("stats");
 }

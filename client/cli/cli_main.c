@@ -2,7 +2,6 @@
  * here (tests link the other CLI objects and must not pull this one in). */
 #include "cli.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct cli_command {
@@ -41,7 +40,7 @@ static void cli_main_help(FILE *f)
 	for (int i = 0; i < CLI_NCOMMANDS; i++)
 		fprintf(f, "  %-13s %s\n", cli_commands[i].name, cli_commands[i].summary);
 	fprintf(f, "\n"
-		   "Global options (before COMMAND):\n"
+		   "Global options (before or after COMMAND):\n"
 		   "  --server URL   the fosd to talk to: ipc://PATH, tcp://HOST:PORT or\n"
 		   "                 tls+tcp://HOST:PORT (default $FOS_SERVER, else\n"
 		   "                 " CLI_DEFAULT_SERVER ")\n"
@@ -54,6 +53,9 @@ static void cli_main_help(FILE *f)
 		   "  --tls-server-name NAME\n"
 		   "                 tls+tcp: the name fosd's certificate must carry (default: the\n"
 		   "                 URL's host)\n"
+		   "  --quiet        print nothing on success (errors still go to stderr; the exit\n"
+		   "                 status tells)\n"
+		   "  --json         print what the command reports as one JSON object\n"
 		   "  -h, --help     this help\n"
 		   "  --version      print fos's version (that of libfos) and exit\n"
 		   "\n"
@@ -66,40 +68,13 @@ static void cli_main_help(FILE *f)
 		   "Every error is one line on stderr starting with \"fos: \".\n");
 }
 
-/* --name VALUE or --name=VALUE at argv[*i]; returns 1 when matched (value in *out), 0 when not, -1
- * when the value is missing. */
-static int cli_global_opt(int argc, char **argv, int *i, const char *name, const char **out)
-{
-	size_t n = strlen(name);
-	const char *a = argv[*i];
-	if (strncmp(a, name, n))
-		return 0;
-	if (a[n] == '=') {
-		*out = a + n + 1;
-		return **out ? 1 : -1;
-	}
-	if (a[n])
-		return 0;
-	if (*i + 1 >= argc || !argv[*i + 1][0] || !strncmp(argv[*i + 1], "--", 2))
-		return -1;
-	*out = argv[++*i];
-	return 1;
-}
-
 int main(int argc, char **argv)
 {
-	cli_global g = {getenv("FOS_SERVER"), getenv("FOS_TOKEN"), 0, CLI_DEFAULT_TIMEOUT_MS, getenv("FOS_TLS_CA"), NULL};
-	if (!g.server || !g.server[0])
-		g.server = CLI_DEFAULT_SERVER;
-	else
-		g.server_given = 1;
-	if (g.token && !g.token[0])
-		g.token = NULL;
-	if (g.tls_ca && !g.tls_ca[0])
-		g.tls_ca = NULL;
-	const char *timeout = getenv("FOS_TIMEOUT"), *timeout_src = "FOS_TIMEOUT";
-	if (timeout && !timeout[0])
-		timeout = NULL;
+	cli_global g;
+	fos_err e = {0, ""};
+	if (cli_global_init(&g, &e))
+		return cli_report(&e, CLI_EXIT_USAGE);
+	cli_global_bind(&g); /* global options after the command too */
 	int i = 1;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		const char *a = argv[i];
@@ -111,30 +86,11 @@ int main(int argc, char **argv)
 			printf("fos %s\n", fos_version());
 			return CLI_EXIT_OK;
 		}
-		int r = cli_global_opt(argc, argv, &i, "--server", &g.server);
-		if (r > 0)
-			g.server_given = 1;
-		if (!r)
-			r = cli_global_opt(argc, argv, &i, "--token", &g.token);
-		if (!r && (r = cli_global_opt(argc, argv, &i, "--timeout", &timeout)) > 0)
-			timeout_src = "--timeout";
-		if (!r)
-			r = cli_global_opt(argc, argv, &i, "--tls-ca", &g.tls_ca);
-		if (!r)
-			r = cli_global_opt(argc, argv, &i, "--tls-server-name", &g.tls_server_name);
+		int r = cli_global_arg(&g, argc, argv, &i, &e);
 		if (r < 0)
-			return cli_fail(CLI_EXIT_USAGE, "option %s needs a value", a);
+			return cli_report(&e, CLI_EXIT_USAGE);
 		if (!r)
 			return cli_fail(CLI_EXIT_USAGE, "unknown global option '%s' (see 'fos --help')", a);
-	}
-	if (timeout) {
-		uint64_t ns;
-		fos_err e = {0, ""};
-		if (cli_parse_duration(timeout_src, timeout, &ns, &e))
-			return cli_report(&e, CLI_EXIT_USAGE);
-		if (ns < 1000000 || ns > (uint64_t)24 * 3600 * 1000000000)
-			return cli_fail(CLI_EXIT_USAGE, "%s %s is out of range (1ms to 24h)", timeout_src, timeout);
-		g.timeout_ms = (int)(ns / 1000000);
 	}
 	if (i >= argc)
 		return cli_fail(CLI_EXIT_USAGE, "no command given (see 'fos --help')");
