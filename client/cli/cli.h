@@ -60,6 +60,8 @@ void cli_summary(const cli_global *g, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)))
 #endif
 	;
+/* Where a computation ran, for a summary: "fosd at URL", or "here (--local, backend B)"; returns buf. */
+const char *cli_where(const cli_global *g, int local, const char *backend, char *buf, size_t cap);
 /* fflush(stdout): CLI_EXIT_OK, or CLI_EXIT_FAIL with "fos: CMD: cannot write to stdout". */
 int cli_flush_stdout(const char *cmd);
 
@@ -220,6 +222,16 @@ void cli_jw_i64(cli_jw *w, const char *key, int64_t v);
 void cli_jw_dbl(cli_jw *w, const char *key, double v); /* non-finite -> null */
 void cli_jw_bool(cli_jw *w, const char *key, int v);
 void cli_jw_null(cli_jw *w, const char *key);
+/* The --json summary of a command that writes files (cli_common.c): cli_json_begin opens the object
+ * with "command", "where" ("fosd" or "local") and "server" or "backend"; the command adds its own
+ * members; cli_json_outputs_begin opens "outputs", each cli_json_output adds
+ * NAME: {"path", "dtype", "shape"}; cli_json_outputs_end closes "outputs" and the object. */
+void cli_json_begin(cli_jw *w, const cli_global *g, const char *command, int local, const char *backend);
+void cli_jw_shape(cli_jw *w, const char *key, int ndim, const int64_t *shape);
+void cli_json_outputs_begin(cli_jw *w);
+void cli_json_output(cli_jw *w, const char *name, const char *dir, const char *file, const char *dtype, int ndim,
+		     const int64_t *shape); /* path: DIR/FILE, or FILE when dir is NULL */
+void cli_json_outputs_end(cli_jw *w);
 /* Writes s as a JSON string literal (quotes included). */
 void cli_json_quote(FILE *f, const char *s);
 

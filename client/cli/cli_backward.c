@@ -149,10 +149,24 @@ int cli_backward_main(const cli_global *g, int argc, char **argv)
 	int recomputed = ctx->recomputed > old_recomputed;
 	if (keep && recomputed && cli_ctxfile_write(cp, &cf, &err))
 		goto fail;
-	printf("%s: dx.npy (%lld, %lld), dw.npy (%lld, %lld)%s%s\n", out_dir, (long long)pdx->shape[0],
-	       (long long)pdx->shape[1], (long long)pdw->shape[0], (long long)pdw->shape[1], pdb->ndim == 1 ? ", db.npy" : "",
-	       recomputed ? " (the expired context was recomputed)" : "");
-	code = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "backward: cannot write to stdout") : CLI_EXIT_OK;
+	if (g->json && !g->quiet) {
+		cli_jw w;
+		cli_json_begin(&w, &rg, "backward", 0, NULL);
+		cli_jw_str(&w, "context", cp);
+		cli_jw_str(&w, "dy", dp);
+		cli_jw_bool(&w, "recomputed", recomputed);
+		cli_jw_bool(&w, "kept", keep);
+		cli_json_outputs_begin(&w);
+		cli_json_output(&w, "dx", out_dir, "dx.npy", "bf16", 2, pdx->shape);
+		cli_json_output(&w, "dw", out_dir, "dw.npy", "bf16", 2, pdw->shape);
+		if (pdb->ndim == 1)
+			cli_json_output(&w, "db", out_dir, "db.npy", "bf16", 1, pdb->shape);
+		cli_json_outputs_end(&w);
+	}
+	cli_summary(g, "%s: dx.npy (%lld, %lld), dw.npy (%lld, %lld)%s%s", out_dir, (long long)pdx->shape[0],
+		    (long long)pdx->shape[1], (long long)pdw->shape[0], (long long)pdw->shape[1],
+		    pdb->ndim == 1 ? ", db.npy" : "", recomputed ? " (the expired context was recomputed)" : "");
+	code = cli_flush_stdout("backward");
 	goto done;
 fail:
 	cli_report(&err, code);

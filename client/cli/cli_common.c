@@ -1,5 +1,6 @@
-/* cli_common.c: how fos reports errors (one "fos: ..." line on stderr) and the parsers of numeric
- * option values (whole numbers, numbers, durations). */
+/* cli_common.c: how fos reports errors (one "fos: ..." line on stderr), its success summaries (one
+ * line, or with --json one object naming the files written; nothing with --quiet), and the
+ * parsers of numeric option values (whole numbers, numbers, durations). */
 #include "cli.h"
 
 #include <errno.h>
@@ -52,6 +53,65 @@ void cli_summary(const cli_global *g, const char *fmt, ...)
 	vprintf(fmt, ap);
 	va_end(ap);
 	putchar('\n');
+}
+
+const char *cli_where(const cli_global *g, int local, const char *backend, char *buf, size_t cap)
+{
+	if (local)
+		snprintf(buf, cap, "here (--local, backend %s)", backend ? backend : "auto");
+	else
+		snprintf(buf, cap, "fosd at %s", g->server);
+	return buf;
+}
+
+void cli_json_begin(cli_jw *w, const cli_global *g, const char *command, int local, const char *backend)
+{
+	cli_jw_init(w, stdout, 1);
+	cli_jw_obj(w, NULL);
+	cli_jw_str(w, "command", command);
+	cli_jw_str(w, "where", local ? "local" : "fosd");
+	if (local)
+		cli_jw_str(w, "backend", backend ? backend : "auto");
+	else
+		cli_jw_str(w, "server", g->server);
+}
+
+void cli_jw_shape(cli_jw *w, const char *key, int ndim, const int64_t *shape)
+{
+	cli_jw_arr(w, key);
+	for (int i = 0; i < ndim; i++)
+		cli_jw_i64(w, NULL, shape[i]);
+	cli_jw_end(w, ']');
+}
+
+void cli_json_outputs_begin(cli_jw *w)
+{
+	cli_jw_obj(w, "outputs");
+}
+
+void cli_json_output(cli_jw *w, const char *name, const char *dir, const char *file, const char *dtype, int ndim,
+		     const int64_t *shape)
+{
+	cli_jw_obj(w, name);
+	if (dir) {
+		size_t n = strlen(dir) + strlen(file) + 2;
+		char *path = malloc(n);
+		if (path)
+			snprintf(path, n, "%s/%s", dir, file);
+		cli_jw_str(w, "path", path ? path : file);
+		free(path);
+	} else {
+		cli_jw_str(w, "path", file);
+	}
+	cli_jw_str(w, "dtype", dtype);
+	cli_jw_shape(w, "shape", ndim, shape);
+	cli_jw_end(w, '}');
+}
+
+void cli_json_outputs_end(cli_jw *w)
+{
+	cli_jw_end(w, '}');
+	cli_jw_end(w, '}');
 }
 
 int cli_flush_stdout(const char *cmd)

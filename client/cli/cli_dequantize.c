@@ -191,10 +191,31 @@ int cli_dequantize_main(const cli_global *g, int argc, char **argv)
 	int64_t oshape[2] = {R, C};
 	if (cli_mkparent(op, &err) || npy_write(op, dtype == FOS_F32 ? NPY_F4 : NPY_U2, 2, oshape, out, &err))
 		goto fail;
-	code = CLI_EXIT_OK;
+	int local = flags[DF_LOCAL].given;
+	const char *dname = dtype == FOS_F32 ? "float32" : "bf16";
+	if (g->json && !g->quiet) {
+		cli_jw w;
+		cli_json_begin(&w, g, "dequantize", local, backend);
+		cli_jw_str(&w, "codes", cp);
+		cli_jw_str(&w, "scales", sp);
+		cli_jw_str(&w, "amax", ap);
+		cli_jw_bool(&w, "row_scaled", row_scaled);
+		cli_jw_i64(&w, "bound", bound);
+		cli_json_outputs_begin(&w);
+		cli_json_output(&w, "out", NULL, op, dname, 2, oshape);
+		cli_json_outputs_end(&w);
+	}
+	char where[600];
+	cli_summary(g, "dequantized %s into %s: (%lld, %lld) %s, %s amax, bound %d; %s", cp, op, (long long)R,
+		    (long long)C, dname, row_scaled ? "per-row" : "per-tensor", bound,
+		    cli_where(g, local, backend, where, sizeof where));
+	code = cli_flush_stdout("dequantize");
+	if (code)
+		goto done;
 fail:
 	if (code != CLI_EXIT_OK)
 		cli_report(&err, code);
+done:
 	free(out);
 	npy_free(&codes);
 	npy_free(&scales);

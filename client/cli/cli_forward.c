@@ -138,13 +138,33 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 			snprintf(cf.bias_path, sizeof cf.bias_path, "%s", real);
 		if (cli_ctxfile_write(cp, &cf, &err))
 			goto fail;
-		printf("%s: (%lld, %lld) bf16; context %016llx (%s backward, kept %.0f s) in %s\n", yp,
-		       (long long)py->shape[0], (long long)py->shape[1], (unsigned long long)ctx.id,
-		       cli_override_name(ctx.resolved_override), (double)ctx.ttl_ms / 1000.0, cp);
-	} else {
-		printf("%s: (%lld, %lld) bf16\n", yp, (long long)py->shape[0], (long long)py->shape[1]);
 	}
-	code = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "forward: cannot write to stdout") : CLI_EXIT_OK;
+	if (g->json && !g->quiet) {
+		cli_jw w;
+		cli_json_begin(&w, g, "forward", 0, NULL);
+		cli_jw_str(&w, "weight", name);
+		cli_jw_str(&w, "x", xp);
+		if (cp) {
+			char id[24];
+			snprintf(id, sizeof id, "%016llx", (unsigned long long)ctx.id);
+			cli_jw_obj(&w, "context");
+			cli_jw_str(&w, "file", cp);
+			cli_jw_str(&w, "id", id);
+			cli_jw_str(&w, "backward", cli_override_name(ctx.resolved_override));
+			cli_jw_u64(&w, "ttl_ms", ctx.ttl_ms);
+			cli_jw_end(&w, '}');
+		}
+		cli_json_outputs_begin(&w);
+		cli_json_output(&w, "y", NULL, yp, "bf16", 2, py->shape);
+		cli_json_outputs_end(&w);
+	}
+	if (cp)
+		cli_summary(g, "%s: (%lld, %lld) bf16; context %016llx (%s backward, kept %.0f s) in %s", yp,
+			    (long long)py->shape[0], (long long)py->shape[1], (unsigned long long)ctx.id,
+			    cli_override_name(ctx.resolved_override), (double)ctx.ttl_ms / 1000.0, cp);
+	else
+		cli_summary(g, "%s: (%lld, %lld) bf16", yp, (long long)py->shape[0], (long long)py->shape[1]);
+	code = cli_flush_stdout("forward");
 	goto done;
 fail:
 	cli_report(&err, code);

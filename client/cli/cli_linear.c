@@ -272,10 +272,42 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		   cli_write(out_dir, "dw.npy", NPY_U2, 2, wshape, out.dw, &err) ||
 		   (bp && cli_write(out_dir, "db.npy", NPY_U2, 1, bshape, out.db, &err))))
 		goto fail;
-	code = CLI_EXIT_OK;
+	int local = flags[LF_LOCAL].given;
+	if (g->json && !g->quiet) {
+		cli_jw w;
+		cli_json_begin(&w, g, "linear", local, backend);
+		cli_jw_str(&w, "x", xp);
+		cli_jw_str(&w, "w", wp);
+		cli_jw_i64(&w, "m", M);
+		cli_jw_i64(&w, "n", N);
+		cli_jw_i64(&w, "k", K);
+		cli_jw_str(&w, "weight_block", o.weight_block == FOS_BLOCK_16X16 ? "16x16" : "1x16");
+		cli_jw_bool(&w, "row_scaled", o.row_scaled);
+		if (dp)
+			cli_jw_str(&w, "override", flags[LF_OVERRIDE].given ? flags[LF_OVERRIDE].value : "default");
+		cli_json_outputs_begin(&w);
+		cli_json_output(&w, "y", out_dir, "y.npy", "bf16", 2, yshape);
+		if (dp) {
+			cli_json_output(&w, "dx", out_dir, "dx.npy", "bf16", 2, xshape);
+			cli_json_output(&w, "dw", out_dir, "dw.npy", "bf16", 2, wshape);
+			if (bp)
+				cli_json_output(&w, "db", out_dir, "db.npy", "bf16", 1, bshape);
+		}
+		cli_json_outputs_end(&w);
+	}
+	char where[600], grads[200] = "";
+	if (dp)
+		snprintf(grads, sizeof grads, ", dx.npy (%lld, %lld), dw.npy (%lld, %lld)%s", (long long)M, (long long)K,
+			 (long long)N, (long long)K, bp ? ", db.npy" : "");
+	cli_summary(g, "%s: y.npy (%lld, %lld)%s; %s", out_dir, (long long)M, (long long)N, grads,
+		    cli_where(g, local, backend, where, sizeof where));
+	code = cli_flush_stdout("linear");
+	if (code)
+		goto done;
 fail:
 	if (code != CLI_EXIT_OK)
 		cli_report(&err, code);
+done:
 	free(out.y);
 	free(out.dx);
 	free(out.dw);

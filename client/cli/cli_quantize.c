@@ -217,10 +217,42 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 	    cli_write(out_dir, "scales.npy", NPY_U1, 2, sshape, q.scales, &err) ||
 	    cli_write(out_dir, "amax.npy", NPY_F4, cfg.row_scaled ? 1 : 0, ashape, q.amax, &err))
 		goto fail;
-	code = CLI_EXIT_OK;
+	int local = flags[QF_LOCAL].given;
+	const char *recipe = recipes[cfg.recipe == FOS_RECIPE_NVFP4], *block = cfg.block == FOS_BLOCK_16X16 ? "16x16" : "1x16",
+		   *errm = cfg.err_mode == FOS_ERR_MSE ? "mse" : "mae";
+	if (g->json && !g->quiet) {
+		cli_jw w;
+		cli_json_begin(&w, g, "quantize", local, backend);
+		cli_jw_str(&w, "input", x_path);
+		cli_jw_shape(&w, "shape", 2, x.shape);
+		cli_jw_str(&w, "recipe", recipe);
+		cli_jw_str(&w, "block", block);
+		cli_jw_str(&w, "err", errm);
+		cli_jw_i64(&w, "bound", cfg.bound);
+		cli_jw_bool(&w, "row_scaled", cfg.row_scaled);
+		if (!cfg.row_scaled)
+			cli_jw_dbl(&w, "amax", q.amax[0]);
+		cli_json_outputs_begin(&w);
+		cli_json_output(&w, "codes", out_dir, "codes.npy", "uint8", 2, cshape);
+		cli_json_output(&w, "scales", out_dir, "scales.npy", "uint8", 2, sshape);
+		cli_json_output(&w, "amax", out_dir, "amax.npy", "float32", cfg.row_scaled ? 1 : 0, ashape);
+		cli_json_outputs_end(&w);
+	}
+	char where[600], am[64];
+	if (cfg.row_scaled)
+		snprintf(am, sizeof am, "amax per row");
+	else
+		snprintf(am, sizeof am, "amax %.9g", (double)q.amax[0]);
+	cli_summary(g, "quantized %s (%lld, %lld) into %s/{codes,scales,amax}.npy: %s %s, %s, bound %d, %s; %s", x_path,
+		    (long long)R, (long long)C, out_dir, recipe, block, errm, cfg.bound, am,
+		    cli_where(g, local, backend, where, sizeof where));
+	code = cli_flush_stdout("quantize");
+	if (code)
+		goto done;
 fail:
 	if (code != CLI_EXIT_OK)
 		cli_report(&err, code);
+done:
 	free(q.codes);
 	free(q.scales);
 	free(q.amax);
