@@ -192,6 +192,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->colsum = fcu_colsum;
 	be->replay = fcu_replay;
 	be->grad_pair = fcu_grad_pair;
+	fcu_ipc_install(be, (const unsigned char *)prop.uuid.bytes);
 
 	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");
 	if (!rc)

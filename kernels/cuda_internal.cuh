@@ -253,5 +253,7 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 void fcu_graph_release(fos_backend *be);
 void *fcu_graph_alloc(fos_backend *be, size_t n);
 int fcu_graph_owns(fos_backend *be, const void *p);
+/* cuda_ipc.cu: sets be's uuid and its ipc_* and read_sync ops. */
+void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16]);
 
 #endif

@@ -103,6 +103,11 @@ int fosw_tensor_get(const Fos__Tensor *t, const uint8_t *data, size_t dlen, cons
 		snprintf(msg, msgsz, "tensor %s: shared-memory references are not supported yet", what);
 		return -1;
 	}
+	if (t->cuda) {
+		*code = FOS__CODE__UNIMPLEMENTED;
+		snprintf(msg, msgsz, "tensor %s: device tensors are not supported here", what);
+		return -1;
+	}
 	size_t es = fosw_dtype_size(t->dtype);
 	if (!es) {
 		snprintf(msg, msgsz, "tensor %s: dtype %d (%s) is not valid", what, (int)t->dtype,
@@ -151,6 +156,7 @@ int fosw_tensor_get(const Fos__Tensor *t, const uint8_t *data, size_t dlen, cons
 	out->ptr = data + t->offset;
 	out->len = (size_t)t->length;
 	out->shm = NULL;
+	out->cuda = NULL;
 	if (max_end && t->offset + t->length > *max_end)
 		*max_end = t->offset + t->length;
 	*code = FOS__CODE__OK;

@@ -47,6 +47,7 @@ typedef struct fosw_tensor {
 	const uint8_t *ptr;      /* in the received message (only 4-byte aligned), or a shm region */
 	size_t len;
 	void *shm;               /* fosd: the shared-memory region ptr lies in (NULL: inline) */
+	void *cuda;              /* fosd: the client GPU allocation ptr lies in (ptr a device address) */
 } fosw_tensor;
 
 /* Resolves t against a data section of dlen bytes: dtype known, 1..FOSW_MAX_DIMS dims each >= 1,

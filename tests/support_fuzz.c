@@ -124,7 +124,7 @@ int tf_request_one(const uint8_t *data, size_t size)
 		abort();
 	if (code)
 		goto out;
-	fosd_shm_req_begin(&s->shm, &tf_regions, 1, s->op, fosd_tenant_name(s->tenant));
+	fosd_shm_req_begin(&s->shm, &tf_regions, NULL, 1, s->op, fosd_tenant_name(s->tenant));
 	code = fosd_validate_shm(s->rq, s->data, s->dlen, (uint64_t)1 << 30, &s->shm, &s->args, msg, sizeof msg);
 	if (!code)
 		code = fosd_shm_outputs_check(&s->shm, s->rq, msg, sizeof msg);

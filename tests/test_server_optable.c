@@ -37,6 +37,7 @@ static const struct {
 	{FOSD_OP_REGISTER_REGION, "register_region", FOS__REQUEST__OP_REGISTER_REGION, 0},
 	{FOSD_OP_UNREGISTER_REGION, "unregister_region", FOS__REQUEST__OP_UNREGISTER_REGION, 0},
 	{FOSD_OP_LIST_REGIONS, "list_regions", FOS__REQUEST__OP_LIST_REGIONS, 0},
+	{FOSD_OP_CLOSE_DEVICE_MEMORY, "close_device_memory", FOS__REQUEST__OP_CLOSE_DEVICE_MEMORY, 0},
 };
 
 static void test_rows(void **state)
@@ -119,7 +120,8 @@ static void test_beside_and_small(void **state)
 
 	/* everything else runs alone, and never at once */
 	const int alone[] = {FOSD_OP_PUT_WEIGHT, FOSD_OP_DROP_WEIGHT, FOSD_OP_BACKWARD, FOSD_OP_RELEASE_CONTEXT,
-			     FOSD_OP_REGISTER_REGION, FOSD_OP_UNREGISTER_REGION, FOSD_OP_LIST_REGIONS};
+			     FOSD_OP_REGISTER_REGION, FOSD_OP_UNREGISTER_REGION, FOSD_OP_LIST_REGIONS,
+			     FOSD_OP_CLOSE_DEVICE_MEMORY};
 	memset(&a, 0, sizeof a);
 	for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++) {
 		assert_false(fosd_def_beside(fosd_op_def_of(alone[i]), &a));

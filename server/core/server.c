@@ -17,7 +17,7 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *
 	    fosd_wcache_init(&srv->wc, be, cfg->cache_bytes) ||
 	    fosd_contexts_init(&srv->cx, be, &srv->wc, cfg->context_bytes, cfg->context_ttl_ms) ||
 	    fosd_dedup_init(&srv->dd, cfg->dedup_window_ms, 65536) || fosd_regions_init(&srv->regions, be) ||
-	    fosd_chans_init(&srv->chans)) {
+	    fosd_devmaps_init(&srv->devmaps, be) || fosd_chans_init(&srv->chans)) {
 		snprintf(msg, msgsz, "out of memory initializing the server");
 		return -1;
 	}
@@ -30,6 +30,7 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *
 void fosd_server_destroy(fosd_server *srv)
 {
 	fosd_regions_destroy(&srv->regions); /* unpins while the backend is still there */
+	fosd_devmaps_destroy(&srv->devmaps); /* unmaps likewise */
 	fosd_chans_destroy(&srv->chans);
 	fosd_msgpool_unpin_all();
 	fosd_contexts_destroy(&srv->cx); /* releases weight references first */

@@ -87,6 +87,7 @@ struct fosd_server {
 	fosd_metrics metrics;
 	fosd_dedup dd;
 	fosd_regions regions;  /* shared-memory regions of ipc clients (regions.c) */
+	fosd_devmaps devmaps;  /* client GPU allocations and events opened (devmaps.c) */
 	fosd_chans chans;      /* request channels in regions (chan.c) */
 	fosd_tenants *tenants; /* NULL: no tokens file, one anonymous tenant (auth.c) */
 	struct fosd_deadlines *deadlines; /* the deadline reaper (deadline.c) */

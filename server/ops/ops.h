@@ -26,10 +26,16 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
  * "what: " when what is not NULL. */
 nng_msg *fosd_fail_be(fosd_slot *s, int *code, int rc, const char *what, const fos_err *e);
 
-/* Backend buffer (on c's lane) holding a copy of a received tensor; NULL (with e) on failure. */
+/* Backend buffer (on c's lane) holding a copy of a received tensor, or the tensor itself when it
+ * lies aligned in the client's GPU memory (devmem.h); NULL (with e) on failure. Read only. */
 void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e);
 /* Backend buffer of n bytes; NULL (with e) on failure. */
 void *fosd_dev_alloc(fosd_opctx *c, size_t n, fos_err *e);
+/* The buffer of n bytes for the op's result `result` ("y", "dx", ...): the client's GPU memory
+ * itself when the request asked for that result there and it can be written in place (devmem.h),
+ * else fosd_dev_alloc. */
+void *fosd_dev_out(fosd_opctx *c, const char *result, size_t n, fos_err *e);
+/* Frees a buffer of fosd_dev_from / fosd_dev_alloc / fosd_dev_out (never client memory). */
 void fosd_dev_free(fosd_opctx *c, void *p);
 /* A device buffer of at least n bytes that belongs to c's lane, for a small operand (n <=
  * FOSD_LANE_BUF_MAX; which: 0 or 1, two buffers a lane): the same addresses request after request,
@@ -74,6 +80,8 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code);
 nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s); /* its row wraps it (optable.c) */
 nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code);
 /* shm_ops.c: RegisterRegion, UnregisterRegion, ListRegions are declared in shm.h */
+/* dev_ops.c */
+nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code);
 
 /* WeightInfo for a reply; strings point into info. */
 void fosd_weight_info_msg(const fosd_weight_info *info, Fos__WeightInfo *out, Fos__WeightConfig *cfg);

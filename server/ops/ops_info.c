@@ -25,6 +25,10 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	h.uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
 	h.draining = atomic_load(&srv->draining) != 0;
 	h.max_message_bytes = srv->cfg->max_message_bytes;
+	if (srv->be->has_uuid) { /* device tensors must be on this GPU */
+		h.gpu_uuid.data = srv->be->uuid;
+		h.gpu_uuid.len = sizeof srv->be->uuid;
+	}
 	resp.id = s->req_id;
 	resp.result_case = FOS__RESPONSE__RESULT_HEALTH;
 	resp.health = &h;

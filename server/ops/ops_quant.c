@@ -1,8 +1,33 @@
 /* ops_quant.c: Quantize (bf16 or f32 -> E2M1 codes, E4M3 scales, amax) and Dequantize, one backend
- * call each, as the local CLI does. */
+ * call each, as the local CLI does. The quantized tensor's parts are op buffers (ops.h), so parts
+ * asked into the client's GPU memory are written there in place. */
 #include "ops.h"
 
 #include <string.h>
+
+/* Buffers of a quantized (rows, cols) tensor: each part the result named ("codes", "scales",
+ * "amax") or fosd's own. 0, or -1 with e (what was made stays in q for q_free). */
+static int q_alloc(fosd_opctx *c, fos_qtensor *q, int64_t rows, int64_t cols, int row_scaled, fos_err *e)
+{
+	memset(q, 0, sizeof *q);
+	q->rows = rows;
+	q->cols = cols;
+	q->row_scaled = row_scaled;
+	q->bound = 256;
+	if (!(q->codes = fosd_dev_out(c, "codes", (size_t)(rows * cols / 2), e)) ||
+	    !(q->scales = fosd_dev_out(c, "scales", (size_t)(rows * cols / 16), e)) ||
+	    !(q->amax = fosd_dev_out(c, "amax", sizeof(float) * (size_t)(row_scaled ? rows : 1), e)))
+		return -1;
+	return 0;
+}
+
+static void q_free(fosd_opctx *c, fos_qtensor *q)
+{
+	fosd_dev_free(c, q->codes);
+	fosd_dev_free(c, q->scales);
+	fosd_dev_free(c, q->amax);
+	memset(q, 0, sizeof *q);
+}
 
 nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 {
@@ -12,16 +37,14 @@ nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 	fos_err e;
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	fos_qtensor q;
-	int have_q = 0;
 	void *x = NULL, *amax = NULL;
 	nng_msg *r = NULL;
 	memset(&q, 0, sizeof q);
 	if (!(x = fosd_dev_from(c, &a->x, &e)) || (a->has_amax && !(amax = fosd_dev_from(c, &a->amax, &e))) ||
-	    fos_qtensor_alloc(be, &q, rows, cols, a->cfg.row_scaled, &e)) {
+	    q_alloc(c, &q, rows, cols, a->cfg.row_scaled, &e)) {
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
-	have_q = 1;
 	int rc = be->quantize(be, x, a->dtype, rows, cols, &a->cfg, amax, &q, NULL, &e);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "quantize", &e);
@@ -36,8 +59,7 @@ nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 	qr.bound = (uint32_t)a->cfg.bound;
 	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_QUANTIZE, &qr, &outs, code);
 out:
-	if (have_q)
-		fos_qtensor_free(be, &q);
+	q_free(c, &q);
 	fosd_dev_free(c, x);
 	fosd_dev_free(c, amax);
 	return r;
@@ -45,28 +67,21 @@ out:
 
 nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
 	fosd_slot *s = c->s;
 	fosd_deq_args *a = &s->args.u.deq;
 	fos_backend *be = c->be;
 	fos_err e;
 	fos_qtensor q;
-	int have_q = 0;
 	void *out = NULL;
 	nng_msg *r = NULL;
 	memset(&q, 0, sizeof q);
 	size_t out_bytes = (size_t)(a->rows * a->cols) * fos_dtype_size(a->out_dtype);
-	if (fos_qtensor_alloc(be, &q, a->rows, a->cols, a->row_scaled, &e)) {
-		r = fosd_fail_be(s, code, e.rc, NULL, &e);
-		goto out;
-	}
-	have_q = 1;
 	q.rows = a->rows;
 	q.cols = a->cols;
 	q.bound = a->bound;
 	q.row_scaled = a->row_scaled;
-	if (fosd_tensor_h2d(c->be, srv, q.codes, &a->codes, &e) || fosd_tensor_h2d(c->be, srv, q.scales, &a->scales, &e) ||
-	    fosd_tensor_h2d(c->be, srv, q.amax, &a->amax, &e) || !(out = fosd_dev_alloc(c, out_bytes, &e))) {
+	if (!(q.codes = fosd_dev_from(c, &a->codes, &e)) || !(q.scales = fosd_dev_from(c, &a->scales, &e)) ||
+	    !(q.amax = fosd_dev_from(c, &a->amax, &e)) || !(out = fosd_dev_out(c, "out", out_bytes, &e))) {
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
@@ -82,8 +97,7 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 			      a->cols, out);
 	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_DEQUANTIZE, &dr, &outs, code);
 out:
-	if (have_q)
-		fos_qtensor_free(be, &q);
+	q_free(c, &q);
 	fosd_dev_free(c, out);
 	return r;
 }

@@ -13,6 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The same-host check of the device data plane: the connection's peer credentials (ipc://). */
+static int pipe_has_peer(nng_pipe p)
+{
+	uint64_t pid = 0;
+	return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0 && pid != 0;
+}
+
 static void reply_error(fosd_slot *s, uint64_t id, int code, const char *message)
 {
 	fosd_finish(s, fosd_error_reply(id, code, message), code);
@@ -110,10 +117,13 @@ void fosd_dispatch(fosd_slot *s)
 		return;
 	}
 	/* shared-memory references are resolved for this connection and tenant (shm_req.c) */
-	fosd_shm_req_begin(&s->shm, &srv->regions, nng_pipe_id(nng_msg_get_pipe(s->msg)), s->op,
-			   fosd_tenant_name(s->tenant));
-	int code = fosd_validate_shm(rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->shm, &s->args, msg,
-				     sizeof msg);
+	nng_pipe pipe = nng_msg_get_pipe(s->msg);
+	fosd_shm_req_begin(&s->shm, &srv->regions, &srv->devmaps, nng_pipe_id(pipe), s->op, fosd_tenant_name(s->tenant));
+	fosd_dev_req_set_peer(&s->shm.dev, pipe_has_peer(pipe));
+	int code = fosd_dev_event_check(&s->shm.dev, rq, msg, sizeof msg); /* before inputs validation reads */
+	if (!code)
+		code = fosd_validate_shm(rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->shm, &s->args, msg,
+					 sizeof msg);
 	if (!code)
 		code = fosd_shm_outputs_check(&s->shm, rq, msg, sizeof msg);
 	if (code) {

@@ -70,6 +70,8 @@ static const fosd_op_def table[FOSD_NUM_OPS] = {
 				       fosd_op_unregister_region, 0, NULL, NULL},
 	[FOSD_OP_LIST_REGIONS] = {"list_regions", FOS__REQUEST__OP_LIST_REGIONS, fosd_validate_region_op,
 				  fosd_op_list_regions, 0, NULL, NULL},
+	[FOSD_OP_CLOSE_DEVICE_MEMORY] = {"close_device_memory", FOS__REQUEST__OP_CLOSE_DEVICE_MEMORY,
+					 fosd_validate_close_device, fosd_op_close_device_memory, 0, NULL, NULL},
 	[FOSD_OP_INVALID] = {"invalid", 0, NULL, NULL, 0, NULL, NULL},
 };
 

@@ -31,6 +31,7 @@ enum fosd_op {
 	FOSD_OP_REGISTER_REGION,
 	FOSD_OP_UNREGISTER_REGION,
 	FOSD_OP_LIST_REGIONS,
+	FOSD_OP_CLOSE_DEVICE_MEMORY,
 	FOSD_OP_INVALID, /* undecodable message or no operation set */
 	FOSD_NUM_OPS
 };

@@ -104,7 +104,11 @@ typedef struct fosd_vctx vctx;
 static int get_tensor(vctx *v, const Fos__Tensor *t, const char *what, int dtype, int ndim, fosw_tensor *out)
 {
 	int code;
-	if (t && t->shm && v->shm) {
+	if (t && t->cuda && v->shm) {
+		if (fosd_dev_tensor_get(&v->shm->dev, t, what, fosd_shm_wants_snapshot(v->shm->op, what), out, &code,
+					v->msg, v->msgsz))
+			return code;
+	} else if (t && t->shm && v->shm) {
 		if (fosd_shm_tensor_get(v->shm, t, what, out, &code, v->msg, v->msgsz))
 			return code;
 	} else if (fosw_tensor_get(t, v->data, v->dlen, what, out, &v->max_end, &code, v->msg, v->msgsz))
@@ -445,6 +449,19 @@ int fosd_validate_region_op(vctx *v, const Fos__Request *rq, fosd_args *a, uint6
 	(void)a;
 	(void)max_reply;
 	return fosd_shm_validate_op(rq, v->msg, v->msgsz); /* shm_ops.c */
+}
+
+int fosd_validate_close_device(vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply)
+{
+	(void)a;
+	(void)max_reply;
+	size_t n = rq->close_device_memory->ipc_handle.len;
+	if (n != FOSD_DEV_HANDLE_BYTES) {
+		snprintf(v->msg, v->msgsz, "ipc_handle is %zu bytes; a CUDA IPC memory handle is %d", n,
+			 FOSD_DEV_HANDLE_BYTES);
+		return INVALID;
+	}
+	return 0;
 }
 
 int fosd_validate_shm(const Fos__Request *rq, const uint8_t *data, size_t dlen, uint64_t max_reply,

@@ -98,6 +98,8 @@ int fosd_validate_dequantize(fosd_vctx *v, const Fos__Request *rq, fosd_args *a,
 int fosd_validate_linear(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
 /* RegisterRegion, UnregisterRegion, ListRegions (shm_ops.c checks them) */
 int fosd_validate_region_op(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
+/* CloseDeviceMemory: a 64-byte handle */
+int fosd_validate_close_device(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
 
 /* Weight names: 1..128 bytes of [A-Za-z0-9._:/-]. Returns 0 or -1 with msg. */
 int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz);

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "devmem.h"
 #include "fos_wire.h"
 #include "fos.pb-c.h"
 
@@ -96,6 +97,7 @@ typedef struct fosd_shm_req {
 	fosd_shm_out out[FOSW_MAX_TENSORS];     /* by index in outs */
 	int out_of_t[FOSW_MAX_TENSORS];         /* reply output i -> index in out, or -1 */
 	Fos__ShmRef out_ref[FOSW_MAX_TENSORS];  /* the reply's references */
+	fosd_dev_req dev;                       /* device tensors and device outputs (devmem.h) */
 } fosd_shm_req;
 
 /* ---- the region table (regions.c) ------------------------------------------------------------ */
@@ -155,8 +157,10 @@ struct fosd_server;
 struct fosd_slot;
 struct fosd_outs;
 
-/* Starts the request's shm state (pipe from the message, op, tenant: NULL for anonymous). */
-void fosd_shm_req_begin(fosd_shm_req *q, fosd_regions *rg, uint32_t pipe, int op, const char *tenant);
+/* Starts the request's shm state (pipe from the message, op, tenant: NULL for anonymous) and its
+ * device state (dm: the device mapping table). */
+void fosd_shm_req_begin(fosd_shm_req *q, fosd_regions *rg, fosd_devmaps *dm, uint32_t pipe, int op,
+			const char *tenant);
 /* Releases its references and snapshots. Safe to call twice. */
 void fosd_shm_req_end(fosd_shm_req *q);
 
@@ -166,8 +170,10 @@ void fosd_shm_req_end(fosd_shm_req *q);
  * validation checks are copied out. Returns 0 or -1 with *code and msg. */
 int fosd_shm_tensor_get(fosd_shm_req *q, const Fos__Tensor *t, const char *what, fosw_tensor *out, int *code,
 			char *msg, size_t msgsz);
-/* Checks the request's shm_outputs against its op's result (names, regions, ranges). Returns 0 or
- * a gRPC code with msg. */
+/* Inputs whose content validation checks (copied out of a region or device memory first). */
+int fosd_shm_wants_snapshot(int op, const char *what);
+/* Checks the request's shm_outputs against its op's result (names, regions or device targets,
+ * ranges). Returns 0 or a gRPC code with msg. */
 int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, size_t msgsz);
 /* 1 when rq's shm_outputs name the result field `result` ("y", "dx", ...). Such a result travels
  * as a reference, so it does not count against max_message_bytes: its room is its region's

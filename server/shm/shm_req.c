@@ -11,13 +11,15 @@
 
 #define BOUNCE_CHUNK ((size_t)16 << 20)
 
-void fosd_shm_req_begin(fosd_shm_req *q, fosd_regions *rg, uint32_t pipe, int op, const char *tenant)
+void fosd_shm_req_begin(fosd_shm_req *q, fosd_regions *rg, fosd_devmaps *dm, uint32_t pipe, int op,
+			const char *tenant)
 {
 	fosd_shm_req_end(q);
 	q->rg = rg;
 	q->pipe = pipe;
 	q->op = op;
 	q->tenant = tenant;
+	fosd_dev_req_begin(&q->dev, dm, pipe, tenant);
 }
 
 void fosd_shm_req_end(fosd_shm_req *q)
@@ -34,10 +36,10 @@ void fosd_shm_req_end(fosd_shm_req *q)
 	}
 	q->n_refs = q->n_snaps = q->n_out = 0;
 	q->outs = NULL;
+	fosd_dev_req_end(&q->dev);
 }
 
-/* Inputs whose content validation reads: copied out of the region first (see shm.h). */
-static int wants_snapshot(int op, const char *what)
+int fosd_shm_wants_snapshot(int op, const char *what)
 {
 	if (op == FOSD_OP_QUANTIZE)
 		return !strcmp(what, "amax");
@@ -94,7 +96,7 @@ int fosd_shm_tensor_get(fosd_shm_req *q, const Fos__Tensor *t, const char *what,
 	fosd_region_count_use(r);
 	out->ptr = fosd_region_base(r) + off;
 	out->shm = r;
-	if (wants_snapshot(q->op, what)) {
+	if (fosd_shm_wants_snapshot(q->op, what)) {
 		void *copy = malloc(len ? (size_t)len : 1);
 		if (!copy || q->n_snaps >= FOSD_SHM_MAX_REFS) {
 			free(copy);
@@ -157,13 +159,24 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
 				snprintf(msg, msgsz, "shm_outputs[%zu]: result '%s' is named twice", i, res);
 				return FOS__CODE__INVALID_ARGUMENT;
 			}
-		if (!so->shm || !so->shm->region || !so->shm->region[0]) {
+		if (so->shm && so->cuda) {
+			snprintf(msg, msgsz, "shm_outputs[%zu] ('%s') names both a region and device memory", i, res);
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		if (!so->cuda && (!so->shm || !so->shm->region || !so->shm->region[0])) {
 			snprintf(msg, msgsz, "shm_outputs[%zu] ('%s') names no region", i, res);
 			return FOS__CODE__INVALID_ARGUMENT;
 		}
 		if (!so->capacity) {
 			snprintf(msg, msgsz, "shm_outputs[%zu] ('%s'): capacity must be at least 1 byte", i, res);
 			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		if (so->cuda) { /* a device output (devmem.h) */
+			q->n_out = (int)i + 1;
+			int dc = fosd_dev_output_check(&q->dev, (int)i, so, msg, msgsz);
+			if (dc)
+				return dc;
+			continue;
 		}
 		int code;
 		char m[FOSD_MSG_MAX];
@@ -265,6 +278,12 @@ static int region_move(fos_backend *be, fosd_server *srv, fosd_region *r, uint64
 
 int fosd_tensor_h2d(fos_backend *be, fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e)
 {
+	if (t->cuda) { /* in the client's GPU memory: a copy on the GPU */
+		int rc = be->d2d(be, dst, t->ptr, t->len, e);
+		if (!rc)
+			fosd_devmaps_count(&srv->devmaps, 0, 1);
+		return rc;
+	}
 	if (!t->shm)
 		return be->h2d(be, dst, t->ptr, t->len, e);
 	fosd_region *r = t->shm;
@@ -300,14 +319,26 @@ int fosd_shm_outs_place(fosd_slot *s, ProtobufCMessage *resp, fosd_outs *o, char
 		for (int i = 0; tp && i < o->n; i++) {
 			if (&o->t[i] != tp)
 				continue;
-			if (o->t[i].length > q->out[j].cap) {
-				snprintf(msg, msgsz, "result %s is %llu bytes, its shm target in region '%s' has room for %llu",
-					 q->outs[j]->result, (unsigned long long)o->t[i].length,
-					 fosd_region_name(q->out[j].r), (unsigned long long)q->out[j].cap);
+			const fosd_dev_target *dout = &q->dev.out[j];
+			uint64_t cap = dout->m ? dout->cap : q->out[j].cap;
+			if (o->t[i].length > cap) {
+				if (dout->m)
+					snprintf(msg, msgsz, "result %s is %llu bytes, its device target has room for %llu",
+						 q->outs[j]->result, (unsigned long long)o->t[i].length,
+						 (unsigned long long)cap);
+				else
+					snprintf(msg, msgsz,
+						 "result %s is %llu bytes, its shm target in region '%s' has room for %llu",
+						 q->outs[j]->result, (unsigned long long)o->t[i].length,
+						 fosd_region_name(q->out[j].r), (unsigned long long)cap);
 				return FOS__CODE__OUT_OF_RANGE;
 			}
 			q->out_of_t[i] = j;
 			q->out[j].used = 1;
+			if (dout->m) {
+				o->t[i].cuda = fosd_dev_out_ref(&q->dev, j, i, q->outs[j]->cuda);
+				continue;
+			}
 			fos__shm_ref__init(&q->out_ref[i]);
 			q->out_ref[i].region = (char *)fosd_region_name(q->out[j].r);
 			q->out_ref[i].offset = q->out[j].off;
@@ -342,6 +373,8 @@ int fosd_shm_out_write(fos_backend *be, fosd_server *srv, fosd_slot *s, int i, c
 		snprintf(msg, msgsz, "output %d has no shm target", i);
 		return FOS__CODE__INTERNAL;
 	}
+	if (q->dev.out[j].m)
+		return fosd_dev_out_write(&q->dev, be, j, dev, len, msg, msgsz);
 	fosd_region *r = q->out[j].r;
 	int code = region_move(be, srv, r, q->out[j].off, (void *)dev, len, 1, msg, msgsz);
 	if (!code)

@@ -1,0 +1,17 @@
+/* dev_ops.c: the CloseDeviceMemory operation (its row in the op table): closes the request's
+ * connection and tenant's mapping of a client GPU allocation (devmaps.c), at once or when the last
+ * request using it is answered. */
+#include "ops.h"
+
+nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code)
+{
+	fosd_slot *s = c->s;
+	const Fos__CloseDeviceMemoryRequest *r = s->rq->close_device_memory;
+	char msg[FOSD_MSG_MAX];
+	int rc = fosd_devmaps_close(&c->srv->devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data, r->ipc_handle.len,
+				    msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
+	Fos__CloseDeviceMemoryResult cr = FOS__CLOSE_DEVICE_MEMORY_RESULT__INIT;
+	return fosd_result_reply(c, FOS__RESPONSE__RESULT_CLOSE_DEVICE_MEMORY, &cr, NULL, code);
+}
