@@ -73,6 +73,14 @@ const fosd_stat_row fosd_stats_rows[] = {
 	 "Bytes of the registered shared-memory regions."},
 	{FOSD_STAT_U64, S(shm_mapped_bytes), PB(shm_mapped_bytes), "fosd_shm_mapped_bytes", "gauge",
 	 "Bytes of shared-memory regions still mapped."},
+	{FOSD_STAT_U64, S(device_mappings), PB(device_mappings), "fosd_device_mappings", "gauge",
+	 "Client GPU allocations mapped for device tensors."},
+	{FOSD_STAT_U64, S(device_mapped_bytes), PB(device_mapped_bytes), "fosd_device_mapped_bytes", "gauge",
+	 "Bytes of the client GPU allocations mapped."},
+	{FOSD_STAT_U64, S(device_tensors), PB(device_tensors), "fosd_device_tensors_total", "counter",
+	 "Device tensors read or written."},
+	{FOSD_STAT_U64, S(device_staged), PB(device_staged), "fosd_device_staged_total", "counter",
+	 "Device tensors copied once on the GPU instead of used in place."},
 	{FOSD_STAT_U64, S(channels), PB(channels), "fosd_channels", "gauge", "Request channels being served."},
 	{FOSD_STAT_U64, S(channel_requests), PB(channel_requests), "fosd_channel_requests_total", "counter",
 	 "Requests taken from request channels."},
@@ -131,6 +139,8 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 	out->queued = fosd_executor_queued(srv);
 	out->workers = (uint64_t)srv->n_workers;
 	fosd_regions_stats(&srv->regions, &out->shm_regions, &out->shm_region_bytes, &out->shm_mapped_bytes);
+	fosd_devmaps_stats(&srv->devmaps, &out->device_mappings, &out->device_mapped_bytes, &out->device_tensors,
+			   &out->device_staged);
 	out->channels = fosd_chans_count(&srv->chans);
 	out->channel_requests = atomic_load(&srv->chans.requests);
 	out->connections = (uint64_t)atomic_load(&srv->pipes);

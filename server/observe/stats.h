@@ -28,6 +28,7 @@ typedef struct fosd_stats {
 	fosd_contexts_stats contexts;
 	uint64_t inflight, queued, workers;
 	uint64_t shm_regions, shm_region_bytes, shm_mapped_bytes;
+	uint64_t device_mappings, device_mapped_bytes, device_tensors, device_staged;
 	uint64_t channels, channel_requests;
 	uint64_t connections, connections_dropped, connection_refusals, connections_rejected;
 	fosd_msgpool_stats pool;

@@ -32,6 +32,10 @@ nng_msg *fosd_op_run(fosd_opctx *c, int *code)
 	const fosd_op_def *d = c->s->def;
 	if (!d->run)
 		return fosd_fail(c->s, code, FOS__CODE__UNIMPLEMENTED, "operation not implemented");
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	if (fosd_dev_wait(&c->s->shm.dev, c->be, &e)) /* the client's work on its device inputs first */
+		return fosd_fail(c->s, code, FOS__CODE__INTERNAL, "waiting for cuda_wait_event: %s", e.msg);
 	return d->run(c, code);
 }
 
@@ -45,6 +49,9 @@ void *fosd_dev_alloc(fosd_opctx *c, size_t n, fos_err *e)
 
 void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 {
+	/* in the client's GPU memory and aligned: used in place (never freed, fosd_dev_free) */
+	if (fosd_dev_inplace_ok(t) && !fosd_dev_borrow(&c->s->shm.dev, (void *)t->ptr))
+		return (void *)t->ptr;
 	void *p = fosd_dev_alloc(c, t->len, e);
 	if (p && fosd_tensor_h2d(c->be, c->srv, p, t, e)) { /* inline, or from a shm region */
 		c->be->free(c->be, p);
@@ -53,9 +60,24 @@ void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 	return p;
 }
 
+void *fosd_dev_out(fosd_opctx *c, const char *result, size_t n, fos_err *e)
+{
+	const Fos__Request *rq = c->s->rq;
+	for (size_t i = 0; rq && i < rq->n_shm_outputs && i < FOSW_MAX_TENSORS; i++) {
+		const Fos__ShmOutput *so = rq->shm_outputs[i];
+		if (so && so->cuda && so->result && !strcmp(so->result, result)) {
+			void *p = fosd_dev_out_inplace(&c->s->shm.dev, (int)i, n);
+			if (p)
+				return p;
+			break;
+		}
+	}
+	return fosd_dev_alloc(c, n, e);
+}
+
 void fosd_dev_free(fosd_opctx *c, void *p)
 {
-	if (p)
+	if (p && !fosd_dev_borrowed(&c->s->shm.dev, p))
 		c->be->free(c->be, p);
 }
 
@@ -106,11 +128,12 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory allocating the reply");
 	for (int i = 0; o && i < o->n; i++) {
 		fos_err e;
-		if (o->t[i].shm) {
+		if (o->t[i].shm || o->t[i].cuda) {
 			sc = fosd_shm_out_write(c->be, srv, s, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
 			if (sc) {
 				nng_msg_free(m);
-				return fosd_fail(s, code, sc, "writing result %d into shared memory: %s", i, smsg);
+				return fosd_fail(s, code, sc, "writing result %d into %s: %s", i,
+						 o->t[i].cuda ? "the client's GPU memory" : "shared memory", smsg);
 			}
 			continue;
 		}

@@ -30,10 +30,11 @@ static int check_compare(fosd_opctx *c, const fosw_tensor *ex, const void *y, si
 	fos_backend *be = c->be;
 	const int host = srv->regions.host_backend; /* Y is in host memory already */
 	size_t chunk = count < CHECK_CHUNK ? count : CHECK_CHUNK;
-	uint16_t *yb = host ? NULL : malloc(chunk * 2 + 2), *eb = ex->shm ? malloc(chunk * 2 + 2) : NULL;
+	const int copy_ex = ex->shm || ex->cuda; /* expect read through a guarded copy or from the GPU */
+	uint16_t *yb = host ? NULL : malloc(chunk * 2 + 2), *eb = copy_ex ? malloc(chunk * 2 + 2) : NULL;
 	int code = 0;
 	fos_cmp_init(r, FOS_CMP_BF16);
-	if ((!host && !yb) || (ex->shm && !eb)) {
+	if ((!host && !yb) || (copy_ex && !eb)) {
 		snprintf(msg, msgsz, "out of memory for the check's %zu-byte buffers", chunk * 4);
 		code = FOS__CODE__RESOURCE_EXHAUSTED;
 		goto out;
@@ -56,7 +57,15 @@ static int check_compare(fosd_opctx *c, const fosw_tensor *ex, const void *y, si
 			}
 			yp = yb;
 		}
-		if (ex->shm) {
+		if (ex->cuda) {
+			fos_err e;
+			if (be->d2h(be, eb, ex->ptr + o * 2, c * 2, &e)) {
+				snprintf(msg, msgsz, "copying expect out of the client's GPU memory: %s", e.msg);
+				code = fosd_code_of_rc(e.rc);
+				goto out;
+			}
+			ep = eb;
+		} else if (ex->shm) {
 			if (fosd_shm_copy(eb, ex->ptr + o * 2, c * 2)) {
 				snprintf(msg, msgsz, "shm region '%s' shrank while expect was read",
 					 fosd_region_name(ex->shm));
@@ -183,7 +192,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	}
 	if (!(x = lx ? lx : fosd_dev_from(c, &a->x, &e)) ||
 	    (a->has_bias && !(bias = fosd_dev_from(c, &a->bias, &e))) ||
-	    !(y = ly ? ly : fosd_dev_alloc(c, (size_t)(m * n * 2), &e))) {
+	    !(y = ly ? ly : fosd_dev_out(c, "y", (size_t)(m * n * 2), &e))) {
 		if (lx)
 			x = y = NULL; /* the lane's: not freed */
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
@@ -255,8 +264,8 @@ out:
 static int grads_alloc(fosd_opctx *c, int64_t m, int64_t n, int64_t k, int has_bias, void **dx, void **dw, void **db,
 		       fos_err *e)
 {
-	if (!(*dx = fosd_dev_alloc(c, (size_t)(m * k * 2), e)) || !(*dw = fosd_dev_alloc(c, (size_t)(n * k * 2), e)) ||
-	    (has_bias && !(*db = fosd_dev_alloc(c, (size_t)n * 2, e))))
+	if (!(*dx = fosd_dev_out(c, "dx", (size_t)(m * k * 2), e)) || !(*dw = fosd_dev_out(c, "dw", (size_t)(n * k * 2), e)) ||
+	    (has_bias && !(*db = fosd_dev_out(c, "db", (size_t)n * 2, e))))
 		return -1;
 	return 0;
 }
@@ -355,7 +364,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 	memset(&saved, 0, sizeof saved);
 	if (!(x = fosd_dev_from(c, &a->x, &e)) || !(w = fosd_dev_from(c, &a->w, &e)) ||
 	    (a->has_bias && !(bias = fosd_dev_from(c, &a->bias, &e))) ||
-	    (a->has_dy && !(dy = fosd_dev_from(c, &a->dy, &e))) || !(y = fosd_dev_alloc(c, (size_t)(m * n * 2), &e))) {
+	    (a->has_dy && !(dy = fosd_dev_from(c, &a->dy, &e))) || !(y = fosd_dev_out(c, "y", (size_t)(m * n * 2), &e))) {
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
