@@ -1,6 +1,7 @@
 #!/bin/sh
-# run.sh: runs the Python tests (tests/python/test_*.py) with pytest against BUILD's fosd, fos and
-# libfos.so, and turns pytest's summary into the suite's counts:
+# run.sh: runs the Python tests (tests/python/test_*.py, and tests/proto_client's protocol test
+# client) with pytest against BUILD's fosd, fos and libfos.so, and turns pytest's summary into the
+# suite's counts:
 #   run.sh BUILD [pytest arguments...]
 # With FOS_TALLY=FILE (make test) the counts are appended to FILE as one line
 # "PASSED FAILED SKIPPED [failing names]" (tests/run-tests.sh --total adds them up) and the
@@ -19,13 +20,13 @@ fi
 LIMIT="${FOS_TEST_TIMEOUT:-600}"
 HERE=$(dirname "$0")
 log=$(mktemp)
-echo "== python ($PY, tests/python)"
+echo "== python ($PY, tests/python tests/proto_client)"
 if ! "$PY" -c "import pytest" >/dev/null 2>&1; then
 	echo "!! $PY has no pytest (apt-get install python3-pytest; deploy/install-deps.sh installs it)" >"$log"
 	rc=127
 else
 	FOS_BUILD="$BUILD" PYTHONDONTWRITEBYTECODE=1 timeout -k 10 "$LIMIT" \
-		"$PY" -m pytest -p no:cacheprovider -q -rfEs "$HERE" "$@" >"$log" 2>&1
+		"$PY" -m pytest -p no:cacheprovider -q -rfEs "$HERE" "$HERE/../proto_client" "$@" >"$log" 2>&1
 	rc=$?
 fi
 cat "$log"
