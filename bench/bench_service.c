@@ -106,7 +106,7 @@ static void bs_start_fosd(const char *bin, const char *backend, int workers, int
 		FILE *f = freopen(log, "w", stderr);
 		(void)f;
 		execl(bin, "fosd", "--backend", backend, "--listen", g_url, "--workers", w, "--concurrency", "128",
-		      "--streams", sn, (char *)NULL);
+		      "--streams", sn, "--metrics-listen", "off", (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}

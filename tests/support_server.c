@@ -83,6 +83,9 @@ void tsrv_fosd_argv(const tsrv *s, const char *const *extra, char *bin, size_t b
 	argv[argc++] = "2";
 	argv[argc++] = "--listen";
 	argv[argc++] = s->url;
+	/* no HTTP endpoint unless the test asks for one (after this): fosds of tests run side by side */
+	argv[argc++] = "--metrics-listen";
+	argv[argc++] = "off";
 	for (int i = 0; extra && extra[i] && argc < 62; i++)
 		argv[argc++] = extra[i];
 	argv[argc] = NULL;

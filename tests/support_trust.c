@@ -99,6 +99,8 @@ int tt_fosd_run(const char *const *args, const char *log, int timeout_ms)
 	const char *argv[64];
 	int argc = 0;
 	argv[argc++] = bin;
+	argv[argc++] = "--metrics-listen"; /* no HTTP endpoint unless args name one */
+	argv[argc++] = "off";
 	for (int i = 0; args && args[i] && argc < 63; i++)
 		argv[argc++] = args[i];
 	argv[argc] = NULL;

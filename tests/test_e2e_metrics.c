@@ -1,11 +1,16 @@
 /* test_e2e_metrics.c: fosd's HTTP endpoint for operators (--metrics-listen, server/observe/http_metrics.c).
  * The text of /metrics built from hand-made snapshots: label escaping, cumulative histogram buckets
- * at powers of two of microseconds, +Inf = _count, _sum in seconds, expected values worked out by
- * hand. Then a real fosd (CPU backend) with --metrics-listen http://127.0.0.1:0: after forwards, a
- * NOT_FOUND and a PutWeight, the counters and histogram counts of /metrics equal what the Stats op
- * reports through libfos, every line is a comment or `name{labels} value`; /healthz is 200 "ok",
- * 503 "draining" during a drain; another path 404, another method 405; a bad --metrics-listen
- * value exits 2 and a taken port exits 1, each with a message. HTTP is spoken over a plain socket. */
+ * at powers of two of microseconds (the whole request's by op and status code, its queue, input
+ * copy, compute, output copy and run parts), +Inf = _count, _sum in seconds, requests by tenant,
+ * the process and GPU families, expected values worked out by hand. Then a real fosd (CPU backend)
+ * with --metrics-listen http://127.0.0.1:0: after forwards, a NOT_FOUND and a PutWeight, the
+ * counters and histogram counts of /metrics equal what the Stats op reports through libfos, the
+ * parts of a request add up to its run, the process numbers are there and NVML's absence on a CPU
+ * host is fosd_nvml_available 0; every line is a comment or `name{labels} value`; /livez and
+ * /healthz are 200 "ok" and /readyz 200 "ready", and during a drain /healthz and /readyz are 503
+ * while /livez stays 200; another path 404, another method 405; a fosd with a tokens file labels
+ * requests with their tenant; a bad --metrics-listen value exits 2 and a taken port exits 1, each
+ * with a message. HTTP is spoken over a plain socket. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +36,7 @@
 #include "http_metrics.h"
 #include "support_server.h"
 #include "support_assert.h"
+#include "support_trust.h"
 
 /* ---- reading the exposition text ------------------------------------------------------------ */
 
@@ -201,6 +207,9 @@ static double sample(const char *text, const char *series)
 	return -1;
 }
 
+/* op may carry more labels after it: OP OK_LABEL is op="OP",code="OK" */
+#define OK_LABEL "\",code=\"OK"
+
 static double hsample(const char *text, const char *name, const char *op, const char *le)
 {
 	char s[256];
@@ -252,10 +261,14 @@ static fosd_prom_snapshot *hand_snapshot(void)
 	const uint64_t lat[] = {0, 3, 4, 7, 8, 100, 5000000, (uint64_t)1 << 35};
 	for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++)
 		record(m, FOSD_OP_FORWARD, 0, lat[i], lat[i] == 100 ? 10 : -1, 20);
-	record(m, FOSD_OP_FORWARD, 5, 50, -1, 0); /* NOT_FOUND: counted, in no histogram */
+	record(m, FOSD_OP_FORWARD, 5, 50, -1, 0); /* NOT_FOUND: counted, in a histogram of its code */
 	record(m, FOSD_OP_FORWARD, 5, 60, -1, 0);
 	record(m, FOSD_OP_HEALTH, 0, 2, -1, 0);
-	memcpy(s->ops, m->ops, sizeof s->ops); /* one thread: no lock needed */
+	fosd_metrics_snap *snap = malloc(sizeof *snap);
+	assert_non_null(snap);
+	fosd_metrics_snapshot(m, snap);
+	memcpy(s->ops, snap->ops, sizeof s->ops);
+	free(snap);
 	s->duplicates = 3;
 	s->bad_messages = 4;
 	fosd_metrics_destroy(m);
@@ -292,11 +305,11 @@ static void test_format_snapshot(void **state)
 	assert_true(sample(t, "fosd_uptime_seconds") == 61.005);
 	assert_true(sample(t, "fosd_draining") == 0);
 
-	/* requests by code: only the codes seen */
-	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"OK\"}") == 8);
-	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"NOT_FOUND\"}") == 2);
-	assert_true(sample(t, "fosd_requests_total{op=\"health\",code=\"OK\"}") == 1);
-	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"INTERNAL\"}") == -1);
+	/* requests by code: only the codes seen; no tenant counts in the snapshot: tenant "" */
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"OK\",tenant=\"\"}") == 8);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"NOT_FOUND\",tenant=\"\"}") == 2);
+	assert_true(sample(t, "fosd_requests_total{op=\"health\",code=\"OK\",tenant=\"\"}") == 1);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"INTERNAL\",tenant=\"\"}") == -1);
 	assert_non_null(strstr(t, "# TYPE fosd_requests_total counter\n"));
 	/* ops never answered have no series */
 	assert_null(strstr(t, "op=\"backward\""));
@@ -305,30 +318,36 @@ static void test_format_snapshot(void **state)
 	 * 0, 3, 4, 7, 8, 100, 5000000, 2^35 */
 	const char *d = "fosd_request_duration_seconds";
 	assert_non_null(strstr(t, "# TYPE fosd_request_duration_seconds histogram\n"));
-	assert_true(hsample(t, d, "forward", "0.000004") == 2);      /* 0, 3 */
-	assert_true(hsample(t, d, "forward", "0.000008") == 4);      /* + 4, 7 */
-	assert_true(hsample(t, d, "forward", "0.000016") == 5);      /* + 8 */
-	assert_true(hsample(t, d, "forward", "0.000064") == 5);
-	assert_true(hsample(t, d, "forward", "0.000128") == 6);      /* + 100 */
-	assert_true(hsample(t, d, "forward", "4.194304") == 6);      /* 2^22 us < 5 s */
-	assert_true(hsample(t, d, "forward", "8.388608") == 7);      /* + 5 s */
-	assert_true(hsample(t, d, "forward", "2147.483648") == 7);   /* 2^31 us */
-	assert_true(hsample(t, d, "forward", "+Inf") == 8);          /* + 2^35 us */
-	assert_true(hsample(t, d, "forward", "0.000002") == -1);     /* the first le is 4 us */
-	assert_true(hsample(t, d, "forward", "4294.967296") == -1);  /* the last finite one 2^31 us */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "0.000004") == 2);      /* 0, 3 */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "0.000008") == 4);      /* + 4, 7 */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "0.000016") == 5);      /* + 8 */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "0.000064") == 5);
+	assert_true(hsample(t, d, "forward" OK_LABEL, "0.000128") == 6);      /* + 100 */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "4.194304") == 6);      /* 2^22 us < 5 s */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "8.388608") == 7);      /* + 5 s */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "2147.483648") == 7);   /* 2^31 us */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "+Inf") == 8);          /* + 2^35 us */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "0.000002") == -1);     /* the first le is 4 us */
+	assert_true(hsample(t, d, "forward" OK_LABEL, "4294.967296") == -1);  /* the last finite one 2^31 us */
 	/* sum = 5000122 + 34359738368 us */
-	assert_true(hsample(t, "fosd_request_duration_seconds_count", "forward", NULL) == 8);
-	assert_non_null(strstr(t, "fosd_request_duration_seconds_sum{op=\"forward\"} 34364.738490\n"));
+	assert_true(hsample(t, "fosd_request_duration_seconds_count", "forward" OK_LABEL, NULL) == 8);
+	assert_non_null(strstr(t, "fosd_request_duration_seconds_sum{op=\"forward\",code=\"OK\"} 34364.738490\n"));
 	/* 31 buckets (30 finite, +Inf), in order: the first line of the series is le 4 us */
-	const char *first = strstr(t, "fosd_request_duration_seconds_bucket{op=\"forward\",");
+	const char *first = strstr(t, "fosd_request_duration_seconds_bucket{op=\"forward\",code=\"OK\",");
 	assert_non_null(first);
-	const char *want_first = "fosd_request_duration_seconds_bucket{op=\"forward\",le=\"0.000004\"} 2\n";
+	const char *want_first = "fosd_request_duration_seconds_bucket{op=\"forward\",code=\"OK\",le=\"0.000004\"} 2\n";
 	assert_int_equal(strncmp(first, want_first, strlen(want_first)), 0);
 	int buckets = 0;
-	for (const char *p = t; (p = strstr(p, "fosd_request_duration_seconds_bucket{op=\"forward\",")); p++)
+	for (const char *p = t; (p = strstr(p, "fosd_request_duration_seconds_bucket{op=\"forward\",code=\"OK\",")); p++)
 		buckets++;
 	assert_int_equal(buckets, FOSD_PROM_LE_MAX_LOG2 - FOSD_PROM_LE_MIN_LOG2 + 2);
-	assert_true(hsample(t, d, "health", "0.000004") == 1);
+	assert_true(hsample(t, d, "health" OK_LABEL, "0.000004") == 1);
+	/* the failures have a histogram of their own: 50 and 60 us, under 64 us, sum 110 us */
+	assert_true(hsample(t, d, "forward\",code=\"NOT_FOUND", "0.000032") == 0);
+	assert_true(hsample(t, d, "forward\",code=\"NOT_FOUND", "0.000064") == 2);
+	assert_true(hsample(t, "fosd_request_duration_seconds_count", "forward\",code=\"NOT_FOUND", NULL) == 2);
+	assert_non_null(strstr(t, "fosd_request_duration_seconds_sum{op=\"forward\",code=\"NOT_FOUND\"} 0.000110\n"));
+	assert_true(hsample(t, "fosd_request_duration_seconds_count", "health\",code=\"NOT_FOUND", NULL) == -1);
 
 	/* queue and run: only the request a lane ran (10 us queued, 20 us running) */
 	assert_true(hsample(t, "fosd_request_queue_seconds", "forward", "0.000008") == 0);
@@ -339,6 +358,19 @@ static void test_format_snapshot(void **state)
 	assert_true(hsample(t, "fosd_request_run_seconds", "forward", "0.000032") == 1);
 	assert_true(hsample(t, "fosd_request_run_seconds_count", "forward", NULL) == 1);
 	assert_true(hsample(t, "fosd_request_run_seconds_count", "health", NULL) == 0);
+	/* without copy times (fosd_metrics_record): no copy, all 20 us compute */
+	assert_true(hsample(t, "fosd_request_input_copy_seconds", "forward", "0.000004") == 1);
+	assert_true(hsample(t, "fosd_request_output_copy_seconds", "forward", "0.000004") == 1);
+	assert_true(hsample(t, "fosd_request_compute_seconds", "forward", "0.000016") == 0);
+	assert_true(hsample(t, "fosd_request_compute_seconds", "forward", "0.000032") == 1);
+	assert_non_null(strstr(t, "fosd_request_compute_seconds_sum{op=\"forward\"} 0.000020\n"));
+	assert_non_null(strstr(t, "fosd_request_input_copy_seconds_sum{op=\"forward\"} 0.000000\n"));
+	/* the process (zero here: the snapshot was made by hand) and no NVML */
+	assert_true(sample(t, "process_cpu_seconds_total") == 0);
+	assert_true(sample(t, "process_resident_memory_bytes") == 0);
+	assert_true(sample(t, "fosd_nvml_available") == 0);
+	assert_non_null(strstr(t, "# TYPE fosd_gpu_memory_used_bytes gauge\n"));
+	assert_null(strstr(t, "fosd_gpu_memory_used_bytes{"));
 
 	/* bytes: 100 in, 200 out a request */
 	assert_true(hsample(t, "fosd_request_bytes_total", "forward", NULL) == 1000);
@@ -360,6 +392,50 @@ static void test_format_snapshot(void **state)
 	assert_true(sample(t, "fosd_msg_pool_active") == 1);
 	assert_true(sample(t, "fosd_shm_regions") == 0);
 	free(t);
+
+	/* requests by tenant, and two GPUs (the second reports no power) */
+	fosd_tenant_count tc[3] = {{"", FOSD_OP_HEALTH, 0, 4}, {"alice", FOSD_OP_FORWARD, 0, 7},
+				   {"a\"b", FOSD_OP_FORWARD, 5, 2}};
+	s->tenant_counts = tc;
+	s->n_tenant_counts = 3;
+	s->nvml = 1;
+	s->n_gpus = 2;
+	fosd_gpu_stat g0 = {.index = 0, .uuid = "GPU-1", .name = "NVIDIA H200", .has_util = 1, .has_mem = 1,
+			    .has_power = 1, .has_temp = 1, .util_gpu = 57, .util_mem = 100, .mem_used = 1024,
+			    .mem_total = 4096, .power_mw = 123456, .temp_c = 41};
+	fosd_gpu_stat g1 = g0;
+	g1.index = 1;
+	snprintf(g1.uuid, sizeof g1.uuid, "GPU-2");
+	g1.has_power = 0;
+	s->gpus[0] = g0;
+	s->gpus[1] = g1;
+	t = fosd_prom_format(s, NULL);
+	assert_non_null(t);
+	check_exposition(t);
+	assert_true(sample(t, "fosd_requests_total{op=\"health\",code=\"OK\",tenant=\"\"}") == 4);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"OK\",tenant=\"alice\"}") == 7);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"NOT_FOUND\",tenant=\"a\\\"b\"}") == 2);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"OK\",tenant=\"\"}") == -1);
+	assert_true(sample(t, "fosd_nvml_available") == 1);
+	const char *g0l = "{gpu=\"0\",uuid=\"GPU-1\",name=\"NVIDIA H200\"}";
+	char ser[256];
+	snprintf(ser, sizeof ser, "fosd_gpu_utilization_ratio%s", g0l);
+	assert_true(sample(t, ser) == 0.57);
+	snprintf(ser, sizeof ser, "fosd_gpu_memory_utilization_ratio%s", g0l);
+	assert_true(sample(t, ser) == 1.0);
+	snprintf(ser, sizeof ser, "fosd_gpu_memory_used_bytes%s", g0l);
+	assert_true(sample(t, ser) == 1024);
+	snprintf(ser, sizeof ser, "fosd_gpu_memory_total_bytes%s", g0l);
+	assert_true(sample(t, ser) == 4096);
+	snprintf(ser, sizeof ser, "fosd_gpu_power_watts%s", g0l);
+	assert_true(sample(t, ser) == 123.456);
+	snprintf(ser, sizeof ser, "fosd_gpu_temperature_celsius%s", g0l);
+	assert_true(sample(t, ser) == 41);
+	assert_true(sample(t, "fosd_gpu_temperature_celsius{gpu=\"1\",uuid=\"GPU-2\",name=\"NVIDIA H200\"}") == 41);
+	assert_null(strstr(t, "fosd_gpu_power_watts{gpu=\"1\""));
+	free(t);
+	s->tenant_counts = NULL;
+	s->n_tenant_counts = 0;
 
 	/* draining, and a fresh server: no per-op series at all, still a valid page */
 	fosd_prom_snapshot *e = calloc(1, sizeof *e);
@@ -557,12 +633,17 @@ static const fos_op_stats *find_op(const fos_stats_info *s, const char *op)
 	return NULL;
 }
 
-/* A quantile q that Stats reports (at its own finer bucket's upper edge, capped by the maximum)
+/* A quantile q that Stats reports (at its own finer bucket's upper edge, clamped to the minimum and maximum)
  * lies between the powers of two that bracket the rank in the exported buckets. */
 static void check_quantile_brackets(const char *t, const char *name, const char *op, uint64_t count, double q,
 				    uint64_t reported_us)
 {
-	uint64_t rank = (uint64_t)(q * (double)count);
+	/* the ceil(q * count)-th smallest value (at least the first), as a 0-based rank */
+	double rq = q * (double)count;
+	uint64_t rank = (uint64_t)rq;
+	if ((double)rank < rq)
+		rank++;
+	rank = rank ? rank - 1 : 0;
 	if (rank >= count)
 		rank = count - 1;
 	for (int k = FOSD_PROM_LE_MIN_LOG2; k <= FOSD_PROM_LE_MAX_LOG2; k++) {
@@ -645,27 +726,62 @@ static void test_metrics_equal_stats(void **state)
 	const fos_op_stats *f = find_op(si, "forward");
 	assert_int_equal(f->by_code[FOS_CODE_OK], ok_forwards);
 	assert_int_equal(f->by_code[FOS_CODE_NOT_FOUND], 1);
-	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"OK\"}") == (double)f->by_code[FOS_CODE_OK]);
-	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"NOT_FOUND\"}") ==
+	/* no tokens file: every request is of no tenant */
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"OK\",tenant=\"\"}") ==
+		    (double)f->by_code[FOS_CODE_OK]);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"NOT_FOUND\",tenant=\"\"}") ==
 		    (double)f->by_code[FOS_CODE_NOT_FOUND]);
-	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"INTERNAL\"}") == -1);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"INTERNAL\",tenant=\"\"}") == -1);
+	assert_true(hsample(t, "fosd_request_duration_seconds_count", "forward\",code=\"NOT_FOUND", NULL) == 1);
 	assert_int_equal(f->lat_count, ok_forwards);
 	assert_int_equal(f->queue_count, ok_forwards);
 	assert_int_equal(f->run_count, ok_forwards);
-	check_hist_vs_stats(t, "fosd_request_duration_seconds", "forward", f->lat_count, f->lat_mean_us, f->lat_p50_us,
-			    f->lat_p99_us, f->lat_max_us);
+	check_hist_vs_stats(t, "fosd_request_duration_seconds", "forward" OK_LABEL, f->lat_count, f->lat_mean_us,
+			    f->lat_p50_us, f->lat_p99_us, f->lat_max_us);
 	check_hist_vs_stats(t, "fosd_request_queue_seconds", "forward", f->queue_count, f->queue_mean_us,
 			    f->queue_p50_us, f->queue_p99_us, f->queue_max_us);
 	check_hist_vs_stats(t, "fosd_request_run_seconds", "forward", f->run_count, f->run_mean_us, f->run_p50_us,
 			    f->run_p99_us, f->run_max_us);
+	/* the parts of the time on the lane: each request's whole microseconds of input copy, compute
+	 * and output copy add up to its run, less at most 2 us of truncation */
+	const char *parts[] = {"fosd_request_input_copy_seconds", "fosd_request_compute_seconds",
+			       "fosd_request_output_copy_seconds"};
+	double parts_us = 0;
+	for (int i = 0; i < 3; i++) {
+		char cs[160];
+		snprintf(cs, sizeof cs, "%s_count", parts[i]);
+		assert_true(hsample(t, cs, "forward", NULL) == (double)f->run_count);
+		snprintf(cs, sizeof cs, "%s_sum", parts[i]);
+		parts_us += hsample(t, cs, "forward", NULL) * 1e6;
+	}
+	double run_us = hsample(t, "fosd_request_run_seconds_sum", "forward", NULL) * 1e6;
+	if (parts_us > run_us + 0.5 || parts_us < run_us - 2.0 * (double)f->run_count - 0.5)
+		fail_msg("forward: input copy + compute + output copy = %.0f us, run %.0f us", parts_us, run_us);
+	assert_true(hsample(t, "fosd_request_input_copy_seconds_sum", "forward", NULL) > 0); /* X was copied */
+	/* the process: running, some memory, descriptors; no NVML on a CPU host is no failure */
+	assert_true(sample(t, "process_cpu_seconds_total") > 0);
+	assert_true(sample(t, "process_resident_memory_bytes") > 1e6);
+	assert_true(sample(t, "process_virtual_memory_bytes") >= sample(t, "process_resident_memory_bytes"));
+	assert_true(sample(t, "process_open_fds") > 3);
+	assert_true(sample(t, "process_max_fds") >= sample(t, "process_open_fds"));
+	assert_true(sample(t, "process_threads") > 2);
+	double start = sample(t, "process_start_time_seconds");
+	struct timeval now;
+	gettimeofday(&now, NULL);
+	if (start > (double)now.tv_sec + 2 || start < (double)now.tv_sec - 600)
+		fail_msg("process_start_time_seconds %.3f, now %ld", start, (long)now.tv_sec);
+	double nv = sample(t, "fosd_nvml_available");
+	assert_true(nv == 0 || nv == 1);
+	if (nv == 0)
+		assert_null(strstr(t, "fosd_gpu_memory_total_bytes{"));
 	assert_true(hsample(t, "fosd_request_bytes_total", "forward", NULL) == (double)f->bytes_in);
 	assert_true(hsample(t, "fosd_response_bytes_total", "forward", NULL) == (double)f->bytes_out);
 	assert_true(f->bytes_in > (uint64_t)(ok_forwards * m * k * 2));
 
 	/* put_weight too */
 	const fos_op_stats *pw = find_op(si, "put_weight");
-	assert_true(sample(t, "fosd_requests_total{op=\"put_weight\",code=\"OK\"}") == (double)pw->by_code[0]);
-	check_hist_vs_stats(t, "fosd_request_duration_seconds", "put_weight", pw->lat_count, pw->lat_mean_us,
+	assert_true(sample(t, "fosd_requests_total{op=\"put_weight\",code=\"OK\",tenant=\"\"}") == (double)pw->by_code[0]);
+	check_hist_vs_stats(t, "fosd_request_duration_seconds", "put_weight" OK_LABEL, pw->lat_count, pw->lat_mean_us,
 			    pw->lat_p50_us, pw->lat_p99_us, pw->lat_max_us);
 	check_hist_vs_stats(t, "fosd_request_run_seconds", "put_weight", pw->run_count, pw->run_mean_us,
 			    pw->run_p50_us, pw->run_p99_us, pw->run_max_us);
@@ -720,8 +836,18 @@ static void test_healthz_and_errors(void **state)
 	char *b = http_get_ok(g_port, "/healthz");
 	assert_string_equal(b, "ok\n");
 	free(b);
+	b = http_get_ok(g_port, "/livez");
+	assert_string_equal(b, "ok\n");
+	free(b);
+	b = http_get_ok(g_port, "/readyz");
+	assert_string_equal(b, "ready\n");
+	free(b);
 	http_reply r;
-	const char *paths[] = {"/nope", "/", "/metricsx", "/healthz/more"};
+	assert_int_equal(http_do(g_port, "HEAD", "/readyz", NULL, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.body_len, 0);
+	free(r.body);
+	const char *paths[] = {"/nope", "/", "/metricsx", "/healthz/more", "/readyz/x", "/live"};
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
 		assert_int_equal(http_do(g_port, "GET", paths[i], NULL, &r), 0);
 		if (r.status != 404)
@@ -749,6 +875,49 @@ static void test_healthz_and_errors(void **state)
 	free(b);
 }
 
+/* A fosd with a tokens file: requests count under their tenant's name, those of no tenant (Health
+ * without a token, a wrong token) under tenant "". */
+static void test_tenant_label(void **state)
+{
+	(void)state;
+	char dir[256], tokens[320];
+	assert_int_equal(tt_tmpdir(dir), 0);
+	snprintf(tokens, sizeof tokens, "%s/tokens", dir);
+	assert_int_equal(tt_write_file(tokens, "alice alice-secret-0123456789\nbob bob-secret-0123456789ab\n", 0600), 0);
+	tsrv s2;
+	const char *args[] = {"--tokens", tokens, "--metrics-listen", "http://127.0.0.1:0", NULL};
+	assert_int_equal(tsrv_start(&s2, args), 0);
+	int port = metrics_port(&s2);
+	assert_true(port > 0);
+	fos_client *c = NULL;
+	fos_status st;
+	fos_health_info h;
+	ASSERT_OK(fos_connect(s2.url, "alice-secret-0123456789", 20000, &c, &st), st);
+	for (int i = 0; i < 3; i++)
+		ASSERT_OK(fos_health(c, &h, &st), st);
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, 128, 128, calloc(128 * 128, 2)), y = fos_tensor_out();
+	assert_int_equal(fos_forward(c, "nope", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_NOT_FOUND);
+	free((void *)tx.data);
+	fos_close(c);
+	c = NULL;
+	assert_int_equal(fos_connect(s2.url, "wrong-secret-0123456789", 20000, &c, &st), FOS_CODE_UNAUTHENTICATED);
+	if (c)
+		fos_close(c);
+	char *t = http_get_ok(port, "/metrics");
+	check_exposition(t);
+	/* the connect's Health (it checks the token) and 3 */
+	assert_true(sample(t, "fosd_requests_total{op=\"health\",code=\"OK\",tenant=\"alice\"}") == 4);
+	assert_true(sample(t, "fosd_requests_total{op=\"forward\",code=\"NOT_FOUND\",tenant=\"alice\"}") == 1);
+	assert_non_null(strstr(t, ",code=\"UNAUTHENTICATED\",tenant=\"\"} 1\n"));
+	assert_true(sample(t, "fosd_requests_total{op=\"health\",code=\"OK\",tenant=\"\"}") >= 1); /* tsrv_start's */
+	assert_null(strstr(t, "tenant=\"bob\"")); /* no request yet */
+	assert_null(strstr(t, "secret")); /* tokens never appear */
+	free(t);
+	assert_int_equal(tsrv_stop(&s2, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s2);
+	tt_tmpdir_remove(dir);
+}
+
 /* Runs BUILD/fosd with args (NULL-terminated) until it exits (15 s at most); returns its exit
  * status (-1: killed or timed out) with its stderr in err. */
 static int run_fosd(const char *const *args, char *err, size_t errsz)
@@ -768,6 +937,8 @@ static int run_fosd(const char *const *args, char *err, size_t errsz)
 	argv[argc++] = "1";
 	argv[argc++] = "--listen";
 	argv[argc++] = sock;
+	argv[argc++] = "--metrics-listen"; /* none unless args name one */
+	argv[argc++] = "off";
 	for (int i = 0; args[i] && argc < 31; i++)
 		argv[argc++] = args[i];
 	argv[argc] = NULL;
@@ -883,6 +1054,18 @@ static void test_healthz_draining(void **state)
 	}
 	if (!seen)
 		fail_msg("no 503 from /healthz during the drain");
+	/* draining is for good: not ready, still alive (fosd lingers while c is connected) */
+	http_reply rr;
+	if (!http_do(g_port, "GET", "/readyz", NULL, &rr)) {
+		assert_int_equal(rr.status, 503);
+		assert_string_equal(rr.body, "not ready: draining\n");
+		free(rr.body);
+		if (!http_do(g_port, "GET", "/livez", NULL, &rr)) {
+			assert_int_equal(rr.status, 200);
+			assert_string_equal(rr.body, "ok\n");
+			free(rr.body);
+		}
+	}
 	char *b = NULL;
 	http_reply r;
 	if (!http_do(g_port, "GET", "/metrics", NULL, &r)) {
@@ -909,6 +1092,7 @@ int main(void)
 		cmocka_unit_test(test_check_url),
 		cmocka_unit_test(test_metrics_equal_stats),
 		cmocka_unit_test(test_healthz_and_errors),
+		cmocka_unit_test(test_tenant_label),
 		cmocka_unit_test(test_bad_metrics_listen),
 		cmocka_unit_test(test_healthz_draining),
 	};

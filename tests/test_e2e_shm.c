@@ -721,7 +721,8 @@ static void test_reconnect_reregisters(void **state)
 			dup2(fd, 2);
 			close(fd);
 		}
-		execl(bin, bin, "--backend", tsrv_backend_name(), "--threads", "2", "--listen", s3.url, (char *)NULL);
+		execl(bin, bin, "--backend", tsrv_backend_name(), "--threads", "2", "--listen", s3.url, "--metrics-listen",
+		      "off", (char *)NULL);
 		_exit(127);
 	}
 	s3.pid = pid;

@@ -68,7 +68,7 @@ static void test_rows_cover_the_reply(void **state)
 	int hists = 0;
 	for (size_t r = 0; r < fosd_stats_nrows; r++) {
 		const fosd_stat_row *row = &fosd_stats_rows[r];
-		hists += row->kind == FOSD_STAT_OP_HIST;
+		hists += row->kind == FOSD_STAT_OP_HIST && row->pb; /* the LatencyStats of Stats */
 		if (!row->pb) {
 			assert_non_null(row->prom); /* a row goes somewhere */
 			continue;
@@ -92,11 +92,12 @@ static void test_prom_names(void **state)
 		assert_non_null(row->help);
 		if (!row->prom)
 			continue;
-		assert_int_equal(strncmp(row->prom, "fosd_", 5), 0);
+		assert_true(!strncmp(row->prom, "fosd_", 5) || !strncmp(row->prom, "process_", 8));
 		assert_non_null(row->type);
 		int counter = !strcmp(row->type, "counter");
 		assert_true(counter || !strcmp(row->type, "gauge") || !strcmp(row->type, "histogram"));
-		assert_true(!strcmp(row->type, "histogram") == (row->kind == FOSD_STAT_OP_HIST));
+		assert_true(!strcmp(row->type, "histogram") ==
+			    (row->kind == FOSD_STAT_OP_HIST || row->kind == FOSD_STAT_OP_CODE_HIST));
 		size_t n = strlen(row->prom);
 		if (counter && (n < 6 || strcmp(row->prom + n - 6, "_total")))
 			fail_msg("counter %s does not end in _total", row->prom);
@@ -131,14 +132,18 @@ static void test_one_number_two_outputs(void **state)
 		for (int i = 0; i <= op; i++)
 			fosd_metrics_record(m, op, i == 1 ? 5 : 0, 10u * (uint64_t)(i + 1), 1000000, 2000000, 3000000, i & 1,
 					    100 + (uint64_t)op, 1000 + (uint64_t)op);
-	memcpy(s->ops, m->ops, sizeof s->ops);
+	fosd_metrics_snap *snap = malloc(sizeof *snap);
+	assert_non_null(snap);
+	fosd_metrics_snapshot(m, snap);
+	memcpy(s->ops, snap->ops, sizeof s->ops);
+	free(snap);
 	fosd_metrics_destroy(m);
 	free(m);
 	/* every scalar its own value */
 	uint64_t v = 11;
 	for (size_t r = 0; r < fosd_stats_nrows; r++) {
 		const fosd_stat_row *row = &fosd_stats_rows[r];
-		if (row->kind == FOSD_STAT_U64) {
+		if (row->kind == FOSD_STAT_U64 || row->kind == FOSD_STAT_US) {
 			memcpy((char *)s + row->off, &v, sizeof v);
 			v += 13;
 		} else if (row->kind == FOSD_STAT_FLAG) {
@@ -156,7 +161,11 @@ static void test_one_number_two_outputs(void **state)
 	assert_int_equal(pb->st.n_ops, FOSD_NUM_OPS);
 	for (size_t r = 0; r < fosd_stats_nrows; r++) {
 		const fosd_stat_row *row = &fosd_stats_rows[r];
-		if (row->kind == FOSD_STAT_U64 || row->kind == FOSD_STAT_FLAG) {
+		if (row->kind == FOSD_STAT_US) { /* microseconds, on the page in seconds */
+			uint64_t want;
+			memcpy(&want, (const char *)s + row->off, sizeof want);
+			assert_true(sample(page, row->prom) == (double)want / 1e6);
+		} else if (row->kind == FOSD_STAT_U64 || row->kind == FOSD_STAT_FLAG) {
 			uint64_t want;
 			if (row->kind == FOSD_STAT_U64) {
 				memcpy(&want, (const char *)s + row->off, sizeof want);
@@ -189,15 +198,32 @@ static void test_one_number_two_outputs(void **state)
 			}
 		} else if (row->kind == FOSD_STAT_OP_HIST) {
 			for (int op = 0; op < FOSD_NUM_OPS; op++) {
-				const fosd_hist *h = (const fosd_hist *)(const void *)((const char *)&s->ops[op] + row->off);
-				Fos__LatencyStats *l;
-				memcpy(&l, (const char *)&pb->ops[op] + row->pb, sizeof l);
-				assert_non_null(l);
-				assert_int_equal(l->count, h->count);
-				assert_int_equal(l->max_us, h->max_us);
+				const fosd_hist_snap *h =
+					(const fosd_hist_snap *)(const void *)((const char *)&s->ops[op] + row->off);
+				if (row->pb) {
+					Fos__LatencyStats *l;
+					memcpy(&l, (const char *)&pb->ops[op] + row->pb, sizeof l);
+					assert_non_null(l);
+					assert_int_equal(l->count, h->count);
+					assert_int_equal(l->max_us, h->max_us);
+					assert_int_equal(l->p50_us, h->p50_us);
+				}
+				if (!row->prom)
+					continue;
 				char series[160];
 				snprintf(series, sizeof series, "%s_count{op=\"%s\"}", row->prom, fosd_op_name(op));
 				assert_true(sample(page, series) == (double)h->count);
+			}
+		} else if (row->kind == FOSD_STAT_OP_CODE_HIST) {
+			/* a histogram per op and code seen: as many as the code's requests */
+			assert_int_equal(row->pb, 0);
+			for (int op = 0; op < FOSD_NUM_OPS; op++) {
+				char series[200];
+				snprintf(series, sizeof series, "%s_count{op=\"%s\",code=\"OK\"}", row->prom, fosd_op_name(op));
+				assert_true(sample(page, series) == (double)s->ops[op].codes[0]);
+				snprintf(series, sizeof series, "%s_count{op=\"%s\",code=\"NOT_FOUND\"}", row->prom,
+					 fosd_op_name(op));
+				assert_true(sample(page, series) == (op >= 1 ? 1.0 : -1.0));
 			}
 		} else if (row->kind == FOSD_STAT_OP_CODES) {
 			for (int op = 0; op < FOSD_NUM_OPS; op++) {
@@ -209,7 +235,8 @@ static void test_one_number_two_outputs(void **state)
 				}
 				assert_int_equal(sum, (uint64_t)op + 1);
 				char series[160];
-				snprintf(series, sizeof series, "%s{op=\"%s\",code=\"OK\"}", row->prom, fosd_op_name(op));
+				snprintf(series, sizeof series, "%s{op=\"%s\",code=\"OK\",tenant=\"\"}", row->prom,
+					 fosd_op_name(op));
 				assert_true(sample(page, series) == (double)(op >= 1 ? op : 1));
 			}
 		}

@@ -506,27 +506,34 @@ static void test_metrics(void **state)
 		fosd_metrics_record(&m, FOSD_OP_FORWARD, 0, (uint64_t)i, 1000, 0, 0, 0, 10, 20);
 	for (int i = 0; i < 5; i++)
 		fosd_metrics_record(&m, FOSD_OP_FORWARD, 5, 1000000, 1000, 0, 0, 0, 10, 0);
-	fosd_metrics snap;
-	fosd_metrics_snapshot(&m, &snap);
-	const fosd_op_metrics *om = &snap.ops[FOSD_OP_FORWARD];
+	fosd_metrics_snap *snap = malloc(sizeof *snap);
+	assert_non_null(snap);
+	fosd_metrics_snapshot(&m, snap);
+	const fosd_op_snap *om = &snap->ops[FOSD_OP_FORWARD];
 	assert_int_equal(om->requests, 105);
 	assert_int_equal(om->codes[0], 100);
 	assert_int_equal(om->codes[5], 5);
-	assert_int_equal(om->lat.count, 100);
-	assert_int_equal(om->lat.max_us, 100);
+	assert_int_equal(om->lat[0].count, 100);
+	assert_int_equal(om->lat[0].max_us, 100);
 	assert_int_equal(om->bytes_in, 1050);
 	assert_int_equal(om->bytes_out, 2000);
-	/* the 50th value is 50 us, in the bucket [48, 56): reported 56; p99 (99 us) in [96, 112) -> 100 (max) */
-	assert_int_equal(fosd_hist_quantile(&om->lat, 0.5), 56);
-	assert_int_equal(fosd_hist_quantile(&om->lat, 0.99), 100);
-	uint64_t p90 = fosd_hist_quantile(&om->lat, 0.9);
-	assert_true(p90 >= 90 && p90 <= 100);
+	/* values below 256 us have a bucket each: the ceil(q * 100)-th value exactly */
+	assert_int_equal(om->lat[0].p50_us, 50);
+	assert_int_equal(om->lat[0].p90_us, 90);
+	assert_int_equal(om->lat[0].p99_us, 99);
+	assert_int_equal(om->lat[0].p999_us, 100);
+	assert_int_equal(fosd_hist_quantile(&m.ops[FOSD_OP_FORWARD].lat[0], 0.5), 50);
 	/* 1 + 2 + ... + 100 = 5050 us over 100 */
-	assert_true(fosd_hist_mean(&om->lat) == 50.5);
+	assert_true(fosd_hist_mean(&m.ops[FOSD_OP_FORWARD].lat[0]) == 50.5);
+	assert_int_equal(om->lat[0].sum_us, 5050);
+	/* the failures have their own distribution: 5 of 1 s */
+	assert_int_equal(om->lat[5].count, 5);
+	assert_int_equal(om->lat[5].p50_us, 1000000);
 	/* no lane times: no queue or run */
 	assert_int_equal(om->queue.count, 0);
 	assert_int_equal(om->run.count, 0);
-	assert_int_equal(fosd_hist_quantile(&om->run, 0.5), 0);
+	assert_int_equal(om->run.p50_us, 0);
+	free(snap);
 	assert_string_equal(fosd_op_name(FOSD_OP_RELEASE_CONTEXT), "release_context");
 	fosd_metrics_destroy(&m);
 }
@@ -552,29 +559,36 @@ static void test_metrics_queue_run(void **state)
 	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 60, t0, t0 + 1000, 0, 1, 1, 1);
 	fosd_metrics_record(&m, FOSD_OP_LINEAR, 0, 70, t0, 0, 0, 0, 1, 1);
 	fosd_metrics_record(&m, FOSD_OP_HEALTH, 0, 3, t0, 0, 0, 0, 1, 1);
-	fosd_metrics snap;
-	fosd_metrics_snapshot(&m, &snap);
-	const fosd_op_metrics *om = &snap.ops[FOSD_OP_LINEAR];
+	fosd_metrics_snap *snap = malloc(sizeof *snap);
+	assert_non_null(snap);
+	fosd_metrics_snapshot(&m, snap);
+	const fosd_op_snap *om = &snap->ops[FOSD_OP_LINEAR];
 	assert_int_equal(om->requests, 13);
-	assert_int_equal(om->lat.count, 12);
+	assert_int_equal(om->lat[0].count, 12);
+	assert_int_equal(om->lat[13].count, 1);
 	assert_int_equal(om->queue.count, 10);
 	assert_int_equal(om->run.count, 10);
 	assert_int_equal(om->ran_at_once, 4);
 	assert_int_equal(om->queue.max_us, 3);
 	assert_int_equal(om->queue.sum_us, 30);
-	assert_int_equal(fosd_hist_quantile(&om->queue, 0.5), 3); /* all 3 us: capped at the max */
+	assert_int_equal(om->queue.p50_us, 3); /* all 3 us: exact below 256 */
 	assert_int_equal(om->run.max_us, 10000);
 	assert_int_equal(om->run.sum_us, 55000);
-	assert_true(fosd_hist_mean(&om->run) == 5500.0);
-	/* run p50: rank 5 of 10 is the 6th value, 6000 us, in [2^12 * 1.25, 2^12 * 1.5) = [5120, 6144)
-	 * -> 6144 (5000 us is in the bucket below, [4096, 5120)); p99: rank 9, 10000 us, in
-	 * [2^13, 2^13 * 1.25) = [8192, 10240) -> 10240, capped at the max 10000 */
-	assert_int_equal(fosd_hist_quantile(&om->run, 0.5), 6144);
-	assert_int_equal(fosd_hist_quantile(&om->run, 0.99), 10000);
-	const fosd_op_metrics *oh = &snap.ops[FOSD_OP_HEALTH];
-	assert_int_equal(oh->lat.count, 1);
+	/* without copy times all of the run is compute */
+	assert_int_equal(om->compute.sum_us, 55000);
+	assert_int_equal(om->in_copy.count, 10);
+	assert_int_equal(om->in_copy.max_us, 0);
+	assert_int_equal(om->out_copy.max_us, 0);
+	/* run p50: the 5th of 10 values, 5000 us: 5000 >> 5 = 156, its bucket [156 * 32, 157 * 32) =
+	 * [4992, 5024) -> 5023; p99: the 10th, 10000 us, in [156 * 64, 157 * 64) = [9984, 10048) ->
+	 * 10047, clamped to the max 10000 */
+	assert_int_equal(om->run.p50_us, 5023);
+	assert_int_equal(om->run.p99_us, 10000);
+	const fosd_op_snap *oh = &snap->ops[FOSD_OP_HEALTH];
+	assert_int_equal(oh->lat[0].count, 1);
 	assert_int_equal(oh->queue.count, 0);
 	assert_int_equal(oh->run.count, 0);
+	free(snap);
 	fosd_metrics_destroy(&m);
 }
 

@@ -1,20 +1,27 @@
 /* http_metrics.c: fosd's HTTP endpoint for operators (metrics_listen), served by http_server.c
  * (connection cap metrics_max_connections, idle timeout metrics_idle_timeout):
- *   GET /metrics  the Stats op's numbers (one snapshot, stats.h) in the Prometheus text
- *                 exposition format 0.0.4;
+ *   GET /metrics  the Stats op's numbers (one snapshot, stats.h), requests by tenant, the
+ *                 process's CPU and memory and the GPUs' NVML numbers (nvml.c, loaded at the
+ *                 first scrape; none without the driver) in the Prometheus text exposition
+ *                 format 0.0.4;
+ *   GET /livez    200 "ok" while the process serves HTTP; 503 once the backend failed for good;
+ *   GET /readyz   200 "ready" while the backend is up, fosd is not draining and its listeners
+ *                 accept connections; 503 "not ready: WHY" otherwise;
  *   GET /healthz  200 "ok" while serving, 503 "draining" once fosd drains (503 "backend failed"
  *                 when the backend failed for good);
- *   HEAD of both; another method 405 (Allow: GET, HEAD); another path 404.
+ *   HEAD of each; another method 405 (Allow: GET, HEAD); another path 404.
  * Plain http:// only. The page carries counters, sizes and the device name, never tensors, weight
  * names or tokens; an address that is not loopback is allowed, with a warning in the log.
  *
  * Latency distributions are Prometheus histograms in seconds: cumulative _bucket{le} lines at
  * every power of two of microseconds from 4 us to 2^31 us (edges of fosd's own buckets, so the
- * counts are exact), +Inf, _sum and _count, over OK requests as in Stats. */
+ * counts are exact), +Inf, _sum and _count; the whole request's by op and status code, its parts
+ * (queue, input copy, compute, output copy, run) over OK requests a lane ran, as in Stats. */
 #include "http_metrics.h"
 #include "http_server.h"
 #include "fos_wire.h"
 #include "log.h"
+#include "nvml.h"
 #include "server.h"
 #include "util.h"
 
@@ -27,9 +34,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
-
-_Static_assert(FOSD_PROM_LE_MAX_LOG2 * FOSD_LAT_SUB < FOSD_LAT_BUCKETS,
-	       "exported buckets must lie inside fosd's histogram");
 
 /* ---- the text ------------------------------------------------------------------------------- */
 
@@ -149,44 +153,55 @@ static void le_label(int k, char *out, size_t outsz)
 		out[--n] = 0;
 }
 
-static void pb_hist(prom_buf *b, const char *name, const char *op, const fosd_hist *h)
+/* The series of one distribution: cumulative buckets, _sum and _count; labels: op="OP" and, when
+ * code is not NULL, code="CODE". */
+static void pb_hist(prom_buf *b, const char *name, const char *op, const char *code, const fosd_hist_snap *h)
 {
-	uint64_t cum = 0;
-	int next = 0;
-	char v[48];
-	for (int k = FOSD_PROM_LE_MIN_LOG2; k <= FOSD_PROM_LE_MAX_LOG2; k++) {
-		/* fosd's bucket k * SUB is the first whose values are 2^k us or more */
-		for (int end = k * FOSD_LAT_SUB; next < end; next++)
-			cum += h->buckets[next];
-		le_label(k, v, sizeof v);
-		pb_series_op(b, name, op);
-		pb_printf(b, ",le=\"%s\"} %llu\n", v, (unsigned long long)cum);
+	char v[48], series[128];
+	for (int part = 0; part < 3; part++) {
+		static const char *const suffix[] = {"_bucket", "_sum", "_count"};
+		snprintf(series, sizeof series, "%s%s", name, suffix[part]);
+		int nb = part == 0 ? FOSD_PROM_LE_N + 1 : 1;
+		for (int i = 0; i < nb; i++) {
+			pb_series_op(b, series, op);
+			if (code) {
+				pb_printf(b, ",code=\"");
+				pb_escaped(b, code, 1);
+				pb_printf(b, "\"");
+			}
+			if (part == 0 && i < FOSD_PROM_LE_N) {
+				le_label(FOSD_PROM_LE_MIN_LOG2 + i, v, sizeof v);
+				pb_printf(b, ",le=\"%s\"} %llu\n", v, (unsigned long long)h->below[i]);
+			} else if (part == 0) {
+				pb_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
+			} else if (part == 1) {
+				us_to_seconds(h->sum_us, v, sizeof v);
+				pb_printf(b, "} %s\n", v);
+			} else {
+				pb_printf(b, "} %llu\n", (unsigned long long)h->count);
+			}
+		}
 	}
-	pb_series_op(b, name, op);
-	pb_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
 }
 
-/* One histogram family over the ops that were answered at least once; off: the fosd_hist in
- * fosd_op_metrics. */
-static void pb_hist_family(prom_buf *b, const fosd_prom_snapshot *s, const char *name, const char *help, size_t off)
+/* One histogram family over the ops that were answered at least once; off: the fosd_hist_snap in
+ * fosd_op_snap. by_code: off is an array by status code, one histogram per code seen. */
+static void pb_hist_family(prom_buf *b, const fosd_prom_snapshot *s, const char *name, const char *help, size_t off,
+			   int by_code)
 {
-	char bucket[96], sum[96], count[96], v[48];
-	snprintf(bucket, sizeof bucket, "%s_bucket", name);
-	snprintf(sum, sizeof sum, "%s_sum", name);
-	snprintf(count, sizeof count, "%s_count", name);
 	pb_family(b, name, "histogram", help);
 	for (int i = 0; i < FOSD_NUM_OPS; i++) {
-		const fosd_op_metrics *om = &s->ops[i];
+		const fosd_op_snap *om = &s->ops[i];
 		if (!om->requests)
 			continue;
-		const fosd_hist *h = (const fosd_hist *)(const void *)((const char *)om + off);
-		const char *op = fosd_op_name(i);
-		pb_hist(b, bucket, op, h);
-		us_to_seconds(h->sum_us, v, sizeof v);
-		pb_series_op(b, sum, op);
-		pb_printf(b, "} %s\n", v);
-		pb_series_op(b, count, op);
-		pb_printf(b, "} %llu\n", (unsigned long long)h->count);
+		const fosd_hist_snap *h = (const fosd_hist_snap *)(const void *)((const char *)om + off);
+		if (!by_code) {
+			pb_hist(b, name, fosd_op_name(i), NULL, h);
+			continue;
+		}
+		for (int c = 0; c < FOSD_NUM_CODES; c++)
+			if (om->codes[c])
+				pb_hist(b, name, fosd_op_name(i), fosw_code_name(c), &h[c]);
 	}
 }
 
@@ -196,7 +211,7 @@ static void pb_op_family(prom_buf *b, const fosd_prom_snapshot *s, const char *n
 {
 	pb_family(b, name, type, help);
 	for (int i = 0; i < FOSD_NUM_OPS; i++) {
-		const fosd_op_metrics *om = &s->ops[i];
+		const fosd_op_snap *om = &s->ops[i];
 		if (!om->requests)
 			continue;
 		uint64_t v;
@@ -206,21 +221,81 @@ static void pb_op_family(prom_buf *b, const fosd_prom_snapshot *s, const char *n
 	}
 }
 
-/* requests by op and status code: the codes seen so far */
+static void pb_code_series(prom_buf *b, const char *name, int op, int code, const char *tenant, uint64_t n)
+{
+	pb_series_op(b, name, fosd_op_name(op));
+	pb_printf(b, ",code=\"");
+	pb_escaped(b, fosw_code_name(code), 1);
+	pb_printf(b, "\",tenant=\"");
+	pb_escaped(b, tenant, 1);
+	pb_printf(b, "\"} %llu\n", (unsigned long long)n);
+}
+
+/* requests by op, status code and tenant: the combinations seen so far (tenant "": none) */
 static void pb_codes_family(prom_buf *b, const fosd_prom_snapshot *s, const char *name, const char *type,
 			    const char *help)
 {
 	pb_family(b, name, type, help);
-	for (int i = 0; i < FOSD_NUM_OPS; i++)
-		for (int c = 0; c < FOSD_NUM_CODES; c++) {
-			uint64_t n = s->ops[i].codes[c];
-			if (!n)
-				continue;
-			pb_series_op(b, name, fosd_op_name(i));
-			pb_printf(b, ",code=\"");
-			pb_escaped(b, fosw_code_name(c), 1);
-			pb_printf(b, "\"} %llu\n", (unsigned long long)n);
+	if (s->tenant_counts) {
+		for (size_t i = 0; i < s->n_tenant_counts; i++) {
+			const fosd_tenant_count *t = &s->tenant_counts[i];
+			pb_code_series(b, name, t->op, t->code, t->tenant, t->n);
 		}
+		return;
+	}
+	for (int i = 0; i < FOSD_NUM_OPS; i++)
+		for (int c = 0; c < FOSD_NUM_CODES; c++)
+			if (s->ops[i].codes[c])
+				pb_code_series(b, name, i, c, "", s->ops[i].codes[c]);
+}
+
+static void pb_scalar(prom_buf *b, const char *name, const char *type, const char *help, uint64_t v);
+
+/* The GPUs NVML sees: one series per GPU of each number it reports. */
+static void pb_gpu_label(prom_buf *b, const char *name, const fosd_gpu_stat *g)
+{
+	pb_printf(b, "%s{gpu=\"%u\",uuid=\"", name, g->index);
+	pb_escaped(b, g->uuid, 1);
+	pb_printf(b, "\",name=\"");
+	pb_escaped(b, g->name, 1);
+	pb_printf(b, "\"}");
+}
+
+static void pb_gpus(prom_buf *b, const fosd_prom_snapshot *s)
+{
+	pb_scalar(b, "fosd_nvml_available", "gauge",
+		  "1 when NVML (libnvidia-ml.so.1) is loaded and the fosd_gpu_* series report the GPUs it sees.",
+		  (uint64_t)(s->nvml != 0));
+	static const struct {
+		const char *name, *help;
+	} fam[] = {
+		{"fosd_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU (NVML)."},
+		{"fosd_gpu_memory_utilization_ratio", "Fraction of the last sample period device memory was read or "
+						      "written (NVML)."},
+		{"fosd_gpu_memory_used_bytes", "Device memory in use, by every process (NVML)."},
+		{"fosd_gpu_memory_total_bytes", "Device memory in all (NVML)."},
+		{"fosd_gpu_power_watts", "Power drawn by the GPU board (NVML)."},
+		{"fosd_gpu_temperature_celsius", "GPU die temperature (NVML)."},
+	};
+	int n = s->nvml ? s->n_gpus : 0;
+	for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+		pb_family(b, fam[f].name, "gauge", fam[f].help);
+		for (int i = 0; i < n && i < FOSD_MAX_GPUS; i++) {
+			const fosd_gpu_stat *g = &s->gpus[i];
+			int has[] = {g->has_util, g->has_util, g->has_mem, g->has_mem, g->has_power, g->has_temp};
+			if (!has[f])
+				continue;
+			pb_gpu_label(b, fam[f].name, g);
+			switch (f) {
+			case 0: pb_printf(b, " %u.%02u\n", g->util_gpu / 100, g->util_gpu % 100); break;
+			case 1: pb_printf(b, " %u.%02u\n", g->util_mem / 100, g->util_mem % 100); break;
+			case 2: pb_printf(b, " %llu\n", (unsigned long long)g->mem_used); break;
+			case 3: pb_printf(b, " %llu\n", (unsigned long long)g->mem_total); break;
+			case 4: pb_printf(b, " %u.%03u\n", g->power_mw / 1000, g->power_mw % 1000); break;
+			default: pb_printf(b, " %u\n", g->temp_c); break;
+			}
+		}
+	}
 }
 
 static void pb_scalar(prom_buf *b, const char *name, const char *type, const char *help, uint64_t v)
@@ -264,17 +339,29 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 			pb_scalar(&b, r->prom, r->type, r->help, (uint64_t)(x != 0));
 			break;
 		}
+		case FOSD_STAT_US: {
+			uint64_t x;
+			memcpy(&x, src, sizeof x);
+			us_to_seconds(x, v, sizeof v);
+			pb_family(&b, r->prom, r->type, r->help);
+			pb_printf(&b, "%s %s\n", r->prom, v);
+			break;
+		}
 		case FOSD_STAT_OP_U64:
 			pb_op_family(&b, s, r->prom, r->type, r->help, r->off);
 			break;
 		case FOSD_STAT_OP_HIST:
-			pb_hist_family(&b, s, r->prom, r->help, r->off);
+			pb_hist_family(&b, s, r->prom, r->help, r->off, 0);
+			break;
+		case FOSD_STAT_OP_CODE_HIST:
+			pb_hist_family(&b, s, r->prom, r->help, r->off, 1);
 			break;
 		case FOSD_STAT_OP_CODES:
 			pb_codes_family(&b, s, r->prom, r->type, r->help);
 			break;
 		}
 	}
+	pb_gpus(&b, s);
 	if (b.oom) {
 		free(b.p);
 		return NULL;
@@ -321,7 +408,8 @@ int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz)
 		}
 	}
 	if (!bad && u->u_path && *u->u_path && strcmp(u->u_path, "/")) {
-		snprintf(msg, msgsz, "metrics_listen: '%s': give no path (fosd serves /metrics and /healthz)", url);
+		snprintf(msg, msgsz, "metrics_listen: '%s': give no path (fosd serves /metrics, /livez, /readyz, /healthz)",
+			 url);
 		bad = 1;
 	}
 	if (!bad && ((u->u_query && *u->u_query) || (u->u_fragment && *u->u_fragment) ||
@@ -338,6 +426,8 @@ int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz)
 struct fosd_http_metrics {
 	fosd_server *srv;
 	fosd_http_server *hs;
+	int nvml_tried;   /* NVML is loaded at the first /metrics (on the HTTP thread) */
+	fosd_nvml *nvml;  /* NULL: no NVML on this host */
 };
 
 static void page_text(fosd_http_page *pg, int status, const char *text)
@@ -359,7 +449,21 @@ static void route(void *arg, const char *path, fosd_http_page *pg)
 		size_t len = 0;
 		if (snap) {
 			fosd_stats_take(hm->srv, snap);
+			fosd_tenant_count *tc = fosd_metrics_tenant_counts(&hm->srv->metrics, &snap->n_tenant_counts);
+			snap->tenant_counts = tc;
+			if (!hm->nvml_tried) {
+				char why[512];
+				hm->nvml_tried = 1;
+				hm->nvml = fosd_nvml_open(NULL, why, sizeof why);
+				if (hm->nvml)
+					fosd_info("metrics: GPU numbers from NVML");
+				else
+					fosd_info("metrics: no GPU numbers (%s)", why);
+			}
+			snap->nvml = hm->nvml != NULL;
+			snap->n_gpus = fosd_nvml_sample(hm->nvml, snap->gpus, FOSD_MAX_GPUS);
 			text = fosd_prom_format(snap, &len);
+			free(tc);
 			free(snap);
 		}
 		if (!text) {
@@ -377,8 +481,24 @@ static void route(void *arg, const char *path, fosd_http_page *pg)
 			page_text(pg, 503, "draining\n");
 		else
 			page_text(pg, 200, "ok\n");
+	} else if (!strcmp(path, "/livez")) {
+		/* the process answers; only a backend failed for good (fosd then exits 1) is not alive */
+		if (atomic_load(&hm->srv->fatal))
+			page_text(pg, 503, "backend failed\n");
+		else
+			page_text(pg, 200, "ok\n");
+	} else if (!strcmp(path, "/readyz")) {
+		fosd_server *srv = hm->srv;
+		if (atomic_load(&srv->fatal))
+			page_text(pg, 503, "not ready: backend failed\n");
+		else if (atomic_load(&srv->draining))
+			page_text(pg, 503, "not ready: draining\n");
+		else if (atomic_load(&srv->closing) || !srv->sock_open || srv->n_listeners < 1)
+			page_text(pg, 503, "not ready: not accepting connections\n");
+		else
+			page_text(pg, 200, "ready\n");
 	} else {
-		page_text(pg, 404, "not found: fosd serves /metrics and /healthz\n");
+		page_text(pg, 404, "not found: fosd serves /metrics, /livez, /readyz and /healthz\n");
 	}
 }
 
@@ -451,7 +571,8 @@ int fosd_http_metrics_start(fosd_server *srv, const char *url, fosd_http_metrics
 	char idle[48] = "never";
 	if (o.idle_timeout_ms)
 		snprintf(idle, sizeof idle, "after %llu ms", (unsigned long long)o.idle_timeout_ms);
-	fosd_info("metrics on http://%s:%d (GET /metrics, /healthz; at most %d connections, an idle one closed %s)",
+	fosd_info("metrics on http://%s:%d (GET /metrics, /livez, /readyz, /healthz; at most %d connections, an idle "
+		  "one closed %s)",
 		  host_s, port, o.max_connections, idle);
 	if (!is_loopback(&sa))
 		fosd_warn("metrics: %s is reachable from other hosts: anyone who can connect reads fosd's request "
@@ -466,5 +587,6 @@ void fosd_http_metrics_stop(fosd_http_metrics *hm)
 	if (!hm)
 		return;
 	fosd_http_server_stop(hm->hs); /* no route runs after it */
+	fosd_nvml_close(hm->nvml);
 	free(hm);
 }

@@ -13,7 +13,7 @@
 
 #define S(f) offsetof(fosd_stats, f)
 #define PB(f) offsetof(Fos__StatsResult, f)
-#define OP(f) offsetof(fosd_op_metrics, f)
+#define OP(f) offsetof(fosd_op_snap, f)
 #define OPB(f) offsetof(Fos__OpStats, f)
 
 const fosd_stat_row fosd_stats_rows[] = {
@@ -25,13 +25,21 @@ const fosd_stat_row fosd_stats_rows[] = {
 	/* by op */
 	{FOSD_STAT_OP_U64, OP(requests), OPB(requests), NULL, NULL, "Requests answered."},
 	{FOSD_STAT_OP_CODES, OP(codes), OPB(codes), "fosd_requests_total", "counter",
-	 "Requests answered, by operation and status code."},
-	{FOSD_STAT_OP_HIST, OP(lat), OPB(latency), "fosd_request_duration_seconds", "histogram",
-	 "OK requests: from receipt (the whole message read) to the reply handed to nng."},
+	 "Requests answered, by operation, status code and tenant (\"\": none)."},
+	{FOSD_STAT_OP_HIST, OP(lat), OPB(latency), NULL, NULL, "OK requests: from receipt to the reply."},
+	{FOSD_STAT_OP_CODE_HIST, OP(lat), 0, "fosd_request_duration_seconds", "histogram",
+	 "Requests by operation and status code: from receipt (the whole message read) to the reply "
+	 "handed to nng."},
 	{FOSD_STAT_OP_HIST, OP(queue), OPB(queue), "fosd_request_queue_seconds", "histogram",
 	 "OK requests an executor lane ran: from receipt until a lane took the request."},
+	{FOSD_STAT_OP_HIST, OP(in_copy), 0, "fosd_request_input_copy_seconds", "histogram",
+	 "OK requests an executor lane ran: copying their input tensors to the device."},
+	{FOSD_STAT_OP_HIST, OP(compute), 0, "fosd_request_compute_seconds", "histogram",
+	 "OK requests an executor lane ran: their time on the lane less the input and output copies."},
+	{FOSD_STAT_OP_HIST, OP(out_copy), 0, "fosd_request_output_copy_seconds", "histogram",
+	 "OK requests an executor lane ran: making the reply and copying their results out of the device."},
 	{FOSD_STAT_OP_HIST, OP(run), OPB(run), "fosd_request_run_seconds", "histogram",
-	 "OK requests an executor lane ran: the op and its device synchronization on the lane."},
+	 "OK requests an executor lane ran: all of their time on the lane (input copy, compute, output copy)."},
 	{FOSD_STAT_OP_U64, OP(ran_at_once), OPB(ran_at_once), "fosd_requests_run_at_once_total", "counter",
 	 "OK requests run on the thread that received them (small, nothing queued, a lane free)."},
 	{FOSD_STAT_OP_U64, OP(bytes_in), OPB(bytes_in), "fosd_request_bytes_total", "counter",
@@ -58,6 +66,18 @@ const fosd_stat_row fosd_stats_rows[] = {
 	 "Weight lookups that did not find it."},
 	{FOSD_STAT_U64, S(cache.evictions), PB(cache_evictions), "fosd_weight_cache_evictions_total", "counter",
 	 "Weights evicted to make room."},
+	{FOSD_STAT_U64, S(cache.tier_bytes), PB(decoded_tier_bytes), "fosd_decoded_tier_bytes", "gauge",
+	 "Bytes of the decoded tier's bf16 weight copies (small forwards; not in the cache's bytes)."},
+	{FOSD_STAT_U64, S(cache.tier_budget), PB(decoded_tier_budget), "fosd_decoded_tier_budget_bytes", "gauge",
+	 "The decoded tier's bound (an eighth of cache_bytes)."},
+	{FOSD_STAT_U64, S(cache.tier_entries), PB(decoded_tier_entries), "fosd_decoded_tier_entries", "gauge",
+	 "Weights with a decoded tier copy."},
+	{FOSD_STAT_U64, S(cache.tier_hits), PB(decoded_tier_hits), "fosd_decoded_tier_hits_total", "counter",
+	 "Forwards that read a decoded tier copy made before."},
+	{FOSD_STAT_U64, S(cache.tier_drops), PB(decoded_tier_drops), "fosd_decoded_tier_drops_total", "counter",
+	 "Decoded tier copies dropped to make room."},
+	{FOSD_STAT_U64, S(cache.scratch_bytes), PB(scratch_bytes), "fosd_scratch_bytes", "gauge",
+	 "Bytes of the executor lanes' weight decode buffers (not cache)."},
 	{FOSD_STAT_U64, S(contexts.count), PB(contexts), "fosd_contexts", "gauge", "Saved contexts held."},
 	{FOSD_STAT_U64, S(contexts.bytes), PB(context_bytes), "fosd_context_bytes", "gauge",
 	 "Bytes held by saved contexts."},
@@ -107,6 +127,17 @@ const fosd_stat_row fosd_stats_rows[] = {
 	 "Pool buffers that could not be pinned."},
 	{FOSD_STAT_FLAG, S(pool.active), PB(msg_pool_active), "fosd_msg_pool_active", "gauge",
 	 "1 once the message pool handed out its first buffer."},
+	/* the process (the names of Prometheus' own process collectors) */
+	{FOSD_STAT_US, S(proc.cpu_us), 0, "process_cpu_seconds_total", "counter",
+	 "User and system CPU time of fosd, in seconds."},
+	{FOSD_STAT_U64, S(proc.rss_bytes), 0, "process_resident_memory_bytes", "gauge",
+	 "Resident memory of fosd, in bytes."},
+	{FOSD_STAT_U64, S(proc.vm_bytes), 0, "process_virtual_memory_bytes", "gauge", "Virtual memory of fosd, in bytes."},
+	{FOSD_STAT_U64, S(proc.open_fds), 0, "process_open_fds", "gauge", "File descriptors fosd has open."},
+	{FOSD_STAT_U64, S(proc.max_fds), 0, "process_max_fds", "gauge", "fosd's file descriptor limit (RLIMIT_NOFILE)."},
+	{FOSD_STAT_U64, S(proc.threads), 0, "process_threads", "gauge", "Threads of fosd."},
+	{FOSD_STAT_US, S(proc.start_time_us), 0, "process_start_time_seconds", "gauge",
+	 "When fosd started, in seconds since the Unix epoch."},
 };
 const size_t fosd_stats_nrows = sizeof fosd_stats_rows / sizeof fosd_stats_rows[0];
 
@@ -124,7 +155,7 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 	out->uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
 	out->draining = atomic_load(&srv->draining) != 0;
 	out->failed = atomic_load(&srv->fatal) != 0;
-	fosd_metrics *m = malloc(sizeof *m);
+	fosd_metrics_snap *m = malloc(sizeof *m);
 	if (m) {
 		fosd_metrics_snapshot(&srv->metrics, m);
 		memcpy(out->ops, m->ops, sizeof out->ops);
@@ -148,22 +179,23 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 	out->connection_refusals = atomic_load(&srv->conns.refused);
 	out->connections_rejected = atomic_load(&srv->conns.rejected);
 	fosd_msgpool_get_stats(&out->pool);
+	fosd_proc_stats_get(&out->proc);
 }
 
 /* One distribution as its wire message. */
-static void stats_latency(Fos__LatencyStats *l, const fosd_hist *h)
+static void stats_latency(Fos__LatencyStats *l, const fosd_hist_snap *h)
 {
 	fos__latency_stats__init(l);
 	l->count = h->count;
-	l->mean_us = fosd_hist_mean(h);
-	l->p50_us = fosd_hist_quantile(h, 0.50);
-	l->p90_us = fosd_hist_quantile(h, 0.90);
-	l->p99_us = fosd_hist_quantile(h, 0.99);
-	l->p999_us = fosd_hist_quantile(h, 0.999);
+	l->mean_us = h->count ? (double)h->sum_us / (double)h->count : 0.0;
+	l->p50_us = h->p50_us;
+	l->p90_us = h->p90_us;
+	l->p99_us = h->p99_us;
+	l->p999_us = h->p999_us;
 	l->max_us = h->max_us;
 }
 
-static void op_to_pb(const fosd_op_metrics *om, int op, fosd_stats_pb *out)
+static void op_to_pb(const fosd_op_snap *om, int op, fosd_stats_pb *out)
 {
 	Fos__OpStats *o = &out->ops[op];
 	fos__op_stats__init(o);
@@ -179,7 +211,7 @@ static void op_to_pb(const fosd_op_metrics *om, int op, fosd_stats_pb *out)
 			memcpy(dst, src, sizeof(uint64_t));
 		} else if (row->kind == FOSD_STAT_OP_HIST && nh < FOSD_STATS_MAX_HIST) {
 			Fos__LatencyStats *l = &out->lat[op][nh++];
-			stats_latency(l, (const fosd_hist *)(const void *)src);
+			stats_latency(l, (const fosd_hist_snap *)(const void *)src);
 			memcpy(dst, &l, sizeof l);
 		} else if (row->kind == FOSD_STAT_OP_CODES) {
 			/* the codes seen, in code order */

@@ -14,6 +14,8 @@
 #include "fos.pb-c.h"
 #include "metrics.h"
 #include "msg_pool.h"
+#include "nvml.h"
+#include "proc_stats.h"
 #include "wcache.h"
 
 /* Everything Stats and /metrics report, taken at one moment. */
@@ -22,7 +24,7 @@ typedef struct fosd_stats {
 	uint64_t uptime_ms;
 	int draining;                   /* drains (SIGTERM/SIGINT, or a backend failed for good) */
 	int failed;                     /* the backend failed for good */
-	fosd_op_metrics ops[FOSD_NUM_OPS];
+	fosd_op_snap ops[FOSD_NUM_OPS];
 	uint64_t duplicates, bad_messages;
 	fosd_wcache_stats cache;
 	fosd_contexts_stats contexts;
@@ -32,6 +34,13 @@ typedef struct fosd_stats {
 	uint64_t channels, channel_requests;
 	uint64_t connections, connections_dropped, connection_refusals, connections_rejected;
 	fosd_msgpool_stats pool;
+	fosd_proc_stats proc;           /* the process's CPU, memory, descriptors */
+	/* /metrics only (fosd_stats_take leaves them empty; the page's route fills them) */
+	const fosd_tenant_count *tenant_counts; /* requests by tenant; NULL: by op and code alone */
+	size_t n_tenant_counts;
+	int nvml;                       /* 1: NVML is loaded (GPU numbers below), 0: not */
+	int n_gpus;
+	fosd_gpu_stat gpus[FOSD_MAX_GPUS];
 } fosd_stats;
 
 struct fosd_server;
@@ -41,14 +50,17 @@ void fosd_stats_take(struct fosd_server *srv, fosd_stats *out);
 typedef enum fosd_stat_kind {
 	FOSD_STAT_U64,      /* a uint64_t of fosd_stats */
 	FOSD_STAT_FLAG,     /* an int of fosd_stats, reported as 0 or 1 (a bool in Stats) */
-	FOSD_STAT_OP_U64,   /* a uint64_t of each op's fosd_op_metrics: one series per op */
-	FOSD_STAT_OP_HIST,  /* a fosd_hist of each op's metrics: a LatencyStats; a histogram */
-	FOSD_STAT_OP_CODES, /* each op's requests by status code: CodeCounts; series by code */
+	FOSD_STAT_US,       /* a uint64_t of fosd_stats in microseconds, on the page in seconds */
+	FOSD_STAT_OP_U64,   /* a uint64_t of each op's fosd_op_snap: one series per op */
+	FOSD_STAT_OP_HIST,  /* a fosd_hist_snap of each op's: a LatencyStats; a histogram */
+	FOSD_STAT_OP_CODES, /* each op's requests by status code: CodeCounts; on the page by
+			     * tenant too (series by op, code and tenant) */
+	FOSD_STAT_OP_CODE_HIST, /* each op's fosd_hist_snap[FOSD_NUM_CODES]: a histogram by code */
 } fosd_stat_kind;
 
 typedef struct fosd_stat_row {
 	fosd_stat_kind kind;
-	size_t off;               /* in fosd_stats; OP_*: in fosd_op_metrics */
+	size_t off;               /* in fosd_stats; OP_*: in fosd_op_snap */
 	size_t pb;                /* offset of its field in Fos__StatsResult (OP_*: Fos__OpStats); 0
 				   * (the message base): not in Stats */
 	const char *prom, *type;  /* the /metrics family and its type; NULL: not on the page */

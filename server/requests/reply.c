@@ -30,8 +30,11 @@ void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 	fosd_server *srv = s->srv;
 	uint64_t out = reply ? nng_msg_len(reply) : 0;
 	uint64_t us = (fosd_now_ns() - s->t_recv_ns) / 1000u;
-	fosd_metrics_record(&srv->metrics, s->op, code, us, s->t_recv_ns, s->t_lane_ns, s->t_done_ns, s->ran_now,
-			    s->bytes_in, out);
+	fosd_req_sample rs = {.op = s->op, .code = code, .latency_us = us, .t_recv_ns = s->t_recv_ns,
+			      .t_lane_ns = s->t_lane_ns, .t_done_ns = s->t_done_ns, .ran_now = s->ran_now,
+			      .bytes_in = s->bytes_in, .bytes_out = out, .tenant_key = s->tenant,
+			      .tenant = s->tenant ? s->tenant->name : NULL, .req = s};
+	fosd_metrics_record_req(&srv->metrics, &rs);
 	if (code && fosd_log_get_level() >= FOSD_LOG_DEBUG)
 		fosd_debug("request %llu (%s) -> %s", (unsigned long long)s->req_id, s->def->name,
 			   fosw_code_name(code));

@@ -47,7 +47,9 @@ class Fosd:
         self.url = "ipc://%s/fosd.sock" % self.dir
         self.log = os.path.join(self.dir, "fosd.log")
         binary = os.environ.get("FOS_TEST_FOSD") or os.path.join(build_dir(), "fosd")
-        self.argv = [binary, "--backend", backend or BACKEND, "--threads", "2", "--listen", self.url] + list(extra)
+        # no HTTP endpoint unless extra names one: the tests' fosds run side by side
+        self.argv = [binary, "--backend", backend or BACKEND, "--threads", "2", "--listen", self.url,
+                     "--metrics-listen", "off"] + list(extra)
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT)
         t0 = time.monotonic()

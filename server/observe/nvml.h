@@ -1,0 +1,34 @@
+/* nvml.h: GPU utilization, memory, power and temperature for /metrics, read through NVML
+ * (libnvidia-ml.so.1, the NVIDIA driver's management library) loaded with dlopen at run time, so
+ * fosd neither links nor needs it: on a host without the driver (a CPU host) fosd_nvml_open
+ * returns NULL and the page has no GPU series. */
+#ifndef FOSD_NVML_H
+#define FOSD_NVML_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FOSD_MAX_GPUS 16
+
+/* One GPU's numbers; a has_* flag is 0 where NVML does not report that number for the GPU. */
+typedef struct fosd_gpu_stat {
+	unsigned index;          /* NVML's index */
+	char uuid[96], name[96]; /* "GPU-..." and the product name ("" when unknown) */
+	int has_util, has_mem, has_power, has_temp;
+	unsigned util_gpu, util_mem;      /* percent of the last sample period busy: kernels, memory */
+	uint64_t mem_used, mem_total;     /* bytes */
+	unsigned power_mw;                /* milliwatts */
+	unsigned temp_c;                  /* degrees Celsius, the GPU die */
+} fosd_gpu_stat;
+
+typedef struct fosd_nvml fosd_nvml;
+
+/* Loads lib (NULL: "libnvidia-ml.so.1") and initializes NVML; NULL when either fails (why, in
+ * msg: the library is absent, or the driver refused), never an error of fosd's. */
+fosd_nvml *fosd_nvml_open(const char *lib, char *msg, size_t msgsz);
+/* The numbers of every GPU NVML sees (at most max): their count. */
+int fosd_nvml_sample(fosd_nvml *n, fosd_gpu_stat *out, int max);
+/* Shuts NVML down and unloads it. NULL is fine. */
+void fosd_nvml_close(fosd_nvml *n);
+
+#endif
