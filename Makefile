@@ -4,6 +4,7 @@
 #   make test       the whole CPU test suite (ends with "N passed, N failed")
 #   make test-gpu   GPU tests (skip cleanly without a GPU)
 #   make bench      benchmarks; results go to bench/BENCHMARKS.md by hand
+#   make install    [PREFIX=/usr/local] [DESTDIR=root]: programs, libfos, headers, fos.pc, unit, Python
 # Files are picked up by folder (ARCHITECTURE.md): kernels/*.c (+ *.cu) -> libfosnum.a;
 # proto/*.proto (generated) + proto/*.c (framing, nng work-around) -> libfosproto.a; server/*/*.c ->
 # libfosd.a + fosd (main in server/core/fosd_main.c); client/libfos/*.c -> libfos; client/cli/*.c ->
@@ -119,9 +120,29 @@ $(LIBFOSD): $(call obj,$(SERVER_C))
 PROTO_OBJ = $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
 $(LIBFOS): $(call obj,$(LIBFOS_C)) $(PROTO_OBJ) $(call obj,$(filter-out proto/nng_fix.c,$(WIRE_C)))
 	@rm -f $@; ar rcs $@ $^
-# Debian's libnng.a is not position-independent: the shared libfos links the shared nng/protobuf-c.
-$(LIBFOSSO): $(call obj,$(LIBFOS_C)) $(LIBPROTO)
-	$(CC) -shared -o $@ $(call obj,$(LIBFOS_C)) $(LIBPROTO) -lnng -lprotobuf-c $(LDFLAGS) $(SYS_LIBS)
+# libfos.so.N (N = FOS_SOVERSION of kernels/fos_version.h; libfos.so links to it): only fos.h's
+# functions exported (client/libfos/libfos.map), with nng, mbedTLS, protobuf-c and the nng
+# work-around linked in privately from the static archives, so a program or FFI user needs no other
+# library (-z defs: nothing left undefined but the C library's). Debian's libnng.a is
+# position-independent but for posix_debug.c's direct references to stdout and stderr, which a
+# shared object cannot make: $(LIBNNG_SO) is a copy naming fos_nng_stdout/_stderr there instead,
+# defined by client/libfos/so/nng_stdio.c.
+LIBFOS_SOVERSION := $(shell sed -n 's/^.define FOS_SOVERSION  *\([0-9][0-9]*\).*/\1/p' kernels/fos_version.h)
+LIBFOS_SONAME = libfos.so.$(LIBFOS_SOVERSION)
+LIBFOSSO1     = $(BUILD)/$(LIBFOS_SONAME)
+LIBFOS_MAP    = client/libfos/libfos.map
+LIBFOS_SO_C  := $(wildcard client/libfos/so/*.c)
+LIBNNG_SO     = $(BUILD)/libnng-so.a
+LIBFOS_SO_OBJ = $(call obj,$(LIBFOS_C) $(LIBFOS_SO_C))
+$(LIBNNG_SO): $(LIBDIR)/libnng.a
+	objcopy --redefine-sym stdout=fos_nng_stdout --redefine-sym stderr=fos_nng_stderr $< $@
+$(LIBFOSSO1): $(LIBFOS_SO_OBJ) $(LIBPROTO) $(LIBNNG_SO) $(LIBFOS_MAP)
+	$(CC) -shared -o $@ -Wl,-soname,$(LIBFOS_SONAME) -Wl,--version-script=$(LIBFOS_MAP) $(if $(SAN),,-Wl,-z,defs) \
+		$(LIBFOS_SO_OBJ) $(LIBPROTO) $(LIBNNG_SO) $(LIBDIR)/libmbedtls.a $(LIBDIR)/libmbedx509.a \
+		$(LIBDIR)/libmbedcrypto.a $(LIBDIR)/libprotobuf-c.a \
+		$(LDFLAGS) $(SYS_LIBS) $(NNG_FIX)
+$(LIBFOSSO): $(LIBFOSSO1)
+	ln -sf $(LIBFOS_SONAME) $@
 $(LIBCLI): $(call obj,$(CLI_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBTEST): $(call obj,$(TESTLIB_C))
@@ -189,11 +210,40 @@ test-gpu: all $(GPUTESTS)
 bench: benches
 	@sh bench/run-bench.sh $(BUILD)
 
-install: all
-	install -d $(DESTDIR)/usr/local/bin $(DESTDIR)/usr/local/lib $(DESTDIR)/usr/local/include
-	install -m 755 $(BINS) $(DESTDIR)/usr/local/bin/
-	install -m 644 $(LIBFOS) $(LIBFOSSO) $(DESTDIR)/usr/local/lib/
-	install -m 644 client/libfos/fos.h kernels/fos_version.h kernels/fos_wire_enums.h $(DESTDIR)/usr/local/include/
+# make install [PREFIX=/usr/local] [DESTDIR=staging root]: fosd and fos, libfos (libfos.so.N, the
+# libfos.so link, libfos.a), the headers of the C API, fos.pc, the systemd unit (its paths set to
+# BINDIR and SYSCONFDIR) and sysusers file, the example config (never a fosd.conf itself), and the
+# Python package (tests/python.mk: install-python, whose libfos.so links to INSTALL_LIBDIR's).
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+INCLUDEDIR     ?= $(PREFIX)/include
+INSTALL_LIBDIR ?= $(PREFIX)/lib
+PKGCONFIGDIR   ?= $(INSTALL_LIBDIR)/pkgconfig
+SYSCONFDIR     ?= /etc
+UNITDIR        ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
+FOS_HEADERS     = client/libfos/fos.h kernels/fos_version.h kernels/fos_wire_enums.h proto/fos_chan.h
+FOS_PC_VERSION := $(shell sed -n 's/^.define FOS_VERSION_\(MAJOR\|MINOR\|PATCH\)  *\([0-9][0-9]*\).*/\2/p' kernels/fos_version.h | paste -sd.)
+# install-libfos: the library alone; a real install as root (no DESTDIR) runs ldconfig, so the
+# loader finds the new libfos.so.N in a directory such as /usr/local/lib at once
+.PHONY: install-libfos
+install-libfos: all
+	install -d $(DESTDIR)$(INSTALL_LIBDIR)
+	install -m 644 $(LIBFOSSO1) $(LIBFOS) $(DESTDIR)$(INSTALL_LIBDIR)/
+	ln -sf $(LIBFOS_SONAME) $(DESTDIR)$(INSTALL_LIBDIR)/libfos.so
+	-@[ -n "$(DESTDIR)" ] || [ "$$(id -u)" != 0 ] || PATH="$$PATH:/sbin:/usr/sbin" ldconfig
+install: all install-libfos
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/fosd
+	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(FOS_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(INSTALL_LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+		-e 's|@VERSION@|$(FOS_PC_VERSION)|g' client/libfos/fos.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/fos.pc
+	sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/fosd/|$(SYSCONFDIR)/fosd/|g' deploy/fosd.service \
+		>$(DESTDIR)$(UNITDIR)/fosd.service
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/fos.pc $(DESTDIR)$(UNITDIR)/fosd.service
+	$(if $(wildcard deploy/fosd.sysusers),install -D -m 644 deploy/fosd.sysusers $(DESTDIR)$(SYSUSERSDIR)/fosd.conf)
+	install -m 644 deploy/fosd.conf.example $(DESTDIR)$(SYSCONFDIR)/fosd/
 
 clean:
 	rm -rf $(BUILD)

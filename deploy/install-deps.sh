@@ -10,6 +10,8 @@ PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	PKGS="$PKGS g++"
 fi
+# pkgconf (pkg-config): make test links a client through `pkg-config --cflags --libs fos`
+PKGS="$PKGS pkgconf"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

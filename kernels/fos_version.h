@@ -8,6 +8,11 @@
 #define FOS_VERSION_MINOR 1
 #define FOS_VERSION_PATCH 0
 
+/* libfos's C ABI: the shared library's SONAME is libfos.so.FOS_SOVERSION (the Makefile reads it
+ * here). Raised, with the symbol version of client/libfos/libfos.map, when a change breaks
+ * programs linked against an older libfos; additions keep it. */
+#define FOS_SOVERSION 1
+
 #define FOS_VERSION_STR_(x) #x
 #define FOS_VERSION_STR(x) FOS_VERSION_STR_(x)
 /* "MAJOR.MINOR.PATCH" */
