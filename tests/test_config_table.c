@@ -191,11 +191,11 @@ static void test_defaults(void **state)
 	assert_int_equal(c.workers, 2);
 	assert_int_equal(c.streams, 0);
 	assert_int_equal(c.concurrency, 64);
-	assert_int_equal(c.cache_bytes, 8ull << 30);
-	assert_int_equal(c.context_bytes, 4ull << 30);
+	assert_true(c.cache_bytes == FOSD_SIZE_AUTO); /* sized at start (fosd_config_size_auto) */
+	assert_true(c.context_bytes == FOSD_SIZE_AUTO);
 	assert_int_equal(c.context_ttl_ms, 60000);
 	assert_int_equal(c.max_message_bytes, 1ull << 30);
-	assert_int_equal(c.message_pool_bytes, 1ull << 30);
+	assert_true(c.message_pool_bytes == FOSD_SIZE_AUTO);
 	assert_int_equal(c.channel_spin_us, 50);
 	assert_int_equal(c.drain_timeout_ms, 30000);
 	assert_int_equal(c.sweep_interval_ms, 1000);
@@ -250,7 +250,7 @@ static void test_help_lists_every_row(void **state)
 		}
 	}
 	assert_null(strstr(text, "{def}"));
-	assert_non_null(strstr(text, "  --cache-bytes SIZE       weight cache budget (default 8G)\n"));
+	assert_non_null(strstr(text, "  --cache-bytes SIZE       weight cache budget (default auto: 40% of the GPU's memory,\n"));
 	assert_non_null(strstr(text, "  --backend auto|cpu|cuda  numerics backend (default auto: cuda if a GPU is usable)\n"));
 	assert_non_null(strstr(text, "  --allow-insecure-tcp     allow tcp:// and tls+tcp:// listeners without a tokens file\n"));
 	free(text);
@@ -267,6 +267,7 @@ static void test_reload_keys(void **state)
 	fosd_config_defaults(&cur);
 	fosd_config_defaults(&nc);
 	assert_int_equal(fosd_config_finish(&cur, msg, sizeof msg), 0);
+	uint64_t cache0 = cur.cache_bytes; /* auto, sized from the host's memory by finish */
 	const char *set[][2] = {{"tenant_inflight", "7"}, {"tenant_cache_bytes", "1M"}, {"workers", "9"},
 				{"cache_bytes", "1G"}, {"tokens", "/etc/t"}};
 	for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
@@ -279,7 +280,7 @@ static void test_reload_keys(void **state)
 	assert_int_equal(cur.tenant_inflight, 7);
 	assert_int_equal(cur.tenant_cache_bytes, 1ull << 20);
 	assert_int_equal(cur.workers, 2); /* waits for a restart */
-	assert_int_equal(cur.cache_bytes, 8ull << 30);
+	assert_int_equal(cur.cache_bytes, cache0);
 	assert_null(cur.tokens_path);
 	fosd_config_free(&cur);
 	fosd_config_free(&nc);

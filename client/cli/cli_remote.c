@@ -1,10 +1,54 @@
 /* cli_remote.c: how fos talks to fosd: connecting (with a message that says what to do when nothing
- * answers), turning libfos statuses into fos_err messages, and mapping the numerics enums of
+ * answers, or when this user may not use an ipc socket that is there), turning libfos statuses into fos_err messages, and mapping the numerics enums of
  * backend.h onto the wire's (fos.h) and back into names. */
 #include "cli.h"
 
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* An ipc:// URL whose socket this user may not use (connect needs search permission on every
+ * directory of the path and write permission on the socket): FOS_EUNSUPPORTED with a message that says
+ * so and how to get access; FOS_OK when that is not the problem. */
+static int cli_ipc_permission(const char *url, fos_err *err)
+{
+	if (strncmp(url, "ipc://", 6))
+		return FOS_OK;
+	const char *path = url + 6;
+	struct stat sb;
+	if (stat(path, &sb)) {
+		if (errno != EACCES)
+			return FOS_OK;
+		return fos_seterr(err, FOS_EUNSUPPORTED,
+				  "permission denied on the socket path %s: a directory on it is closed to this user "
+				  "(fosd may well be running; its socket directory must let the fosd group in)",
+				  path);
+	}
+	if (!S_ISSOCK(sb.st_mode) || !access(path, R_OK | W_OK) || errno != EACCES)
+		return FOS_OK;
+	const struct group *gr = getgrgid(sb.st_gid);
+	const struct passwd *pw = getpwuid(sb.st_uid);
+	char grname[64], owner[64];
+	snprintf(grname, sizeof grname, "%s", gr ? gr->gr_name : "");
+	if (!gr)
+		snprintf(grname, sizeof grname, "%u", (unsigned)sb.st_gid);
+	snprintf(owner, sizeof owner, "%s", pw ? pw->pw_name : "");
+	if (!pw)
+		snprintf(owner, sizeof owner, "%u", (unsigned)sb.st_uid);
+	if (sb.st_mode & S_IWGRP)
+		return fos_seterr(err, FOS_EUNSUPPORTED,
+				  "permission denied on the socket %s (owner %s, group %s, mode %04o): fosd is there but "
+				  "this user is not in group %s; join it (sudo usermod -aG %s $USER, then log in again)",
+				  path, owner, grname, (unsigned)(sb.st_mode & 07777), grname, grname);
+	return fos_seterr(err, FOS_EUNSUPPORTED,
+			  "permission denied on the socket %s (owner %s, group %s, mode %04o): fosd is there but only "
+			  "its user may connect; start it with --ipc-mode 0660 and join group %s",
+			  path, owner, grname, (unsigned)(sb.st_mode & 07777), grname);
+}
 
 int cli_connect(const cli_global *g, fos_client **out, fos_err *err)
 {
@@ -26,6 +70,8 @@ int cli_connect(const cli_global *g, fos_client **out, fos_err *err)
 	size_t ul = strlen(url);
 	if (!strncmp(why, "cannot connect to ", 18) && !strncmp(why + 18, url, ul) && !strncmp(why + 18 + ul, ": ", 2))
 		why += 18 + ul + 2;
+	if ((code == FOS_CODE_UNAVAILABLE || code == FOS_CODE_PERMISSION_DENIED) && cli_ipc_permission(url, err))
+		return err->rc;
 	if (code == FOS_CODE_UNAVAILABLE || code == FOS_CODE_DEADLINE_EXCEEDED)
 		return fos_seterr(err, FOS_EUNSUPPORTED,
 				  "no fosd answers at %s (%s: %s); is it running? --server or FOS_SERVER pick another", url,

@@ -48,13 +48,18 @@ const fosd_config_key fosd_config_keys[] = {
 		 "on cuda (default {def} = auto: 8 on cuda, 1 on cpu; a worker each)"},
 	{"concurrency", FOSD_CT_INT, F(concurrency), "64", 1, 65536,
 	 .help = "requests in progress at once (nng contexts, default {def})"},
-	{"cache_bytes", FOSD_CT_SIZE, F(cache_bytes), "8G", .help = "weight cache budget (default {def})"},
-	{"context_bytes", FOSD_CT_SIZE, F(context_bytes), "4G", .help = "saved-context budget (default {def})"},
+	{"cache_bytes", FOSD_CT_SIZE, F(cache_bytes), "auto",
+	 .help = "weight cache budget (default {def}: 40% of the GPU's memory,\n"
+		 "25% of the host's on cpu)"},
+	{"context_bytes", FOSD_CT_SIZE, F(context_bytes), "auto",
+	 .help = "saved-context budget (default {def}: 20% of the GPU's\n"
+		 "memory, 12.5% of the host's on cpu)"},
 	{"context_ttl", FOSD_CT_DURATION, F(context_ttl_ms), "60s", .help = "saved-context lifetime (default {def})"},
 	{"max_message_bytes", FOSD_CT_SIZE, F(max_message_bytes), "1G",
 	 .help = "largest request or reply (default {def})"},
-	{"message_pool_bytes", FOSD_CT_SIZE, F(message_pool_bytes), "1G",
-	 .help = "freed message memory kept for reuse (default {def})"},
+	{"message_pool_bytes", FOSD_CT_SIZE, F(message_pool_bytes), "auto",
+	 .help = "freed message memory kept for reuse (default {def}: 1/16 of\n"
+		 "the host's memory, 64M to 4G)"},
 	{"channel_spin_us", FOSD_CT_INT, F(channel_spin_us), "50", 0, 1000000,
 	 .help = "a request channel polls this long for the next request before\n"
 		 "it sleeps; the most a client may ask (default {def}; 0: never)"},
@@ -81,6 +86,9 @@ const fosd_config_key fosd_config_keys[] = {
 	{"metrics_listen", FOSD_CT_URL, F(metrics_listen), NULL, .check = fosd_http_metrics_check_url,
 	 .help = "serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"
 		 "(port 0: any free one; default off; not loopback: a warning)"},
+	{"weights", FOSD_CT_STRING, F(weights_dir), NULL, .arg = "DIR",
+	 .help = "load every *.safetensors and *.npy weight of DIR into the cache\n"
+		 "before serving, with DIR/weights.conf's per-file options (README)"},
 	/* trust: tenants, TLS, per-tenant quota defaults (trust_config.c checks the listeners) */
 	{"tokens", FOSD_CT_STRING, F(tokens_path), NULL, .arg = "FILE",
 	 .help = "tenants: one 'NAME SECRET [cache=SIZE] [contexts=SIZE] [inflight=N]'\n"
@@ -357,11 +365,16 @@ static int key_set(fosd_config *c, const fosd_config_key *k, const char *v, char
 	}
 	case FOSD_CT_SIZE: {
 		uint64_t u;
+		if (k->def && !strcmp(k->def, "auto") && !strcasecmp(v, "auto")) {
+			*(uint64_t *)f = FOSD_SIZE_AUTO;
+			return 0;
+		}
 		if (fosd_parse_size(v, &u)) {
 			if (k->what)
 				snprintf(msg, msgsz, "%s: '%s' is not %s", k->key, v, k->what);
 			else
-				snprintf(msg, msgsz, "%s: '%.100s' is not a size (e.g. 512M, 8G)", k->key, v);
+				snprintf(msg, msgsz, "%s: '%.100s' is not a size (e.g. 512M, 8G%s)", k->key, v,
+					 k->def && !strcmp(k->def, "auto") ? ", or auto" : "");
 			return -1;
 		}
 		*(uint64_t *)f = u;
@@ -510,7 +523,10 @@ static void key_show(const fosd_config *c, const fosd_config_key *k, FILE *out)
 		break;
 	case FOSD_CT_SIZE:
 	case FOSD_CT_DURATION:
-		fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)f);
+		if (k->type == FOSD_CT_SIZE && *(const uint64_t *)f == FOSD_SIZE_AUTO)
+			fputs("auto", out);
+		else
+			fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)f);
 		break;
 	case FOSD_CT_ENUM:
 		if (k->size == sizeof(int))
@@ -840,11 +856,91 @@ int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz)
 	if (fosd_trust_config_check(c, msg, msgsz))
 		return -1;
 	free(c->fixed);
-	if (!(c->fixed = config_render_fixed(c))) {
+	if (!(c->fixed = config_render_fixed(c))) { /* before the sizing: a reload compares "auto" */
 		snprintf(msg, msgsz, "out of memory");
 		return -1;
 	}
+	char line[512];
+	fosd_config_size_auto(c, 0, fosd_host_memory_bytes(), line, sizeof line);
 	return 0;
+}
+
+/* ---- sizes from the memory fosd works in ------------------------------------------------------- */
+
+/* A whole number from the first line of path; 0 when it cannot be read or is no number ("max"). */
+static uint64_t read_u64_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	unsigned long long v = 0;
+	if (fscanf(f, "%llu", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+uint64_t fosd_host_memory_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	/* a container's limit: cgroup v2, else v1 (which reports "no limit" as a huge number) */
+	uint64_t lim = read_u64_file("/sys/fs/cgroup/memory.max");
+	if (!lim)
+		lim = read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+	if (lim && (!phys || lim < phys))
+		return lim;
+	return phys ? phys : (uint64_t)8 << 30;
+}
+
+static void size_line(char *msg, size_t msgsz, size_t *used, const char *key, uint64_t v, const char *from)
+{
+	if (*used >= msgsz)
+		return;
+	int w = v >= (1ull << 30) ? snprintf(msg + *used, msgsz - *used, "%s%s %.1f GiB (%s)", *used ? ", " : "", key,
+					     (double)v / (double)(1ull << 30), from)
+				  : snprintf(msg + *used, msgsz - *used, "%s%s %llu MiB (%s)", *used ? ", " : "", key,
+					     (unsigned long long)(v >> 20), from);
+	if (w > 0)
+		*used += (size_t)w;
+}
+
+void fosd_config_size_auto(fosd_config *c, uint64_t dev_bytes, uint64_t host_bytes, char *msg, size_t msgsz)
+{
+	if (c->cache_bytes == FOSD_SIZE_AUTO)
+		c->auto_sized |= FOSD_AUTO_CACHE;
+	if (c->context_bytes == FOSD_SIZE_AUTO)
+		c->auto_sized |= FOSD_AUTO_CONTEXTS;
+	if (c->message_pool_bytes == FOSD_SIZE_AUTO)
+		c->auto_sized |= FOSD_AUTO_POOL;
+	const char *mem = dev_bytes ? "GPU memory" : "host memory";
+	uint64_t base = dev_bytes ? dev_bytes : host_bytes;
+	char from[64];
+	size_t used = 0;
+	if (msgsz)
+		msg[0] = 0;
+	if (c->auto_sized & FOSD_AUTO_CACHE) {
+		c->cache_bytes = dev_bytes ? base / 10 * 4 : base / 4;
+		snprintf(from, sizeof from, "auto: %s of %.1f GiB %s", dev_bytes ? "40%" : "25%",
+			 (double)base / (double)(1ull << 30), mem);
+		size_line(msg, msgsz, &used, "cache", c->cache_bytes, from);
+	} else {
+		size_line(msg, msgsz, &used, "cache", c->cache_bytes, "set");
+	}
+	if (c->auto_sized & FOSD_AUTO_CONTEXTS) {
+		c->context_bytes = dev_bytes ? base / 5 : base / 8;
+		snprintf(from, sizeof from, "auto: %s of %s", dev_bytes ? "20%" : "12.5%", mem);
+		size_line(msg, msgsz, &used, "contexts", c->context_bytes, from);
+	} else {
+		size_line(msg, msgsz, &used, "contexts", c->context_bytes, "set");
+	}
+	if (c->auto_sized & FOSD_AUTO_POOL) {
+		uint64_t p = host_bytes / 16, lo = (uint64_t)64 << 20, hi = (uint64_t)4 << 30;
+		c->message_pool_bytes = p < lo ? lo : p > hi ? hi : p;
+		size_line(msg, msgsz, &used, "message pool", c->message_pool_bytes, "auto: 1/16 of host memory, 64M to 4G");
+	} else {
+		size_line(msg, msgsz, &used, "message pool", c->message_pool_bytes, "set");
+	}
 }
 
 void fosd_config_fixed_diff(const fosd_config *a, const fosd_config *b, char *out, size_t outsz)

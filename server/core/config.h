@@ -21,7 +21,7 @@ typedef struct fosd_config {
 					 * requests at once; 0 = auto (8 on cuda, 1 on cpu); fosd runs at least
 					 * one worker per lane */
 	int concurrency;                /* nng contexts = requests in progress at once */
-	uint64_t cache_bytes;           /* weight cache budget */
+	uint64_t cache_bytes;           /* weight cache budget (FOSD_SIZE_AUTO: sized at start) */
 	uint64_t context_bytes;         /* saved-context budget */
 	uint64_t context_ttl_ms;        /* a saved context lives this long after its forward */
 	uint64_t max_message_bytes;     /* NNG_OPT_RECVMAXSZ, and the largest reply */
@@ -46,6 +46,7 @@ typedef struct fosd_config {
 					 * fosd_config_finish saw them (fosd_config_fixed_diff) */
 	char *metrics_listen;           /* http://HOST:PORT of /metrics and /healthz (http_metrics.c);
 					 * NULL: none */
+	char *weights_dir;              /* weight repository loaded at start (weights_repo.c); NULL: none */
 	/* trust (trust_config.c): tenants, TLS, per-tenant quota defaults */
 	char *tokens_path;              /* tokens file; NULL: one anonymous tenant, ipc only */
 	int allow_insecure_tcp;         /* tcp/tls+tcp listeners without a tokens file */
@@ -54,7 +55,21 @@ typedef struct fosd_config {
 	uint64_t tenant_cache_bytes;    /* default per-tenant quotas (0: none) */
 	uint64_t tenant_context_bytes;
 	int tenant_inflight;
+	unsigned auto_sized;            /* FOSD_AUTO_* of the sizes fosd_config_finish chose itself */
 } fosd_config;
+
+/* A size key left at "auto" (cache_bytes, context_bytes, message_pool_bytes): fosd_config_finish
+ * sizes it from the host's memory, fosd_main.c again from the GPU's once the cuda backend is open
+ * (fosd_config_size_auto). A value set in the file or a flag always wins. */
+#define FOSD_SIZE_AUTO UINT64_MAX
+enum { FOSD_AUTO_CACHE = 1, FOSD_AUTO_CONTEXTS = 2, FOSD_AUTO_POOL = 4 };
+/* The host's memory: physical memory, or the cgroup's memory limit when that is lower. */
+uint64_t fosd_host_memory_bytes(void);
+/* Sizes the auto keys: cache 40 % and contexts 20 % of the device's memory when dev_bytes > 0
+ * (the cuda backend), else 25 % and 12.5 % of the host's (host_bytes); the message pool (host
+ * memory in both cases) 1/16 of the host's, from 64 MiB to 4 GiB. Writes one line describing
+ * every size and where it came from to msg (for the start-up log). */
+void fosd_config_size_auto(fosd_config *c, uint64_t dev_bytes, uint64_t host_bytes, char *msg, size_t msgsz);
 
 void fosd_config_defaults(fosd_config *c);
 void fosd_config_free(fosd_config *c);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "util.h"
 #include "reload.h"
+#include "sdnotify.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -82,6 +83,7 @@ static void on_signal(uv_signal_t *h, int signum)
 	atomic_store(&srv->draining, 1);
 	fosd_info("%s: draining %d request(s) accepted before it; new requests get UNAVAILABLE",
 		  signum == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&srv->accepted));
+	fosd_sd_notifyf("STOPPING=1\nSTATUS=draining: new requests get UNAVAILABLE");
 	c->drain_start_ns = fosd_now_ns();
 	uv_timer_start(&c->drain, on_drain_tick, 0, 10);
 }
@@ -119,7 +121,8 @@ int fosd_control_run(fosd_server *srv)
 	if ((rv = uv_signal_start(&sighup, fosd_reload_on_signal, SIGHUP)))
 		fosd_warn("libuv: SIGHUP: %s", uv_strerror(rv));
 	if ((rv = uv_signal_start(&c.sigterm, on_signal, SIGTERM)) || (rv = uv_signal_start(&c.sigint, on_signal, SIGINT)) ||
-	    (rv = uv_timer_start(&c.sweep, on_sweep, srv->cfg->sweep_interval_ms, srv->cfg->sweep_interval_ms))) {
+	    (rv = uv_timer_start(&c.sweep, on_sweep, srv->cfg->sweep_interval_ms, srv->cfg->sweep_interval_ms)) ||
+	    (rv = fosd_sd_watchdog_start(&c.loop))) {
 		fosd_error("libuv: %s", uv_strerror(rv));
 		c.exit_code = 1;
 	} else {

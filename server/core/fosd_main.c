@@ -1,17 +1,53 @@
 /* fosd_main.c: the fosd program: read the configuration, open the backend (and say which one and
- * on what device), start the executor, the listeners and the HTTP metrics endpoint when asked,
- * run the control loop until a drain finishes, then tear down. Exit status 0 after a clean drain, 1 on a startup error, an
- * abandoned drain or a backend that failed for good, 2 on a usage error. */
+ * on what device, or in plain words why auto fell back to the cpu), size the cache, contexts and
+ * message pool left at "auto" from that device's memory (or the host's), start the executor, the
+ * listeners and the HTTP metrics endpoint when asked, tell systemd it is ready (sdnotify.h), run
+ * the control loop until a drain finishes, then tear down. Exit status 0 after a clean drain, 1
+ * on a startup error, an abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
 #include "fdlimit.h"
 #include "http_metrics.h"
 #include "msg_pool.h"
 #include "auth.h"
 #include "log.h"
+#include "sdnotify.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#ifdef FOS_HAVE_CUDA
+/* The CUDA runtime calls used here, with their C ABI (cudaError_t is an int-sized enum), so that
+ * server/ needs no CUDA include path; libcudart is linked in CUDA builds. */
+extern int cudaSetDevice(int device);
+extern int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+extern int cudaGetLastError(void);
+#endif
+
+/* Why the cuda backend could not open, in words an operator acts on. cuda_msg is the backend's
+ * own message (the CUDA runtime's, e.g. "CUDA driver version is insufficient for CUDA runtime
+ * version" when no driver is installed at all). */
+static void no_gpu_reason(const char *cuda_msg, char *out, size_t outsz)
+{
+#ifdef FOS_HAVE_CUDA
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!drv)
+		snprintf(out, outsz, "no usable GPU: the NVIDIA driver (libcuda.so.1) is not installed or not "
+				     "visible to fosd");
+	else if (access("/dev/nvidiactl", F_OK))
+		snprintf(out, outsz, "no usable GPU: the NVIDIA driver is installed but no GPU device "
+				     "(/dev/nvidia*) is visible to fosd");
+	else
+		snprintf(out, outsz, "no usable GPU (%s)", cuda_msg);
+	if (drv)
+		dlclose(drv);
+#else
+	(void)cuda_msg;
+	snprintf(out, outsz, "this fosd was built without CUDA");
+#endif
+}
 
 static fos_backend *open_backend(const fosd_config *cfg, fos_err *err)
 {
@@ -23,8 +59,27 @@ static fos_backend *open_backend(const fosd_config *cfg, fos_err *err)
 	fos_backend *be = fos_backend_cuda(cfg->device, &cerr);
 	if (be)
 		return be;
-	fosd_info("backend auto: no CUDA backend (%s); using the CPU", cerr.msg);
+	char why[512];
+	no_gpu_reason(cerr.msg, why, sizeof why);
+	fosd_info("backend auto: %s; using the cpu backend", why);
 	return fos_backend_cpu(cfg->threads, err);
+}
+
+/* The memory of the device the backend runs on; 0 for the cpu backend (or when unknown). */
+static uint64_t device_memory_bytes(const fos_backend *be, const fosd_config *cfg)
+{
+#ifdef FOS_HAVE_CUDA
+	if (!strcmp(be->name, "cuda")) {
+		size_t free_b = 0, total = 0;
+		if (!cudaSetDevice(cfg->device) && !cudaMemGetInfo(&free_b, &total))
+			return total;
+		cudaGetLastError();
+	}
+#else
+	(void)be;
+	(void)cfg;
+#endif
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -43,6 +98,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fosd_log_set_level(cfg.log_level);
+	fosd_sd_init(); /* before any thread starts */
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGHUP, SIG_IGN); /* until the control loop reloads on it (reload.c) */
 	fosd_tune_malloc(); /* a warm heap for large messages (alloc_tune.c) */
@@ -65,6 +121,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	fosd_info("backend %s on %s", be->name, be->device);
+	char sizes[512];
+	fosd_config_size_auto(&cfg, device_memory_bytes(be, &cfg), fosd_host_memory_bytes(), sizes, sizeof sizes);
+	fosd_info("memory: %s", sizes);
 	fosd_info("limits: cache %llu bytes, contexts %llu bytes (ttl %llu ms), messages %llu bytes, %d workers, "
 		  "%d concurrent requests",
 		  (unsigned long long)cfg.cache_bytes, (unsigned long long)cfg.context_bytes,
@@ -91,6 +150,7 @@ int main(int argc, char **argv)
 		fosd_error("%s", msg);
 	} else {
 		fosd_info("ready");
+		fosd_sd_notifyf("READY=1\nSTATUS=serving on %s (backend %s)", cfg.listen[0], be->name);
 		code = fosd_control_run(&srv);
 	}
 	fosd_control_watchdog(code); /* the teardown below always ends */

@@ -1,0 +1,260 @@
+/* test_deploy_systemd.c: what deploy/fosd.service relies on, against a real fosd: the notify
+ * protocol (a unix datagram socket as $NOTIFY_SOCKET gets READY=1 once fosd answers, WATCHDOG=1
+ * pings when $WATCHDOG_USEC asks for them, STOPPING=1 when SIGTERM starts the drain, in that
+ * order), --ipc-mode (the socket's permissions, checked with stat), the sizes left at "auto"
+ * (cache 25 % and contexts 12.5 % of the host's memory on the cpu backend, read here with
+ * sysinfo and the cgroup limit; an explicit size wins; both printed at start), and the plain
+ * words of backend auto when no GPU can be used. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fos.h"
+#include "support_server.h"
+
+/* Receives datagrams on fd until one contains want or timeout_ms passes; every datagram seen
+ * is appended to log (cap bytes). Returns 1 when want was seen. */
+static int wait_for(int fd, const char *want, int timeout_ms, char *log, size_t cap)
+{
+	uint64_t t0 = tsrv_now_ms();
+	while ((int)(tsrv_now_ms() - t0) < timeout_ms) {
+		struct pollfd p = {fd, POLLIN, 0};
+		int left = timeout_ms - (int)(tsrv_now_ms() - t0);
+		if (poll(&p, 1, left > 0 ? left : 0) <= 0)
+			continue;
+		char buf[1024];
+		ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+		if (n <= 0)
+			continue;
+		buf[n] = 0;
+		size_t used = strlen(log);
+		snprintf(log + used, cap - used, "[%s]", buf);
+		if (strstr(buf, want))
+			return 1;
+	}
+	return 0;
+}
+
+static void test_notify(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/fosd-notify-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s/notify", dir);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+	setenv("WATCHDOG_USEC", "200000", 1); /* no WATCHDOG_PID: meant for whoever reads it */
+	tsrv s;
+	int started = tsrv_start(&s, NULL);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+	assert_int_equal(started, 0);
+	char log[8192] = "";
+	int ready = wait_for(fd, "READY=1", 5000, log, sizeof log);
+	int pinged = ready && wait_for(fd, "WATCHDOG=1", 5000, log, sizeof log);
+	int early_stop = strstr(log, "STOPPING=1") != NULL;
+	kill(s.pid, SIGTERM);
+	int stopping = wait_for(fd, "STOPPING=1", 10000, log, sizeof log);
+	int rc = tsrv_stop(&s, 0, 10000); /* SIGTERM was sent: only wait */
+	int logged = tsrv_log_contains(&s, "systemd watchdog: 200 ms");
+	if (!ready || !pinged || !stopping || rc != 0 || !logged)
+		tsrv_dump_log(&s);
+	tsrv_cleanup(&s);
+	close(fd);
+	unlink(sa.sun_path);
+	rmdir(dir);
+	if (!ready)
+		fail_msg("no READY=1 from fosd (got %s)", log);
+	if (!pinged)
+		fail_msg("no WATCHDOG=1 from fosd with WATCHDOG_USEC=200000 (got %s)", log);
+	if (early_stop)
+		fail_msg("STOPPING=1 before the signal (got %s)", log);
+	if (!stopping)
+		fail_msg("no STOPPING=1 after SIGTERM (got %s)", log);
+	assert_true(strstr(log, "READY=1") < strstr(log, "STOPPING=1"));
+	assert_non_null(strstr(log, "STATUS=serving on ipc://"));
+	assert_int_equal(rc, 0);
+	assert_true(logged);
+}
+
+/* Outside systemd (no NOTIFY_SOCKET) nothing changes: fosd serves and says nothing about it. */
+static void test_no_notify_socket(void **state)
+{
+	(void)state;
+	unsetenv("NOTIFY_SOCKET");
+	tsrv s;
+	assert_int_equal(tsrv_start(&s, NULL), 0);
+	assert_false(tsrv_log_contains(&s, "NOTIFY_SOCKET"));
+	assert_false(tsrv_log_contains(&s, "watchdog:"));
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+}
+
+static int socket_mode(const tsrv *s)
+{
+	struct stat sb;
+	assert_int_equal(stat(s->url + strlen("ipc://"), &sb), 0);
+	assert_true(S_ISSOCK(sb.st_mode));
+	return (int)(sb.st_mode & 07777);
+}
+
+static void test_ipc_mode(void **state)
+{
+	(void)state;
+	tsrv s;
+	const char *a660[] = {"--ipc-mode", "0660", NULL};
+	assert_int_equal(tsrv_start(&s, a660), 0);
+	assert_int_equal(socket_mode(&s), 0660);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+	assert_int_equal(tsrv_start(&s, NULL), 0);
+	assert_int_equal(socket_mode(&s), 0600); /* the default: only fosd's user */
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+}
+
+/* The host's memory as the sizing sees it: physical memory (sysinfo), or the cgroup's limit. */
+static uint64_t host_memory(void)
+{
+	struct sysinfo si;
+	assert_int_equal(sysinfo(&si), 0);
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t phys = (uint64_t)si.totalram * si.mem_unit / page * page, lim = 0; /* whole pages */
+	const char *files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+	for (int i = 0; i < 2 && !lim; i++) {
+		FILE *f = fopen(files[i], "r");
+		unsigned long long v;
+		if (f && fscanf(f, "%llu", &v) == 1)
+			lim = v;
+		if (f)
+			fclose(f);
+	}
+	return lim && lim < phys ? lim : phys;
+}
+
+static void stats_of(const tsrv *s, fos_stats_info *si)
+{
+	fos_client *c;
+	fos_status st;
+	assert_int_equal(fos_connect(s->url, NULL, 20000, &c, &st), FOS_CODE_OK);
+	assert_int_equal(fos_stats(c, si, &st), FOS_CODE_OK);
+	fos_close(c);
+}
+
+static void test_auto_sizes(void **state)
+{
+	(void)state;
+	if (strcmp(tsrv_backend_name(), "cpu"))
+		skip(); /* on cuda the sizes come from the GPU's memory */
+	uint64_t mem = host_memory();
+	static fos_stats_info si;
+	tsrv s;
+	assert_int_equal(tsrv_start(&s, NULL), 0);
+	stats_of(&s, &si);
+	assert_true(tsrv_log_contains(&s, "memory: cache "));
+	assert_true(tsrv_log_contains(&s, "(auto: 25% of "));
+	assert_true(tsrv_log_contains(&s, "GiB host memory)"));
+	assert_true(tsrv_log_contains(&s, "contexts "));
+	assert_true(tsrv_log_contains(&s, "message pool "));
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+	assert_int_equal(si.cache_budget, mem / 4);
+	assert_int_equal(si.context_budget, mem / 8);
+
+	/* an explicit size wins, here and in a config file; the other keys stay auto */
+	const char *a[] = {"--cache-bytes", "256M", NULL};
+	assert_int_equal(tsrv_start(&s, a), 0);
+	stats_of(&s, &si);
+	assert_true(tsrv_log_contains(&s, "memory: cache 256 MiB (set)"));
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+	assert_int_equal(si.cache_budget, 256ull << 20);
+	assert_int_equal(si.context_budget, mem / 8);
+}
+
+/* fosd_config_size_auto's rules on given memory sizes (the cuda case needs no GPU here). */
+static void test_size_rules(void **state)
+{
+	(void)state;
+	const uint64_t G = 1ull << 30, M = 1ull << 20;
+	fosd_config c;
+	char msg[512];
+	fosd_config_defaults(&c);
+	fosd_config_size_auto(&c, 80 * G, 256 * G, msg, sizeof msg);
+	assert_int_equal(c.cache_bytes, 32 * G);   /* 40 % of the GPU's */
+	assert_int_equal(c.context_bytes, 16 * G); /* 20 % of the GPU's */
+	assert_int_equal(c.message_pool_bytes, 4 * G); /* 1/16 of the host's is 16G: at most 4G */
+	assert_non_null(strstr(msg, "cache 32.0 GiB (auto: 40% of 80.0 GiB GPU memory)"));
+	/* the same config sized again, now for a smaller device: the auto keys follow */
+	fosd_config_size_auto(&c, 16 * G, 256 * G, msg, sizeof msg);
+	assert_int_equal(c.cache_bytes, 16 * G / 10 * 4);
+	fosd_config_free(&c);
+
+	fosd_config_defaults(&c);
+	assert_int_equal(fosd_config_set(&c, "cache_bytes", "3G", msg, sizeof msg), 0);
+	assert_int_equal(fosd_config_set(&c, "message_pool_bytes", "AUTO", msg, sizeof msg), 0);
+	fosd_config_size_auto(&c, 0, 512 * M, msg, sizeof msg);
+	assert_int_equal(c.cache_bytes, 3 * G); /* set: it wins */
+	assert_int_equal(c.context_bytes, 64 * M); /* 12.5 % of the host's */
+	assert_int_equal(c.message_pool_bytes, 64 * M); /* 32M: at least 64M */
+	assert_non_null(strstr(msg, "cache 3.0 GiB (set)"));
+	assert_non_null(strstr(msg, "contexts 64 MiB (auto: 12.5% of host memory)"));
+	/* "auto" only where it is the default */
+	assert_int_equal(fosd_config_set(&c, "tenant_cache_bytes", "auto", msg, sizeof msg), -1);
+	assert_int_equal(fosd_config_set(&c, "cache_bytes", "lots", msg, sizeof msg), -1);
+	assert_non_null(strstr(msg, "or auto"));
+	fosd_config_free(&c);
+}
+
+static void test_auto_backend_words(void **state)
+{
+	(void)state;
+	tsrv s;
+	const char *a[] = {"--backend", "auto", NULL};
+	assert_int_equal(tsrv_start(&s, a), 0);
+	int cpu = tsrv_log_contains(&s, "backend cpu on");
+	int plain = tsrv_log_contains(&s, "; using the cpu backend") &&
+		    (tsrv_log_contains(&s, "this fosd was built without CUDA") ||
+		     tsrv_log_contains(&s, "backend auto: no usable GPU"));
+	int cryptic = tsrv_log_contains(&s, "driver version is insufficient");
+	if (cpu && (!plain || cryptic))
+		tsrv_dump_log(&s);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 10000), 0);
+	tsrv_cleanup(&s);
+	if (!cpu)
+		skip(); /* a usable GPU: auto picked cuda */
+	assert_true(plain);
+	assert_false(cryptic);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_notify),
+		cmocka_unit_test(test_no_notify_socket),
+		cmocka_unit_test(test_ipc_mode),
+		cmocka_unit_test(test_auto_sizes),
+		cmocka_unit_test(test_size_rules),
+		cmocka_unit_test(test_auto_backend_words),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
