@@ -383,6 +383,7 @@ typedef struct cli_load_cfg {
 	const char *server;
 	int shm;              /* inputs and outputs in shared-memory regions (--shm) */
 	int channel;          /* each connection opens a request channel (--channel) */
+	int device;           /* inputs and outputs in GPU memory, as device tensors (--device) */
 } cli_load_cfg;
 
 typedef struct cli_load_result {

@@ -12,7 +12,9 @@
  * libuv's uv_hrtime; the main thread runs a libuv loop with a timer for the live progress line (on
  * a terminal), a signal watcher (Ctrl-C stops early and still reports) and an async handle the
  * last worker wakes it with. Latencies go into per-worker histograms (cli_hist.c), merged at the
- * end. */
+ * end. With --device the inputs (one copy for the run) and every worker's outputs live in memory
+ * of GPU 0 (fos_cuda_malloc: the CUDA driver libfos loads), sent as device tensors that a cuda
+ * fosd on that GPU reads and writes in place; they are freed after the connections close. */
 #include "cli.h"
 #include "cli_load_gate.h"
 
@@ -42,9 +44,9 @@ typedef struct load_worker {
 	fos_client *c;
 	fos_context ctx;   /* backward: this worker's saved context */
 	fos_tensor x, w, dy; /* its inputs: the run's, or copies in its connection's region (--shm) */
-	void *out[3];      /* output buffers (in the region with --shm, else malloc'd) */
+	void *out[3];      /* output buffers (in the region with --shm, on the GPU with --device, else malloc'd) */
 	size_t out_size[3];
-	int out_shm;
+	int out_shm, out_dev;
 	cli_hist lat, svc;
 	uint64_t measured, ok, failed, warmup, last_done, max_lag;
 	uint64_t by_code[FOS_STATS_CODES];
@@ -59,7 +61,8 @@ struct load_run {
 	fos_region **regions;      /* --shm: one per connection (inputs + its workers' outputs) */
 	size_t *region_used;
 	char weight[64];
-	fos_tensor x, w, dy;       /* shared inputs */
+	fos_tensor x, w, dy;       /* shared inputs (in GPU memory with --device) */
+	void *dev_in[3];           /* --device: the GPU copies of x, w, dy */
 	fos_forward_opts fo;
 	fos_linear_config lc;
 	uint64_t t_start, t_measure, t_end; /* uv_hrtime ns; t_end UINT64_MAX with --requests */
@@ -83,6 +86,7 @@ static fos_tensor load_out(load_worker *w, int i, int dtype, int64_t d0, int64_t
 {
 	fos_tensor t = d1 > 0 ? fos_tensor_2d(dtype, d0, d1, w->out[i]) : fos_tensor_1d(dtype, d0, w->out[i]);
 	t.size = w->out_size[i];
+	t.mem = w->out_dev ? FOS_MEM_CUDA : FOS_MEM_HOST;
 	return t;
 }
 
@@ -375,6 +379,24 @@ static int load_regions(load_run *r, fos_err *err)
 	return FOS_OK;
 }
 
+/* --device: the inputs copied into GPU memory (device 0); r->x, r->w, r->dy name the copies. */
+static int load_device_inputs(load_run *r, fos_err *err)
+{
+	fos_tensor *t[3] = {&r->x, &r->w, &r->dy};
+	for (int i = 0; i < 3; i++) {
+		size_t bytes = fos_tensor_bytes(t[i]);
+		fos_status st;
+		if (!t[i]->data || !bytes)
+			continue;
+		if (fos_cuda_malloc(0, bytes, &r->dev_in[i], &st) || fos_cuda_memcpy(r->dev_in[i], t[i]->data, bytes, &st)) {
+			cli_status_err(&st, "load: --device: the inputs in GPU memory", err);
+			return err->rc ? err->rc : FOS_EINVAL;
+		}
+		*t[i] = fos_tensor_cuda(t[i]->dtype, t[i]->shape[0], t[i]->shape[1], r->dev_in[i]);
+	}
+	return FOS_OK;
+}
+
 /* Allocates a worker's output buffers and, for backward, saves its context. */
 static int load_worker_setup(load_worker *w, fos_err *err)
 {
@@ -407,6 +429,7 @@ static int load_worker_setup(load_worker *w, fos_err *err)
 	w->dy = r->dy;
 	int ci = w->id % cfg->connections;
 	w->out_shm = cfg->shm;
+	w->out_dev = cfg->device;
 	if (cfg->shm) { /* inputs at the start of the connection's region, outputs after them */
 		fos_region *g = r->regions[ci];
 		w->x = fos_tensor_shm(g, 0, FOS_DTYPE_BF16, cfg->m, cfg->k);
@@ -418,6 +441,13 @@ static int load_worker_setup(load_worker *w, fos_err *err)
 		if (sz[i] && cfg->shm) {
 			w->out[i] = (uint8_t *)fos_region_data(r->regions[ci]) + r->region_used[ci];
 			r->region_used[ci] += load_align(sz[i]);
+		} else if (sz[i] && cfg->device) {
+			fos_status st;
+			if (fos_cuda_malloc(0, sz[i], &w->out[i], &st)) {
+				fos_err e = {0, ""};
+				cli_status_err(&st, "--device", &e);
+				return fos_seterr(err, FOS_EINVAL, "load: worker %d's outputs in GPU memory: %s", w->id, e.msg);
+			}
 		} else if (sz[i] && !(w->out[i] = malloc(sz[i]))) {
 			return fos_seterr(err, FOS_ENOMEM, "out of memory for worker %d's outputs", w->id);
 		}
@@ -447,10 +477,20 @@ static void load_worker_free(load_worker *w)
 		fos_release(w->c, &w->ctx, &st);
 	}
 	for (int i = 0; i < 3; i++)
-		if (!w->out_shm)
+		if (!w->out_shm && !w->out_dev)
 			free(w->out[i]);
 	cli_hist_free(&w->lat);
 	cli_hist_free(&w->svc);
+}
+
+/* --device: a worker's GPU outputs, freed once the connections are closed (fosd let go of them). */
+static void load_worker_free_device(load_worker *w)
+{
+	for (int i = 0; w->out_dev && i < 3; i++) {
+		fos_status st;
+		fos_cuda_free(w->out[i], &st);
+		w->out[i] = NULL;
+	}
 }
 
 /* Registers the run's weight under a unique name. */
@@ -460,7 +500,7 @@ static int load_put_weight(load_run *r, fos_err *err)
 	if (getrandom(&tag, sizeof tag, 0) != (ssize_t)sizeof tag)
 		tag = uv_hrtime();
 	snprintf(r->weight, sizeof r->weight, "fos-load-%ld-%016llx", (long)getpid(), (unsigned long long)tag);
-	fos_weight_config wc = {FOS_BLOCKS_16X16, FOS_ERRMODE_MAE, 256, 0, 0, 0};
+	fos_weight_config wc = {.weight_block = FOS_BLOCKS_16X16, .err_mode = FOS_ERRMODE_MAE, .bound = 256};
 	fos_status st;
 	if (fos_put_weight(r->clients[0], r->weight, 1, &r->w, &wc, NULL, &st)) {
 		cli_status_err(&st, "load: registering the weight", err);
@@ -501,6 +541,7 @@ enum {
 	LDF_NO_PROGRESS,
 	LDF_SHM,
 	LDF_CHANNEL,
+	LDF_DEVICE,
 	LDF_COUNT
 };
 
@@ -583,6 +624,10 @@ static int load_parse(cli_flag *flags, cli_load_cfg *c, fos_err *err)
 	c->json = flags[LDF_JSON].given;
 	c->shm = flags[LDF_SHM].given;
 	c->channel = flags[LDF_CHANNEL].given;
+	c->device = flags[LDF_DEVICE].given;
+	if (c->device && c->shm)
+		return fos_seterr(err, FOS_EINVAL, "load: --device and --shm exclude each other (the tensors live on the GPU "
+					 "or in shared memory)");
 	c->progress = !flags[LDF_NO_PROGRESS].given && isatty(2);
 	return FOS_OK;
 }
@@ -760,6 +805,10 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 					    "servers on this host): each connection registers one region\n"
 					    "holding the inputs and its workers' outputs, which fosd reads\n"
 					    "and writes in place", 0, 0},
+		[LDF_DEVICE] = {"--device", NULL, "tensors in GPU memory (device 0) as device tensors, which a\n"
+						"cuda fosd on the same host and GPU reads and writes in\n"
+						"place (fos.h \"device tensors\"); fails without a CUDA\n"
+						"driver or GPU, and against a cpu fosd", 0, 0},
 		[LDF_CHANNEL] = {"--channel", NULL, "each connection opens a request channel (ipc:// servers\n"
 						"on this host): requests go through shared memory and a\n"
 						"doorbell instead of the socket, one at a time per\n"
@@ -770,7 +819,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "[--op forward|backward|linear|quantize|check] [--m M] [--n N] [--k K]\n"
 			    "           [--concurrency N | --rate R [--concurrency N]] [--duration DUR | --requests N]\n"
 			    "           [--warmup DUR] [--connections N] [--override MODE] [--json] [--no-progress]\n"
-			    "           [--shm] [--channel]",
+			    "           [--shm | --device] [--channel]",
 		.summary = "Load-test fosd: closed loop or a fixed rate; throughput, latency percentiles, errors.",
 		CLI_CMD_FLAGS(flags),
 		.about = "For forward, backward and check it first caches a random (N, K) weight under a unique\n"
@@ -790,7 +839,7 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	cli_load_cfg cfg = {CLI_LOAD_FORWARD, 128, 1024, 1024, FOS_OVERRIDE_DEFAULT, 1, 0, 10000000000ull, 0,
-			    1000000000ull, 1, 0, 0, g->server, 0, 0};
+			    1000000000ull, 1, 0, 0, g->server, 0, 0, 0};
 	if (load_parse(flags, &cfg, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
 
@@ -836,6 +885,8 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	if (cfg.op == CLI_LOAD_CHECK && load_check_reference(r, dyd, &err)) /* the Y every check sends */
 		goto fail;
 	if (cfg.shm && load_regions(r, &err))
+		goto fail;
+	if (cfg.device && load_device_inputs(r, &err))
 		goto fail;
 	snprintf(res.weight, sizeof res.weight, "%s", r->weight);
 	res.bytes_per_request = load_bytes_per_request(&cfg);
@@ -897,6 +948,13 @@ done:
 		for (int i = 0; i < cfg.connections; i++)
 			fos_close(r->clients[i]);
 	free(r->clients);
+	if (r->workers)
+		for (int i = 0; i < cfg.concurrency; i++)
+			load_worker_free_device(&r->workers[i]);
+	for (int i = 0; i < 3; i++) {
+		fos_status st;
+		fos_cuda_free(r->dev_in[i], &st); /* after the connections: fosd has let go of them */
+	}
 	free(r->workers);
 	free(xd);
 	free(wd);

@@ -14,7 +14,8 @@
  *
  * Tensors (struct fos_tensor) are row-major bytes + dtype + shape. Inputs are read from data and
  * copied once into the request message (or referenced in place when data lies in a shared-memory
- * region of the handle: see the end of this file). For an output, set data = NULL to have libfos malloc the
+ * region of the handle: see the end of this file; or in CUDA device memory: "device tensors").
+ * For an output, set data = NULL to have libfos malloc the
  * buffer (free it with free()), or point data at size bytes of your own; on return dtype, ndim,
  * shape and size describe what was written (ndim = 0 and size = 0 for an output the reply does not
  * have, like db without a bias).
@@ -78,7 +79,11 @@ typedef struct fos_tensor {
 	int64_t shape[FOS_TENSOR_MAX_DIMS];
 	void *data;                         /* see the header comment: inputs and outputs */
 	size_t size;                        /* bytes: capacity of a caller's output buffer; set on return */
+	int mem;                            /* where data lives: enum fos_mem (0: host memory) */
 } fos_tensor;
+
+/* fos_tensor.mem: host memory, or CUDA device memory (fos_tensor_cuda; see "device tensors"). */
+enum fos_mem { FOS_MEM_HOST = 0, FOS_MEM_CUDA = 1 };
 
 /* Input tensor helpers (data is only read). */
 fos_tensor fos_tensor_1d(int dtype, int64_t n, const void *data);
@@ -431,6 +436,66 @@ int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st);
 int fos_channel_close(fos_client *c, fos_status *st);
 /* Bytes of the channel's request (= reply) area, 0 when the handle has none open. */
 size_t fos_channel_bytes(const fos_client *c);
+
+/* ---- device tensors (same-host, same-GPU zero copy) ------------------------------------------ *
+ *
+ * A tensor in CUDA device memory of the caller's process (fos_tensor_cuda), input or output, goes
+ * to a cuda fosd on the same host and GPU as a reference (PROTOCOL.md "Device tensors"): libfos
+ * exports the allocation holding it with a CUDA IPC memory handle (of the allocation's base, as
+ * cuMemGetAddressRange finds it) and sends the handle, the tensor's offset in the allocation and the
+ * GPU's UUID; fosd maps the allocation once per connection and tenant, reads inputs and writes
+ * outputs there in place (an output's size is the bytes available). Results are bit-identical to
+ * the host-memory path. Works over the socket and through request channels.
+ *
+ * libfos loads the CUDA driver (libcuda.so.1, or $FOS_CUDA_DRIVER) with dlopen on first use, so it
+ * links and runs on hosts without CUDA; a device tensor then fails FAILED_PRECONDITION "no CUDA
+ * driver". Also FAILED_PRECONDITION: memory that cannot be exported as a legacy CUDA IPC handle
+ * (cuMemCreate / VMM memory such as PyTorch's expandable_segments allocator, stream-ordered pools
+ * of cudaMallocAsync, managed memory), memory on another GPU than fosd's, and a cpu fosd. A
+ * pointer that is not device memory, or a tensor running past the end of its allocation, is
+ * INVALID_ARGUMENT.
+ *
+ * Ordering: the work producing a device input must be complete before the call (synchronize its
+ * stream, e.g. cudaStreamSynchronize), unless fos_set_cuda_stream names that stream; fosd's writes
+ * to device outputs are complete when the call returns.
+ *
+ * Handles are exported once per allocation and handle and kept in a cache keyed by (allocation
+ * base, CU_POINTER_ATTRIBUTE_BUFFER_ID): an allocation freed and another made at the same address
+ * gets a new handle, and fosd is told to close the old mapping. fosd keeps a mapping (and so the
+ * allocation's memory) until fos_cuda_release, fos_close or the end of the process: call
+ * fos_cuda_release before freeing device memory that fosd has seen. */
+
+/* A tensor of dtype and shape (rows, cols; cols <= 0: 1-D of rows) at dev_ptr in CUDA device
+ * memory, as an input or as an output that fosd writes in place (size = its bytes). */
+fos_tensor fos_tensor_cuda(int dtype, int64_t rows, int64_t cols, void *dev_ptr);
+/* Tells fosd to close its mapping of the allocation holding dev_ptr (sent at once; fosd closes it
+ * when no request in progress uses it) and forgets the exported handle. NOT_FOUND when this handle
+ * has exported no allocation holding dev_ptr. A server that is gone is not an error. */
+int fos_cuda_release(fos_client *c, const void *dev_ptr, fos_status *st);
+/* The 16-byte UUID of fosd's GPU as its Health reports it (at connect and at each fos_health):
+ * OK, or FAILED_PRECONDITION when fosd has no GPU (a cpu fosd). */
+int fos_server_gpu_uuid(fos_client *c, uint8_t uuid[16], fos_status *st);
+/* The 16-byte UUID of the GPU holding dev_ptr (the UUID CUDA's device properties give):
+ * FAILED_PRECONDITION without a CUDA driver, INVALID_ARGUMENT when dev_ptr is not device memory. */
+int fos_cuda_ptr_uuid(const void *dev_ptr, uint8_t uuid[16], fos_status *st);
+/* Whether bytes of device memory at dev_ptr can go to this handle's fosd as a device tensor: OK
+ * (the allocation is exported now, so a call finds it cached), or the status a call would fail
+ * with, and also FAILED_PRECONDITION when fosd reports no GPU (a cpu fosd). For callers that fall
+ * back to host memory (the Python package does). */
+int fos_cuda_check(fos_client *c, const void *dev_ptr, size_t bytes, fos_status *st);
+/* Event ordering instead of synchronizing: stream (a CUstream / cudaStream_t of the context of the
+ * device inputs; NULL: off, the default) is where the caller's work producing device inputs runs.
+ * Before each call with device inputs, libfos records an interprocess event on it and sends its
+ * IPC handle; fosd's stream waits for the event before reading, and no CPU thread blocks on the
+ * caller's side. */
+int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st);
+
+/* Device memory without the CUDA runtime (tests, the CLI, C programs): cuMemAlloc on device
+ * ordinal device (its primary context; FAILED_PRECONDITION without a driver or such a device),
+ * cuMemFree, and a copy between any two of host and device memory (cuMemcpy: complete on return). */
+int fos_cuda_malloc(int device, size_t bytes, void **dev_ptr, fos_status *st);
+int fos_cuda_free(void *dev_ptr, fos_status *st);
+int fos_cuda_memcpy(void *dst, const void *src, size_t bytes, fos_status *st);
 
 /* ---- connecting with options: tokens, TLS, re-putting weights -------------------------------- *
  *

@@ -127,6 +127,7 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	atomic_init(&c->timeout_ms, timeout_ms > 0 ? timeout_ms : 30000);
 	c->shm_mu_ok = pthread_mutex_init(&c->shm_mu, NULL) == 0;
 	c->io_mu_ok = pthread_mutex_init(&c->io_mu, NULL) == 0;
+	c->cuda_mu_ok = pthread_mutex_init(&c->cuda_mu, NULL) == 0;
 	const char *spin = getenv("FOS_SPIN_US");
 	atomic_init(&c->spin_us, spin ? atoi(spin) : 0);
 	if (getrandom(&c->client_id, sizeof c->client_id, 0) != (ssize_t)sizeof c->client_id)
@@ -147,6 +148,7 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 			pthread_mutex_destroy(&c->shm_mu);
 		if (c->io_mu_ok)
 			pthread_mutex_destroy(&c->io_mu);
+		fosc_cuda_close(c);
 		free(c);
 		return fosc_status(st, FOS_CODE_INTERNAL, "cannot open a REQ socket: %s", nng_strerror(rv));
 	}
@@ -268,6 +270,7 @@ void fos_close(fos_client *c)
 	if (nng_socket_id(c->sock) > 0)
 		nng_close(c->sock);
 	fosc_shm_close(c);
+	fosc_cuda_close(c);
 	fosc_reput_free(c);
 	if (c->shm_mu_ok)
 		pthread_mutex_destroy(&c->shm_mu);
@@ -317,6 +320,9 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 					   in->what, i, (long long)t->shape[i]);
 	if (!t->data)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s has no data", in->what);
+	if (t->mem != FOS_MEM_HOST && t->mem != FOS_MEM_CUDA)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: mem %d is neither FOS_MEM_HOST nor FOS_MEM_CUDA",
+				   in->what, t->mem);
 	return FOS_CODE_OK;
 }
 
@@ -333,21 +339,36 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	out->c = c;
 	int64_t shapes[FOSW_MAX_TENSORS][FOSW_MAX_DIMS];
 	Fos__ShmRef refs[FOSW_MAX_TENSORS];
+	Fos__CudaRef crefs[FOSW_MAX_TENSORS];
+	fosc_dev_ref devs[FOSW_MAX_TENSORS];
 	fosw_placer pl;
 	memset(&pl, 0, sizeof pl);
 	*used_shm = rq->n_shm_outputs > 0;
+	int device = 0; /* a device tensor in or out: ordered by fos_set_cuda_stream's event */
+	for (size_t k = 0; k < rq->n_shm_outputs; k++)
+		device |= rq->shm_outputs[k]->cuda != NULL;
 	if (nin > FOSW_MAX_TENSORS)
 		return fosc_status(st, FOS_CODE_INTERNAL, "too many tensors");
 	for (int i = 0; i < nin; i++) {
 		int code = fosc_check_in(&ins[i], st);
 		if (code)
 			return code;
+		if (ins[i].in->mem == FOS_MEM_CUDA) { /* in the caller's GPU memory: by IPC handle */
+			if ((code = fosc_cuda_in(c, ins[i].in, ins[i].what, ins[i].t, shapes[i], &crefs[i], &devs[i], st)))
+				return code;
+			device = 1;
+			continue;
+		}
 		if (fosc_shm_in(c, ins[i].in, ins[i].t, shapes[i], &refs[i])) { /* in a region: by reference */
 			*used_shm = 1;
 			continue;
 		}
 		fosw_tensor_init(ins[i].t, shapes[i], &pl, ins[i].in->dtype, ins[i].in->ndim, ins[i].in->shape);
 	}
+	struct fosc_devev *ev = NULL;
+	int code = device ? fosc_cuda_wait_event(c, rq, &ev, st) : FOS_CODE_OK;
+	if (code)
+		return code;
 	int timeout = atomic_load(&c->timeout_ms);
 	rq->id = atomic_fetch_add(&c->next_id, 1);
 	rq->client_id = c->client_id;
@@ -358,21 +379,24 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	nng_msg *msg;
 	uint8_t *data;
 	int rv = fosw_msg_build(&rq->base, &pl, &msg, &data);
-	if (rv)
+	if (rv) {
+		fosc_cuda_event_done(c, ev);
 		return fosc_status(st, fosc_code_of_nng(rv), "cannot build the request: %s", nng_strerror(rv));
+	}
 	if (c->max_message && nng_msg_len(msg) > c->max_message) {
 		size_t len = nng_msg_len(msg);
 		nng_msg_free(msg);
+		fosc_cuda_event_done(c, ev);
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED,
 				   "the request is %zu bytes, over the server's limit of %llu bytes", len,
 				   (unsigned long long)c->max_message);
 	}
 	for (int i = 0; i < nin; i++)
-		if (!ins[i].t->shm)
+		if (!ins[i].t->shm && !ins[i].t->cuda)
 			memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
 
 	fosc_io *io = NULL;
-	int completed = 0, via_chan = 0, code = FOS_CODE_OK;
+	int completed = 0, via_chan = 0;
 	if (!nochan && fosc_chan_exchange(c, msg, timeout, &out->msg, &code, st)) {
 		nng_msg_free(msg);
 		if (code)
@@ -382,6 +406,7 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	}
 	if ((rv = fosc_io_take(c, &io))) {
 		nng_msg_free(msg);
+		fosc_cuda_event_done(c, ev);
 		return fosc_status(st, fosc_code_of_nng(rv), "cannot open an nng context: %s", nng_strerror(rv));
 	}
 	nng_ctx ctx = io->ctx;
@@ -442,6 +467,7 @@ parse:;
 done:
 	if (io)
 		fosc_io_give(c, io, completed);
+	fosc_cuda_event_done(c, ev);
 	if (code)
 		fosc_reply_free(out);
 	return code;
@@ -505,6 +531,11 @@ int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dt
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no %s", what);
 	if (t->shm) /* written into a region of ours */
 		return fosc_shm_out(r, t, what, dtype, exp_d0, exp_d1, out, st);
+	if (t->cuda) /* written into our GPU memory */
+		return fosc_cuda_out(r, t, what, dtype, exp_d0, exp_d1, out, st);
+	if (out && out->mem == FOS_MEM_CUDA)
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s came inline, not written into its device buffer",
+				   what);
 	if (fosw_tensor_get(t, r->data, r->dlen, what, &v, NULL, &code, why, sizeof why))
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", why);
 	if ((code = fosc_out_expect(&v, what, dtype, exp_d0, exp_d1, st)) || !out)

@@ -41,6 +41,18 @@ struct fos_client {
 	atomic_int chan_want_spin;
 	atomic_int chan_reopening;
 	atomic_uint_fast64_t chan_tried_ms;
+	/* device tensors (libfos_cuda.c), under cuda_mu: the allocations exported through this handle,
+	 * fosd's GPU UUID from its Health (srv_gpu_len 16, else 0: none), the stream of
+	 * fos_set_cuda_stream (cuda_stream_on) and its context, and pooled interprocess events */
+	pthread_mutex_t cuda_mu;
+	int cuda_mu_ok;
+	struct fosc_dev *devs;
+	uint8_t srv_gpu[16];
+	int srv_gpu_len;
+	int cuda_stream_on;
+	void *cuda_stream, *cuda_stream_ctx;
+	struct fosc_devev *dev_events;
+	atomic_uint_fast64_t dev_exports, dev_closes;
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -96,10 +108,18 @@ void fosc_out_none(fos_tensor *out);
 int fosc_shm_in(fos_client *c, const fos_tensor *in, Fos__Tensor *t, int64_t *shape_store, Fos__ShmRef *ref);
 /* Results asked into regions: for each outs[i] whose data lies in a region of c, a ShmOutput
  * named names[i] is added to rq (storage in st, which must outlive the call). */
+typedef struct fosc_dev_ref {
+	uint8_t handle[64]; /* cudaIpcMemHandle_t of the allocation's base */
+	uint8_t uuid[16];   /* its GPU */
+	uint64_t offset;    /* of the tensor from the base */
+	uint64_t avail;     /* bytes of the allocation from the tensor on */
+} fosc_dev_ref;
 typedef struct fosc_shm_outs {
 	Fos__ShmOutput o[FOSW_MAX_TENSORS];
 	Fos__ShmRef ref[FOSW_MAX_TENSORS];
 	Fos__ShmOutput *p[FOSW_MAX_TENSORS];
+	Fos__CudaRef cref[FOSW_MAX_TENSORS]; /* device outputs (fosc_cuda_outputs) */
+	fosc_dev_ref dev[FOSW_MAX_TENSORS];
 } fosc_shm_outs;
 void fosc_shm_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *st, const char *const *names,
 		      fos_tensor *const *outs, int n);
@@ -115,6 +135,61 @@ void fosc_shm_close(fos_client *c);
 int fosc_region_register(fos_client *c, const char *name, const char *key, uint64_t size, int channel,
 			 uint32_t spin_us, uint64_t *channel_bytes, fos_status *st);
 int fosc_region_unregister(fos_client *c, const char *name, fos_status *st);
+
+/* ---- device tensors (libfos_cuda.c) ---- */
+
+/* An input with in->mem == FOS_MEM_CUDA: exports (or finds) the handle of its allocation into r
+ * and fills t (dtype, shape into shape_store, length, offset 0, t->cuda = cref naming r). Returns
+ * OK or the status (no driver, not device memory, not exportable, another GPU than fosd's). */
+int fosc_cuda_in(fos_client *c, const fos_tensor *in, const char *what, Fos__Tensor *t, int64_t *shape_store,
+		 Fos__CudaRef *cref, fosc_dev_ref *r, fos_status *st);
+/* Results asked into device memory: for each outs[i] with mem FOS_MEM_CUDA, a ShmOutput named
+ * names[i] with cuda set is added to rq (after fosc_shm_outputs' entries; storage in so). */
+int fosc_cuda_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *so, const char *const *names,
+		      fos_tensor *const *outs, int n, fos_status *st);
+/* A reply tensor written into device memory (t->cuda): checks it names out's buffer and fits,
+ * and describes out (no copy). */
+int fosc_cuda_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0,
+		  int64_t exp_d1, fos_tensor *out, fos_status *st);
+/* fosd's GPU UUID from a Health reply (empty: none). */
+void fosc_cuda_health(fos_client *c, const ProtobufCBinaryData *uuid);
+/* With fos_set_cuda_stream on: records a pooled interprocess event on the stream and sets
+ * rq->cuda_wait_event to its handle; *ev (NULL when off) goes back with fosc_cuda_event_done
+ * once the reply came or the call failed. */
+struct fosc_devev;
+int fosc_cuda_wait_event(fos_client *c, Fos__Request *rq, struct fosc_devev **ev, fos_status *st);
+void fosc_cuda_event_done(fos_client *c, struct fosc_devev *ev);
+/* fos_close: frees the exported-handle cache and the events. */
+void fosc_cuda_close(fos_client *c);
+
+/* The driver entry points libfos uses (CUDA driver API signatures with the handles as plain
+ * types). Tests replace the driver with fosc_cuda_override (NULL: load the real one again, from
+ * $FOS_CUDA_DRIVER or libcuda.so.1, at the next use). */
+typedef struct fosc_cuda_api {
+	int (*Init)(unsigned flags);
+	int (*GetErrorName)(int rc, const char **name);
+	int (*DeviceGet)(int *dev, int ordinal);
+	int (*DeviceGetUuid)(uint8_t uuid[16], int dev);
+	int (*PointerGetAttributes)(unsigned n, int *attrs, void **data, uint64_t ptr);
+	int (*MemGetAddressRange)(uint64_t *base, size_t *size, uint64_t ptr);
+	int (*IpcGetMemHandle)(uint8_t handle[64], uint64_t ptr);
+	int (*CtxPushCurrent)(void *ctx);
+	int (*CtxPopCurrent)(void **ctx);
+	int (*CtxSynchronize)(void);
+	int (*DevicePrimaryCtxRetain)(void **ctx, int dev);
+	int (*DevicePrimaryCtxRelease)(int dev);
+	int (*MemAlloc)(uint64_t *ptr, size_t bytes);
+	int (*MemFree)(uint64_t ptr);
+	int (*Memcpy)(uint64_t dst, uint64_t src, size_t bytes);
+	int (*StreamGetCtx)(void *stream, void **ctx);
+	int (*EventCreate)(void **ev, unsigned flags);
+	int (*EventRecord)(void *ev, void *stream);
+	int (*EventDestroy)(void *ev);
+	int (*IpcGetEventHandle)(uint8_t handle[64], void *ev);
+} fosc_cuda_api;
+void fosc_cuda_override(const fosc_cuda_api *api);
+/* Tests: handles exported and CloseDeviceMemory requests sent through c, allocations cached now. */
+void fosc_cuda_counts(fos_client *c, uint64_t *exports, uint64_t *closes, size_t *cached);
 
 /* libfos_chan.c: one exchange through the handle's request channel. Returns 0 when the channel
  * was not used (none, busy, closed, or the request does not fit: use the socket), else 1 with

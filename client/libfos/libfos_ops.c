@@ -79,13 +79,17 @@ typedef struct opreply {
 	outset os;
 } opreply;
 
-/* call_result for oc, after asking for its outputs in regions; fills rp. */
+/* call_result for oc, after asking for its outputs in regions or device memory; fills rp. */
 static const void *op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st)
 {
 	fosc_shm_outs so;
 	rp->os = (outset){{0}, {0}, 0};
-	if (oc->nout)
+	memset(&rp->r, 0, sizeof rp->r);
+	if (oc->nout) {
 		fosc_shm_outputs(c, rq, &so, oc->names, oc->outs, oc->nout);
+		if ((rp->code = fosc_cuda_outputs(c, rq, &so, oc->names, oc->outs, oc->nout, st)))
+			return NULL;
+	}
 	const void *res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, &rp->r, &rp->code, st);
 	if (!res && oc->reput && rp->code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, oc->reput) == FOS_CODE_OK)
 		res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, &rp->r, &rp->code, st);
@@ -122,6 +126,7 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	out->uptime_ms = hr->uptime_ms;
 	out->max_message_bytes = hr->max_message_bytes;
 	out->draining = hr->draining;
+	fosc_cuda_health(c, &hr->gpu_uuid);
 	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }

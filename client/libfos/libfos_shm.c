@@ -271,7 +271,7 @@ static fos_region *fosc_region_of(fos_client *c, const void *p, size_t len, size
 
 int fosc_shm_in(fos_client *c, const fos_tensor *in, Fos__Tensor *t, int64_t *shape_store, Fos__ShmRef *ref)
 {
-	if (!c->shm_mu_ok || !in->data)
+	if (!c->shm_mu_ok || !in->data || in->mem != FOS_MEM_HOST)
 		return 0;
 	size_t off = 0;
 	pthread_mutex_lock(&c->shm_mu);
@@ -301,7 +301,7 @@ void fosc_shm_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *st, const 
 	for (int i = 0; c->regions && i < n && i < FOSW_MAX_TENSORS; i++) {
 		fos_tensor *o = outs[i];
 		size_t off = 0;
-		fos_region *r = o && o->data && o->size ? fosc_region_of(c, o->data, 1, &off) : NULL;
+		fos_region *r = o && o->mem == FOS_MEM_HOST && o->data && o->size ? fosc_region_of(c, o->data, 1, &off) : NULL;
 		if (!r)
 			continue;
 		size_t k = rq->n_shm_outputs++;

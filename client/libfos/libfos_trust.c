@@ -187,12 +187,20 @@ void fosc_reput_remember(fos_client *c, const char *name, uint64_t version, cons
 		free(copy);
 		return;
 	}
-	memcpy(copy, w->data, n);
+	fos_status cst;
+	if (w->mem != FOS_MEM_CUDA) {
+		memcpy(copy, w->data, n);
+	} else if (fos_cuda_memcpy(copy, w->data, n, &cst)) { /* a device W: kept as a host copy */
+		free(e);
+		free(copy);
+		return;
+	}
 	snprintf(e->name, sizeof e->name, "%s", name);
 	e->version = version;
 	e->w = *w;
 	e->w.data = copy;
 	e->w.size = n;
+	e->w.mem = FOS_MEM_HOST; /* the copy is in host memory */
 	if (cfg) {
 		e->cfg = *cfg;
 		e->has_cfg = 1;

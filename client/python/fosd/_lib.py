@@ -51,9 +51,12 @@ class Status(ctypes.Structure):
     _fields_ = [("code", c_int), ("message", c_char * 512)]
 
 
+MEM_HOST, MEM_CUDA = 0, 1  # fos_tensor.mem (enum fos_mem)
+
+
 class Tensor(ctypes.Structure):
     _fields_ = [("dtype", c_int), ("ndim", c_int), ("shape", c_i64 * 2),
-                ("data", ctypes.c_void_p), ("size", ctypes.c_size_t)]
+                ("data", ctypes.c_void_p), ("size", ctypes.c_size_t), ("mem", c_int)]
 
 
 class HealthInfo(ctypes.Structure):
@@ -215,6 +218,10 @@ def _declare(lib):
         "fos_channel_open": (I, [V, SZ, I, ST]),
         "fos_channel_close": (I, [V, ST]),
         "fos_channel_bytes": (SZ, [V]),
+        "fos_server_gpu_uuid": (I, [V, ctypes.c_char_p, ST]),
+        "fos_cuda_check": (I, [V, V, SZ, ST]),
+        "fos_cuda_release": (I, [V, V, ST]),
+        "fos_cuda_ptr_uuid": (I, [V, ctypes.c_char_p, ST]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)

@@ -14,11 +14,17 @@ out in one of these ways and returns the results:
   * a result whose shape is not known beforehand (a forward of a weight another client put) is
     allocated by libfos (data NULL), copied into an array and freed.
 
-Device tensors (CUDA memory that fosd reads and writes in place) slot in at device_tensor() and
-device_output(): when libfos offers them, device_tensor returns a fos_tensor naming a CUDA
-input, device_output a (fos_tensor, finisher) pair for a CUDA result (the finisher returning the
-tensor fosd wrote), and Plane.call passes those untouched; today both return None and CUDA
-arrays take the host path above.
+  * device tensors (a cuda fosd on the same host and GPU, fos.h "device tensors"): a CUDA torch
+    tensor whose memory libfos can share with fosd (fos_cuda_check: exportable as a CUDA IPC
+    handle, on fosd's GPU) goes as a device tensor, read by fosd in place: device_tensor() names
+    it (a non-contiguous one through one contiguous copy on its GPU; one whose dtype is not the
+    wire's takes the host path, where it converts). A result whose reference input is such a
+    CUDA tensor is allocated on that GPU (torch.empty) and written there by fosd: device_output().
+    Before sending, the current stream of each GPU involved is synchronized (the work producing
+    the inputs, and the last uses of the outputs' memory, are complete); fosd's writes are
+    complete when the reply comes. Anything else (a cpu fosd, another GPU, memory of PyTorch's
+    expandable_segments allocator, which CUDA IPC cannot share) takes the paths above: the bits
+    are the same either way.
 
 A region that a CUDA tensor's bytes pass through is also page-locked for this process
 (cudaHostRegister through torch, once per region), so those copies run at DMA speed.
@@ -47,7 +53,7 @@ def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _tensor(dtype, shape, addr, nbytes):
+def _tensor(dtype, shape, addr, nbytes, mem=_lib.MEM_HOST):
     t = _lib.Tensor()
     t.dtype = dtype
     t.ndim = len(shape)
@@ -55,6 +61,7 @@ def _tensor(dtype, shape, addr, nbytes):
         t.shape[i] = d
     t.data = addr or None
     t.size = nbytes
+    t.mem = mem
     return t
 
 
@@ -107,7 +114,7 @@ def _destroy(lib, r):
 
 
 class Plane:
-    def __init__(self, lib, handle, use_shm):
+    def __init__(self, lib, handle, use_shm, use_device=True):
         self._lib = lib
         self._handle = handle
         self._mu = threading.Lock()
@@ -115,14 +122,67 @@ class Plane:
         self.shm = bool(use_shm)
         self.shm_off_reason = None if use_shm else "not an ipc:// connection"
         self.regions_created = 0
+        # device tensors: None until the first CUDA tensor asks whether fosd has a GPU
+        self.device = None if use_device else False
+        self.device_off_reason = None if use_device else "turned off (device_tensors=False)"
+        self.device_sent = 0  # tensors passed in place (inputs and outputs)
 
     # ---- device tensors (see the module comment) ----
 
+    def _device_on(self):
+        if self.device is None:
+            st = _lib.Status()
+            uuid = ctypes.create_string_buffer(16)
+            rc = self._lib.fos_server_gpu_uuid(self._handle, uuid, ctypes.byref(st))
+            self.device = rc == _lib.OK
+            if not self.device:
+                self.device_off_reason = st.message.decode("utf-8", "replace")
+        return self.device
+
+    def _shareable(self, addr, nbytes):
+        st = _lib.Status()
+        rc = self._lib.fos_cuda_check(self._handle, addr, nbytes, ctypes.byref(st))
+        if rc != _lib.OK:
+            self.device_off_reason = st.message.decode("utf-8", "replace")  # the last refusal
+            return False
+        return True
+
     def device_tensor(self, arr, wire):
-        return None
+        """(fos_tensor naming arr's CUDA memory, keepalive), or None for the host path."""
+        if not arr.torch or not arr.cuda or not arr.numel() or not self._device_on():
+            return None
+        t = sys.modules["torch"]
+        x = arr.obj.detach()
+        if wire in (_lib.DTYPE_U8, _lib.DTYPE_E4M3):
+            if x.element_size() != 1:
+                return None
+            if x.dtype != t.uint8:
+                x = x.view(t.uint8)
+        elif x.dtype != {_lib.DTYPE_BF16: t.bfloat16, _lib.DTYPE_F32: t.float32}[wire]:
+            return None  # converted on the host path (fosd's rounding of NaNs)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        nbytes = arr.numel() * _lib.DTYPE_BYTES[wire]
+        if not self._shareable(x.data_ptr(), nbytes):
+            return None
+        return _tensor(wire, arr.shape, x.data_ptr(), nbytes, _lib.MEM_CUDA), x
 
     def device_output(self, out):
-        return None
+        """(fos_tensor of a new CUDA tensor for out, finisher returning it), or None."""
+        ref = out.ref
+        if out.shape is None or not ref.torch or not self._device_on():
+            return None
+        n = 1
+        for d in out.shape:
+            n *= d
+        if not n:
+            return None
+        t = sys.modules["torch"]
+        y = t.empty(out.shape, dtype=out._torch_dtype(), device=ref.device)
+        nbytes = out.nbytes()
+        if not self._shareable(y.data_ptr(), nbytes):
+            return None
+        return _tensor(0, (), y.data_ptr(), nbytes, _lib.MEM_CUDA), (lambda: y)
 
     # ---- the region pool ----
 
@@ -183,12 +243,15 @@ class Plane:
         finish = [None] * len(outputs)
         keep = []
         host_in, host_out = [], []
+        devices = set()  # the GPUs of device tensors: their current streams are synchronized
         for i, (a, wire) in enumerate(inputs):
             if a is None:
                 continue
-            t = self.device_tensor(a, wire) if a.cuda else None
-            if t is not None:
-                ins[i] = t
+            d = self.device_tensor(a, wire) if a.cuda else None
+            if d is not None:
+                ins[i] = d[0]
+                keep.append(d[1])
+                devices.add(a.device)
             else:
                 host_in.append(i)
         for j, o in enumerate(outputs):
@@ -197,8 +260,15 @@ class Plane:
             d = self.device_output(o) if o.ref is not None and o.ref.cuda else None
             if d is not None:
                 outs[j], finish[j] = d
+                devices.add(o.ref.device)
             else:
                 host_out.append(j)
+        if devices:
+            t = sys.modules["torch"]
+            for dev in devices:
+                t.cuda.current_stream(dev).synchronize()
+            self.device_sent += sum(1 for x in ins if x is not None and x.mem == _lib.MEM_CUDA) + \
+                sum(1 for x in outs if x is not None and x.mem == _lib.MEM_CUDA)
         total = sum(_align(inputs[i][0].numel() * _lib.DTYPE_BYTES[inputs[i][1]]) for i in host_in)
         total += sum(_align(outputs[j].nbytes()) for j in host_out if outputs[j].shape is not None)
         region = self._take(total) if self.shm and total else None

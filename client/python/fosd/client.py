@@ -141,7 +141,7 @@ class Client:
     """A connection to fosd (see fosd.connect)."""
 
     def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
-                 reput_weights=False, shm=None, channel=False):
+                 reput_weights=False, shm=None, channel=False, device_tensors=True):
         self._lib = _lib.load()
         self.url = url or os.environ.get("FOS_SERVER") or DEFAULT_URL
         if token is None:
@@ -158,7 +158,7 @@ class Client:
         self._box = [h]
         if shm is None:
             shm = self.url.startswith("ipc://")
-        self._plane = Plane(self._lib, h, shm)
+        self._plane = Plane(self._lib, h, shm, device_tensors)
         self._weight_n = {}
         self._wmu = threading.Lock()
         self._fin = weakref.finalize(self, _close_handle, self._lib, self._plane, self._box)
@@ -230,6 +230,34 @@ class Client:
     @property
     def shm_off_reason(self):
         return self._plane.shm_off_reason
+
+    @property
+    def device_tensors(self):
+        """True once a CUDA tensor went to fosd in place (fosd runs on a GPU), False when fosd has
+        none or device_tensors=False, None before any CUDA tensor was seen."""
+        return self._plane.device
+
+    @property
+    def device_off_reason(self):
+        """Why the last CUDA tensor took the host path (None: none did)."""
+        return self._plane.device_off_reason
+
+    @property
+    def device_tensors_sent(self):
+        """CUDA tensors (inputs and results) fosd read or wrote in place through this client."""
+        return self._plane.device_sent
+
+    def release_device_memory(self, tensor):
+        """Tells fosd to close its mapping of the CUDA allocation holding tensor (a torch tensor or a
+        device address); fosd keeps a mapping, and so the allocation's memory, until then or until
+        the client closes. Returns False when no device tensor of that allocation was sent."""
+        addr = tensor.data_ptr() if hasattr(tensor, "data_ptr") else int(tensor)
+        st = _lib.Status()
+        rc = self._lib.fos_cuda_release(self._h(), addr, ctypes.byref(st))
+        if rc == _lib.NOT_FOUND:
+            return False
+        check(rc, st)
+        return True
 
     def open_channel(self, nbytes=0, spin_us=0):
         """A request channel (fos_channel_open): same-host requests skip the socket."""
@@ -515,5 +543,6 @@ def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *
     tenant's secret (default $FOS_TOKEN). timeout: seconds for the connect and every call.
     tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (libfos puts a weight of this
     client again when fosd lost it), shm (tensors through shared memory; default: on for ipc://),
-    channel (open a request channel)."""
+    channel (open a request channel), device_tensors (CUDA tensors read and written by fosd in
+    place when it runs on their GPU; default on)."""
     return Client(url, token, timeout, tls_ca, server_name, **kw)

@@ -1,0 +1,144 @@
+"""Device tensors through the fosd package (client/python/fosd/_plane.py, fos.h "device tensors").
+
+Without a GPU (CI): fosd._lib's fos_tensor carries `mem`; a cpu fosd reports no GPU, so CUDA
+tensors would take the host path (device_tensors False, saying why), fos_cuda_check refuses, a
+release of memory never sent is False, and a hand-made device tensor is refused by libfos
+(no CUDA driver, or not device memory) before anything reaches fosd, which keeps serving.
+With torch on a GPU and a cuda fosd on it: CUDA tensors go in place (device_tensors_sent grows)
+and every op gives the same bits as CPU tensors and as the host path (device_tensors=False),
+non-contiguous and float32 inputs included; results are CUDA tensors on the input's device.
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import fosd
+from fosd import _lib
+from conftest import BACKEND, Fosd, bits
+
+cpu_only = pytest.mark.skipif(BACKEND != "cpu", reason="the session's fosd is not a cpu fosd")
+
+
+@cpu_only
+def test_cpu_fosd_reports_no_gpu(client):
+    plane = client._plane
+    assert client.device_tensors is None  # no CUDA tensor seen yet
+    assert plane._device_on() is False
+    assert client.device_tensors is False
+    assert "no GPU" in client.device_off_reason
+    st = _lib.Status()
+    buf = ctypes.create_string_buffer(64)
+    rc = client._lib.fos_cuda_check(client._h(), ctypes.addressof(buf), 64, ctypes.byref(st))
+    assert rc == _lib.FAILED_PRECONDITION, st.message
+    assert client.release_device_memory(ctypes.addressof(buf)) is False
+
+
+def test_hand_made_device_tensor_refused(client):
+    """A fos_tensor with mem = FOS_MEM_CUDA naming host memory: libfos refuses it (no driver here,
+    or not device memory where there is one) and sends nothing; fosd keeps serving."""
+    lib = client._lib
+    h = client._h()
+    w = np.zeros((128, 128), dtype=np.uint16)
+    x = np.zeros((128, 128), dtype=np.uint16)
+    client.put_weight("dev.refused", w)
+    before = client.stats()["ops"]["forward"]["requests"]
+    t = _lib.Tensor()
+    t.dtype, t.ndim = _lib.DTYPE_BF16, 2
+    t.shape[0], t.shape[1] = 128, 128
+    t.data, t.size, t.mem = x.ctypes.data, x.nbytes, _lib.MEM_CUDA
+    y = _lib.Tensor()
+    st = _lib.Status()
+    rc = lib.fos_forward(h, b"dev.refused", ctypes.byref(t), None, None, ctypes.byref(y), None, ctypes.byref(st))
+    msg = st.message.decode()
+    assert rc in (_lib.FAILED_PRECONDITION, _lib.INVALID_ARGUMENT), msg
+    assert "tensor x" in msg and ("no CUDA driver" in msg or "not CUDA device memory" in msg), msg
+    assert client.stats()["ops"]["forward"]["requests"] == before
+    assert client.forward("dev.refused", x).shape == (128, 128)
+    client.drop_weight("dev.refused")
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------
+
+def _cuda_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+@pytest.fixture(scope="module")
+def cuda_server():
+    if _cuda_torch() is None:
+        pytest.skip("torch sees no CUDA GPU")
+    try:
+        s = Fosd(backend="cuda")
+    except RuntimeError as e:
+        pytest.skip("no cuda fosd: %s" % str(e).splitlines()[0])
+    if s.health["backend"] != "cuda":
+        s.cleanup()
+        pytest.skip("fosd runs on %s" % s.health["backend"])
+    yield s
+    s.cleanup()
+
+
+def _same(a, b, what):
+    assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape), what
+    assert np.array_equal(bits(a), bits(b)), what
+
+
+@pytest.mark.parametrize("shm", [True, False], ids=["shm", "inline"])
+def test_cuda_tensors_in_place_same_bits(cuda_server, shm):
+    torch = _cuda_torch()
+    g = torch.Generator().manual_seed(21)
+    M, N, K = 256, 256, 512
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    w = (torch.randn(N, K, generator=g) * 0.05).to(torch.bfloat16)
+    b = torch.randn(N, generator=g).to(torch.bfloat16)
+    dy = (torch.randn(M, N, generator=g) * 0.1).to(torch.bfloat16)
+    dev = torch.device("cuda")
+    with fosd.connect(cuda_server.url, shm=shm, timeout=120) as c, \
+            fosd.connect(cuda_server.url, shm=shm, timeout=120, device_tensors=False) as h:
+        cpu = c.linear(x, w, dy=dy, bias=b)
+        sent0 = c.device_tensors_sent
+        gpu = c.linear(x.to(dev), w.to(dev), dy=dy.to(dev), bias=b.to(dev))
+        assert c.device_tensors is True, c.device_off_reason
+        assert c.device_tensors_sent >= sent0 + 8  # 4 inputs, 4 results in place
+        host = h.linear(x.to(dev), w.to(dev), dy=dy.to(dev), bias=b.to(dev))
+        assert h.device_tensors is False and h.device_tensors_sent == 0
+        for k in cpu:
+            assert gpu[k].device.type == "cuda", k
+            _same(gpu[k], cpu[k], "linear " + k)
+            _same(host[k], cpu[k], "linear (host path) " + k)
+        # a non-contiguous CUDA input (one contiguous copy on the GPU), a float32 one (host path)
+        xt = x.t().contiguous().to(dev).t()
+        assert not xt.is_contiguous()
+        _same(c.linear(xt, w.to(dev))["y"], cpu["y"], "non-contiguous x")
+        _same(c.linear(x.float().to(dev), w.to(dev), bias=b.to(dev))["y"], c.linear(x, w, bias=b)["y"], "float32 x")
+        c.put_weight("dev.w", w.to(dev))
+        y1, c1 = c.forward("dev.w", x, bias=b, save_context=True)
+        y2, c2 = c.forward("dev.w", x.to(dev), bias=b.to(dev), save_context=True)
+        _same(y2, y1, "forward y")
+        for r1, r2, k in zip(c.backward(c1, dy), c.backward(c2, dy.to(dev)), ("dx", "dw", "db")):
+            assert r2.device.type == "cuda"
+            _same(r2, r1, "backward " + k)
+        for rs in (False, True):
+            q1 = c.quantize(x, row_scaled=rs)
+            q2 = c.quantize(x.to(dev), row_scaled=rs)
+            for a, bb, k in zip(q2, q1, ("codes", "scales", "amax")):
+                assert a.device.type == "cuda"
+                _same(a, bb, "quantize %s%s" % (k, " row-scaled" if rs else ""))
+            for dt in ("bf16", "float32"):
+                _same(c.dequantize(*q2, row_scaled=rs, dtype=dt), c.dequantize(*q1, row_scaled=rs, dtype=dt),
+                      "dequantize " + dt)
+        q3 = c.quantize(x.to(dev), amax=q1[2].to(dev))
+        _same(q3[0], c.quantize(x, amax=q1[2])[0], "quantize with amax in")
+        c.drop_weight("dev.w")
+        st = c.stats()
+        assert st["device_tensors"] >= c.device_tensors_sent
+        assert st["device_mappings"] >= 1
+        # y's allocation was sent (written in place): released once, then unknown
+        assert c.release_device_memory(gpu["y"]) is True
+        assert c.release_device_memory(gpu["y"]) is False

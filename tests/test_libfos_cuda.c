@@ -1,0 +1,713 @@
+/* test_libfos_cuda.c: libfos's device tensors on the client side (client/libfos/libfos_cuda.c),
+ * on machines without a GPU: with no CUDA driver ($FOS_CUDA_DRIVER naming a missing library)
+ * every device tensor, input or output, and every device helper fails FAILED_PRECONDITION "no CUDA
+ * driver" before anything is sent, and fosd keeps serving; with a fake driver (fosc_cuda_override:
+ * a table of fake allocations, never dereferenced) the request names the allocation's base by its
+ * IPC handle, the tensor's offset and the GPU's UUID with no bytes inline; a handle is exported
+ * once per allocation, and memory freed and allocated again at the same address (a new buffer
+ * id), or overlapping a cached allocation, is exported anew while fosd is told to close the old
+ * one; VMM (expandable_segments) and managed memory are refused FAILED_PRECONDITION saying so, host
+ * pointers, tensors past the end of their allocation and device outputs without memory
+ * INVALID_ARGUMENT; a tensor on another GPU than fosd's is refused by libfos; a device result in a
+ * reply must name the output's own buffer; fos_set_cuda_stream sends a recorded interprocess
+ * event's handle; a cpu fosd (CPU backend unless $FOS_TEST_BACKEND) answers device tensors
+ * FAILED_PRECONDITION, over the socket and through a request channel, and keeps serving; Stats
+ * has the device counters by name. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fos.h"
+#include "libfos_internal.h"
+#include "support_server.h"
+#include "support_assert.h"
+
+#define M 32
+#define K 64
+#define N 48
+
+static tsrv g_srv;
+static uint16_t g_w[N * K], g_x[M * K];
+
+/* ---- the fake driver ------------------------------------------------------------------------ */
+
+typedef struct fake_alloc {
+	uint64_t base, size, id;
+	int ordinal;
+	unsigned ipc_ok, managed;
+	int live;
+} fake_alloc;
+
+static fake_alloc g_fa[8];
+static int g_exports, g_records, g_events_made;
+
+#define FAKE_BASE 0x7e0000000000ull /* never host memory here: libfos must not touch it */
+
+static fake_alloc *fake_find(uint64_t p)
+{
+	for (int i = 0; i < 8; i++)
+		if (g_fa[i].live && p >= g_fa[i].base && p < g_fa[i].base + g_fa[i].size)
+			return &g_fa[i];
+	return NULL;
+}
+
+/* A live fake allocation in slot i. */
+static void *fake_alloc_at(int i, uint64_t base, uint64_t size, uint64_t id)
+{
+	g_fa[i] = (fake_alloc){base, size, id, 0, 1, 0, 1};
+	return (void *)(uintptr_t)base;
+}
+
+static int f_init(unsigned flags)
+{
+	(void)flags;
+	return 0;
+}
+
+static int f_device_get(int *dev, int ordinal)
+{
+	*dev = ordinal;
+	return 0;
+}
+
+static int f_uuid(uint8_t u[16], int dev)
+{
+	for (int i = 0; i < 16; i++)
+		u[i] = (uint8_t)(0xA0 + i + dev);
+	return 0;
+}
+
+static int f_attrs(unsigned n, int *attrs, void **data, uint64_t p)
+{
+	fake_alloc *a = fake_find(p);
+	for (unsigned i = 0; i < n; i++)
+		switch (attrs[i]) {
+		case 1:
+			*(void **)data[i] = a ? (void *)(uintptr_t)0xC0 : NULL;
+			break;
+		case 2:
+			*(unsigned *)data[i] = a ? 2 : 0;
+			break;
+		case 7:
+			*(uint64_t *)data[i] = a ? a->id : 0;
+			break;
+		case 8:
+			*(unsigned *)data[i] = a ? a->managed : 0;
+			break;
+		case 9:
+			*(int *)data[i] = a ? a->ordinal : -1;
+			break;
+		case 10:
+			*(unsigned *)data[i] = a ? a->ipc_ok : 0;
+			break;
+		case 11:
+			*(uint64_t *)data[i] = a ? a->base : 0;
+			break;
+		case 12:
+			*(size_t *)data[i] = a ? (size_t)a->size : 0;
+			break;
+		default:
+			return 1; /* CUDA_ERROR_INVALID_VALUE */
+		}
+	return 0;
+}
+
+static int f_range(uint64_t *base, size_t *size, uint64_t p)
+{
+	fake_alloc *a = fake_find(p);
+	if (!a)
+		return 1;
+	*base = a->base;
+	*size = a->size;
+	return 0;
+}
+
+/* The handle names (base, buffer id): what a real driver's handle identifies. */
+static int f_ipc(uint8_t h[64], uint64_t base)
+{
+	fake_alloc *a = fake_find(base);
+	if (!a || a->base != base)
+		return 1;
+	memset(h, 0x11, 64);
+	memcpy(h, &a->base, 8);
+	memcpy(h + 8, &a->id, 8);
+	g_exports++;
+	return 0;
+}
+
+static int f_push(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+static int f_pop(void **ctx)
+{
+	*ctx = NULL;
+	return 0;
+}
+
+static int f_zero(void)
+{
+	return 0;
+}
+
+static int f_stream_ctx(void *stream, void **ctx)
+{
+	(void)stream;
+	*ctx = (void *)(uintptr_t)0xC0;
+	return 0;
+}
+
+static int f_event_create(void **ev, unsigned flags)
+{
+	if (flags != 6) /* CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING */
+		return 1;
+	*ev = (void *)(uintptr_t)(0xE000 + ++g_events_made);
+	return 0;
+}
+
+static int f_event_record(void *ev, void *stream)
+{
+	(void)ev;
+	(void)stream;
+	g_records++;
+	return 0;
+}
+
+static int f_event_destroy(void *ev)
+{
+	(void)ev;
+	return 0;
+}
+
+static int f_event_handle(uint8_t h[64], void *ev)
+{
+	(void)ev;
+	memset(h, 0xEE, 64);
+	return 0;
+}
+
+static const fosc_cuda_api g_fake = {
+	.Init = f_init,
+	.DeviceGet = f_device_get,
+	.DeviceGetUuid = f_uuid,
+	.PointerGetAttributes = f_attrs,
+	.MemGetAddressRange = f_range,
+	.IpcGetMemHandle = f_ipc,
+	.CtxPushCurrent = f_push,
+	.CtxPopCurrent = f_pop,
+	.CtxSynchronize = f_zero,
+	.StreamGetCtx = f_stream_ctx,
+	.EventCreate = f_event_create,
+	.EventRecord = f_event_record,
+	.EventDestroy = f_event_destroy,
+	.IpcGetEventHandle = f_event_handle,
+};
+
+static void fake_reset(void)
+{
+	memset(g_fa, 0, sizeof g_fa);
+	g_exports = g_records = g_events_made = 0;
+	fosc_cuda_override(&g_fake);
+}
+
+/* ---- fixtures -------------------------------------------------------------------------------- */
+
+static fos_client *conn(void)
+{
+	fos_client *c = NULL;
+	fos_status st;
+	int rc = fos_connect(g_srv.url, NULL, 20000, &c, &st);
+	if (rc)
+		fail_msg("connect %s: %s: %s", g_srv.url, fos_code_name(rc), st.message);
+	return c;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	tsrv_fill_bf16(g_w, N * K, 31, 0.05f);
+	tsrv_fill_bf16(g_x, M * K, 32, 1.0f);
+	const char *args[] = {"--workers", "2", NULL};
+	if (tsrv_start(&g_srv, args))
+		return -1;
+	fos_client *c;
+	fos_status st;
+	if (fos_connect(g_srv.url, NULL, 20000, &c, &st))
+		return -1;
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
+	int rc = fos_put_weight(c, "w", 1, &tw, NULL, NULL, &st);
+	fos_close(c);
+	return rc ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	fosc_cuda_override(NULL);
+	tsrv_stop(&g_srv, SIGTERM, 10000);
+	tsrv_cleanup(&g_srv);
+	return 0;
+}
+
+/* A host forward still works (fosd keeps serving). */
+static void host_forward_ok(fos_client *c)
+{
+	fos_status st;
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x);
+	fos_tensor y = fos_tensor_out();
+	ASSERT_OK(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), st);
+	assert_int_equal(y.shape[0], M);
+	assert_int_equal(y.shape[1], N);
+	free(y.data);
+}
+
+static uint64_t stat_of(fos_client *c, const char *name)
+{
+	fos_stats_snapshot *s;
+	fos_status st;
+	ASSERT_OK(fos_stats_take(c, &s, &st), st);
+	uint64_t v = 0;
+	int rc = fos_stats_get(s, name, &v);
+	fos_stats_free(s);
+	if (rc == FOS_CODE_NOT_FOUND)
+		return 0;
+	return v;
+}
+
+#define ASSERT_MSG(st, needle)                                                                          \
+	do {                                                                                            \
+		if (!strstr((st).message, (needle)))                                                    \
+			fail_msg("message '%s' does not say '%s'", (st).message, (needle));             \
+	} while (0)
+
+/* ---- no driver ------------------------------------------------------------------------------- */
+
+static void test_no_driver(void **state)
+{
+	(void)state;
+	setenv("FOS_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+	fosc_cuda_override(NULL); /* the next use loads $FOS_CUDA_DRIVER */
+	fos_client *c = conn();
+	fos_status st;
+	uint8_t dev[256];
+	void *p = NULL;
+	ASSERT_CODE(fos_cuda_malloc(0, 1024, &p, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "no CUDA driver");
+	assert_null(p);
+	uint8_t u[16];
+	ASSERT_CODE(fos_cuda_ptr_uuid(dev, u, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_CODE(fos_server_gpu_uuid(c, u, &st), FOS_CODE_FAILED_PRECONDITION, st);
+
+	uint64_t before = stat_of(c, "ops.forward.requests");
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dev);
+	assert_int_equal(tx.mem, FOS_MEM_CUDA);
+	assert_int_equal(tx.size, (size_t)M * K * 2);
+	fos_tensor y = fos_tensor_out();
+	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "tensor x");
+	ASSERT_MSG(st, "no CUDA driver");
+	assert_null(y.data);
+	/* a device output of a host input */
+	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x);
+	fos_tensor yd = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dev);
+	ASSERT_CODE(fos_forward(c, "w", &hx, NULL, NULL, &yd, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "tensor y");
+	assert_int_equal(stat_of(c, "ops.forward.requests"), before); /* nothing was sent */
+	ASSERT_CODE(fos_cuda_release(c, dev, &st), FOS_CODE_NOT_FOUND, st);
+	host_forward_ok(c);
+	fos_close(c);
+	unsetenv("FOS_CUDA_DRIVER");
+	fosc_cuda_override(NULL);
+}
+
+/* ---- the request form -------------------------------------------------------------------------- */
+
+static void test_request_form(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	uint8_t *base = fake_alloc_at(0, FAKE_BASE, 1 << 20, 7);
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, base + 4096);
+	Fos__Tensor t;
+	int64_t shape[2];
+	Fos__CudaRef cref;
+	fosc_dev_ref r;
+	ASSERT_OK(fosc_cuda_in(c, &tx, "x", &t, shape, &cref, &r, &st), st);
+	assert_ptr_equal(t.cuda, &cref);
+	assert_null(t.shm);
+	assert_int_equal(t.offset, 0);
+	assert_int_equal(t.length, M * K * 2);
+	assert_int_equal(t.dtype, FOS_DTYPE_BF16);
+	assert_int_equal(t.n_shape, 2);
+	assert_int_equal(t.shape[0], M);
+	assert_int_equal(t.shape[1], K);
+	assert_int_equal(cref.ipc_handle.len, 64);
+	uint64_t hb, hid;
+	memcpy(&hb, cref.ipc_handle.data, 8);
+	memcpy(&hid, cref.ipc_handle.data + 8, 8);
+	assert_true(hb == FAKE_BASE); /* the handle of the allocation's base */
+	assert_int_equal(hid, 7);
+	assert_int_equal(cref.offset, 4096);
+	assert_int_equal(cref.gpu_uuid.len, 16);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(cref.gpu_uuid.data[i], 0xA0 + i);
+	assert_int_equal(r.avail, (1 << 20) - 4096);
+
+	/* outputs: a ShmOutput with cuda set, capacity the tensor's bytes */
+	Fos__Request rq = FOS__REQUEST__INIT;
+	fosc_shm_outs so;
+	static const char *const names[] = {"dx", "dw", "db"};
+	fos_tensor dx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, base + 8192);
+	fos_tensor dw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w); /* host, not a region: inline */
+	fos_tensor *outs[] = {&dx, &dw, NULL};
+	fosc_shm_outputs(c, &rq, &so, names, outs, 3);
+	ASSERT_OK(fosc_cuda_outputs(c, &rq, &so, names, outs, 3, &st), st);
+	assert_int_equal(rq.n_shm_outputs, 1);
+	assert_string_equal(rq.shm_outputs[0]->result, "dx");
+	assert_null(rq.shm_outputs[0]->shm);
+	assert_non_null(rq.shm_outputs[0]->cuda);
+	assert_int_equal(rq.shm_outputs[0]->cuda->offset, 8192);
+	assert_int_equal(rq.shm_outputs[0]->capacity, M * K * 2);
+	assert_int_equal(g_exports, 1); /* one allocation: one export */
+	fos_close(c);
+}
+
+/* ---- the cache ----------------------------------------------------------------------------------- */
+
+static void test_cache_realloc(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	uint8_t *p = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
+	Fos__Tensor t;
+	int64_t shape[2];
+	Fos__CudaRef cref;
+	fosc_dev_ref r;
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, p);
+	ASSERT_OK(fosc_cuda_in(c, &tx, "x", &t, shape, &cref, &r, &st), st);
+	tx.data = p + 65536;
+	ASSERT_OK(fosc_cuda_in(c, &tx, "x", &t, shape, &cref, &r, &st), st);
+	uint64_t exports, closes;
+	size_t cached;
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(exports, 1);
+	assert_int_equal(closes, 0);
+	assert_int_equal(cached, 1);
+	assert_int_equal(g_exports, 1);
+
+	/* freed and allocated again at the same address: a new buffer id, a new handle */
+	uint8_t old[64];
+	memcpy(old, r.handle, 64);
+	fake_alloc_at(0, FAKE_BASE, 1 << 20, 2);
+	ASSERT_OK(fosc_cuda_in(c, &tx, "x", &t, shape, &cref, &r, &st), st);
+	assert_memory_not_equal(old, r.handle, 64);
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(exports, 2);
+	assert_int_equal(closes, 1); /* fosd was told to close the stale one */
+	assert_int_equal(cached, 1);
+
+	/* a smaller allocation inside the old range at another base: the old entry is stale too */
+	g_fa[0].live = 0;
+	uint8_t *q = fake_alloc_at(1, FAKE_BASE + 4096, 8192, 3);
+	fos_tensor tq = fos_tensor_cuda(FOS_DTYPE_BF16, 8, 16, q);
+	ASSERT_OK(fosc_cuda_in(c, &tq, "x", &t, shape, &cref, &r, &st), st);
+	assert_int_equal(r.offset, 0);
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(exports, 3);
+	assert_int_equal(closes, 2);
+	assert_int_equal(cached, 1);
+
+	/* an unrelated allocation is cached beside it */
+	uint8_t *z = fake_alloc_at(2, FAKE_BASE + (1ull << 30), 4096, 4);
+	fos_tensor tz = fos_tensor_cuda(FOS_DTYPE_U8, 4096, 0, z);
+	assert_int_equal(tz.ndim, 1);
+	ASSERT_OK(fosc_cuda_in(c, &tz, "x", &t, shape, &cref, &r, &st), st);
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(cached, 2);
+	assert_int_equal(closes, 2);
+
+	/* release: CloseDeviceMemory sent, the entry gone; again: NOT_FOUND */
+	fos_cuda_release(c, z + 100, &st);
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(closes, 3);
+	assert_int_equal(cached, 1);
+	ASSERT_CODE(fos_cuda_release(c, z, &st), FOS_CODE_NOT_FOUND, st);
+	fos_close(c);
+}
+
+/* ---- refusals ------------------------------------------------------------------------------------- */
+
+static void test_refusals(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	uint64_t before = stat_of(c, "ops.forward.requests");
+	fos_tensor y = fos_tensor_out();
+
+	uint8_t *vmm = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
+	g_fa[0].ipc_ok = 0; /* cuMemCreate memory */
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, vmm);
+	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "legacy CUDA IPC");
+	ASSERT_MSG(st, "expandable_segments");
+
+	g_fa[0].ipc_ok = 1;
+	g_fa[0].managed = 1;
+	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "managed");
+	g_fa[0].managed = 0;
+
+	/* host memory named a device tensor */
+	fos_tensor th = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, g_x);
+	ASSERT_CODE(fos_forward(c, "w", &th, NULL, NULL, &y, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_MSG(st, "not CUDA device memory");
+
+	/* past the end of the allocation */
+	fos_tensor tp = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, vmm + (1 << 20) - 100);
+	ASSERT_CODE(fos_forward(c, "w", &tp, NULL, NULL, &y, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_MSG(st, "past the end");
+
+	/* a device output without memory, and one past the end */
+	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x);
+	fos_tensor yn = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, NULL);
+	ASSERT_CODE(fos_forward(c, "w", &hx, NULL, NULL, &yn, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_MSG(st, "output y");
+	fos_tensor yp = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, vmm + (1 << 20) - 64);
+	ASSERT_CODE(fos_forward(c, "w", &hx, NULL, NULL, &yp, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_MSG(st, "tensor y");
+
+	/* an unknown placement */
+	fos_tensor tb = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x);
+	tb.mem = 7;
+	ASSERT_CODE(fos_forward(c, "w", &tb, NULL, NULL, &y, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_MSG(st, "mem 7");
+
+	assert_int_equal(stat_of(c, "ops.forward.requests"), before); /* all refused before sending */
+	assert_null(y.data);
+	host_forward_ok(c);
+	fos_close(c);
+}
+
+static void test_other_gpu(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	uint8_t other[16];
+	memset(other, 0x5A, sizeof other);
+	ProtobufCBinaryData u = {16, other};
+	fosc_cuda_health(c, &u); /* as if fosd ran on another GPU */
+	uint8_t got[16];
+	ASSERT_OK(fos_server_gpu_uuid(c, got, &st), st);
+	assert_memory_equal(got, other, 16);
+	uint8_t *p = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, p);
+	fos_tensor y = fos_tensor_out();
+	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "fosd runs on GPU-5a5a5a5a-5a5a");
+	ASSERT_MSG(st, "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+	/* a fresh Health from the cpu fosd says: no GPU */
+	fos_health_info h;
+	ASSERT_OK(fos_health(c, &h, &st), st);
+	ASSERT_CODE(fos_server_gpu_uuid(c, got, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	fos_close(c);
+}
+
+/* ---- the reply's device results ------------------------------------------------------------------ */
+
+static void test_reply_check(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	uint8_t *p = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
+	fos_tensor yd = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, p + 512);
+	Fos__Request rq = FOS__REQUEST__INIT;
+	fosc_shm_outs so;
+	static const char *const names[] = {"y"};
+	fos_tensor *outs[] = {&yd};
+	fosc_shm_outputs(c, &rq, &so, names, outs, 1);
+	ASSERT_OK(fosc_cuda_outputs(c, &rq, &so, names, outs, 1, &st), st);
+
+	int64_t shape[2] = {M, N};
+	Fos__CudaRef cr = *rq.shm_outputs[0]->cuda;
+	Fos__Tensor t = FOS__TENSOR__INIT;
+	t.dtype = FOS__DTYPE__DTYPE_BF16;
+	t.n_shape = 2;
+	t.shape = shape;
+	t.length = M * N * 2;
+	t.cuda = &cr;
+	fosc_reply r;
+	memset(&r, 0, sizeof r);
+	r.c = c;
+	yd.size = 1 << 19; /* a larger buffer: size becomes the result's bytes */
+	ASSERT_OK(fosc_out(&r, &t, "y", FOS_DTYPE_BF16, M, N, &yd, &st), st);
+	assert_int_equal(yd.size, M * N * 2);
+	assert_int_equal(yd.shape[1], N);
+	assert_ptr_equal(yd.data, p + 512);
+
+	cr.offset = 1024; /* not where the output is */
+	ASSERT_CODE(fosc_out(&r, &t, "y", FOS_DTYPE_BF16, M, N, &yd, &st), FOS_CODE_DATA_LOSS, st);
+	cr.offset = 512;
+	uint8_t bad[64];
+	memset(bad, 0x77, sizeof bad);
+	cr.ipc_handle.data = bad; /* another allocation's handle */
+	ASSERT_CODE(fosc_out(&r, &t, "y", FOS_DTYPE_BF16, M, N, &yd, &st), FOS_CODE_DATA_LOSS, st);
+	cr = *rq.shm_outputs[0]->cuda;
+	fos_tensor yh = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_x); /* a host output named by a device result */
+	ASSERT_CODE(fosc_out(&r, &t, "y", FOS_DTYPE_BF16, M, N, &yh, &st), FOS_CODE_DATA_LOSS, st);
+	fos_tensor ys = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, p + 512);
+	ys.size = 100; /* too small */
+	ASSERT_CODE(fosc_out(&r, &t, "y", FOS_DTYPE_BF16, M, N, &ys, &st), FOS_CODE_OUT_OF_RANGE, st);
+	/* the result inline for a device output */
+	uint8_t inline_bytes[M * N * 2];
+	memset(inline_bytes, 0, sizeof inline_bytes);
+	r.data = inline_bytes;
+	r.dlen = sizeof inline_bytes;
+	t.cuda = NULL;
+	ASSERT_CODE(fosc_out(&r, &t, "y", FOS_DTYPE_BF16, M, N, &yd, &st), FOS_CODE_DATA_LOSS, st);
+	ASSERT_MSG(st, "inline");
+	fos_close(c);
+}
+
+/* ---- events ------------------------------------------------------------------------------------------ */
+
+static void test_event_path(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	Fos__Request rq = FOS__REQUEST__INIT;
+	struct fosc_devev *ev = NULL;
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+	assert_null(ev); /* off by default */
+	assert_int_equal(rq.cuda_wait_event.len, 0);
+	ASSERT_OK(fos_set_cuda_stream(c, (void *)(uintptr_t)0x5, &st), st);
+	for (int i = 0; i < 3; i++) {
+		ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+		assert_non_null(ev);
+		assert_int_equal(rq.cuda_wait_event.len, 64);
+		assert_int_equal(rq.cuda_wait_event.data[0], 0xEE);
+		fosc_cuda_event_done(c, ev);
+	}
+	assert_int_equal(g_records, 3);
+	assert_int_equal(g_events_made, 1); /* pooled */
+	/* two at once: two events */
+	struct fosc_devev *e1, *e2;
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &e1, &st), st);
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &e2, &st), st);
+	assert_ptr_not_equal(e1, e2);
+	fosc_cuda_event_done(c, e1);
+	fosc_cuda_event_done(c, e2);
+	assert_int_equal(g_events_made, 2);
+	ASSERT_OK(fos_set_cuda_stream(c, NULL, &st), st);
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+	assert_null(ev);
+	fos_close(c);
+}
+
+/* ---- a cpu fosd refuses device tensors ------------------------------------------------------------- */
+
+static void refused_by_fosd(fos_client *c)
+{
+	fos_status st;
+	uint8_t *p = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
+	uint64_t fp = stat_of(c, "ops.forward.codes.FAILED_PRECONDITION.count");
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, p);
+	fos_tensor y = fos_tensor_out();
+	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	assert_null(y.data);
+	/* a device output of host inputs */
+	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x);
+	fos_tensor yd = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, p + 65536);
+	ASSERT_CODE(fos_forward(c, "w", &hx, NULL, NULL, &yd, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	/* both answered by fosd */
+	assert_int_equal(stat_of(c, "ops.forward.codes.FAILED_PRECONDITION.count"), fp + 2);
+	/* quantize with device codes */
+	fos_tensor codes = fos_tensor_cuda(FOS_DTYPE_U8, M, K / 2, p + 131072);
+	fos_tensor scales = fos_tensor_out(), amax = fos_tensor_out();
+	ASSERT_CODE(fos_quantize(c, &hx, NULL, NULL, &codes, &scales, &amax, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	assert_null(scales.data);
+	assert_null(amax.data);
+	host_forward_ok(c);
+}
+
+static void test_cpu_fosd_refuses(void **state)
+{
+	(void)state;
+	if (strcmp(tsrv_backend_name(), "cpu"))
+		skip(); /* a cuda fosd serves them (tests/gpu_device_tensors.c) */
+	fake_reset();
+	fos_client *c = conn();
+	refused_by_fosd(c);
+	fos_close(c);
+}
+
+static void test_cpu_fosd_refuses_channel(void **state)
+{
+	(void)state;
+	if (strcmp(tsrv_backend_name(), "cpu"))
+		skip();
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
+	uint64_t before = stat_of(c, "channel_requests");
+	refused_by_fosd(c);
+	/* the forwards, quantize, host forward and the Stats calls went through the channel */
+	assert_true(stat_of(c, "channel_requests") >= before + 4);
+	ASSERT_OK(fos_channel_close(c, &st), st);
+	fos_close(c);
+}
+
+static void test_stats_names(void **state)
+{
+	(void)state;
+	fos_client *c = conn();
+	fos_stats_snapshot *s;
+	fos_status st;
+	ASSERT_OK(fos_stats_take(c, &s, &st), st);
+	static const char *const names[] = {"device_mappings", "device_mapped_bytes", "device_tensors", "device_staged"};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		uint64_t v = 99;
+		if (fos_stats_get(s, names[i], &v) != FOS_CODE_OK)
+			fail_msg("Stats has no %s", names[i]);
+		if (!strcmp(tsrv_backend_name(), "cpu"))
+			assert_int_equal(v, 0);
+	}
+	fos_stats_free(s);
+	fos_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_no_driver),
+		cmocka_unit_test(test_request_form),
+		cmocka_unit_test(test_cache_realloc),
+		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_other_gpu),
+		cmocka_unit_test(test_reply_check),
+		cmocka_unit_test(test_event_path),
+		cmocka_unit_test(test_cpu_fosd_refuses),
+		cmocka_unit_test(test_cpu_fosd_refuses_channel),
+		cmocka_unit_test(test_stats_names),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
