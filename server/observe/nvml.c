@@ -20,7 +20,7 @@ typedef struct {
 #define NVML_TEMPERATURE_GPU 0
 
 struct fosd_nvml {
-	void *dl;
+	void *dl; /* the library (NULL: functions of fosd_nvml_open_resolved's caller) */
 	nvml_ret (*init)(void);
 	nvml_ret (*shutdown)(void);
 	const char *(*error_string)(nvml_ret);
@@ -34,22 +34,18 @@ struct fosd_nvml {
 	nvml_ret (*temp)(nvml_dev, int, unsigned int *);
 };
 
-fosd_nvml *fosd_nvml_open(const char *lib, char *msg, size_t msgsz)
+static void *dl_resolve(void *dl, const char *sym)
 {
-	const char *path = lib ? lib : "libnvidia-ml.so.1";
-	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!dl) {
-		const char *e = dlerror();
-		snprintf(msg, msgsz, "cannot load %s: %s", path, e ? e : "unknown error");
-		return NULL;
-	}
+	return dlsym(dl, sym);
+}
+
+fosd_nvml *fosd_nvml_open_resolved(fosd_nvml_resolve resolve, void *ctx, const char *what, char *msg, size_t msgsz)
+{
 	fosd_nvml *n = calloc(1, sizeof *n);
 	if (!n) {
-		dlclose(dl);
 		snprintf(msg, msgsz, "out of memory");
 		return NULL;
 	}
-	n->dl = dl;
 	struct {
 		void **fn;
 		const char *sym;
@@ -67,23 +63,39 @@ fosd_nvml *fosd_nvml_open(const char *lib, char *msg, size_t msgsz)
 		{(void **)&n->temp, "nvmlDeviceGetTemperature"},
 	};
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-		void *f = dlsym(dl, syms[i].sym);
+		void *f = resolve(ctx, syms[i].sym);
 		if (!f) {
-			snprintf(msg, msgsz, "%s has no %s", path, syms[i].sym);
-			dlclose(dl);
+			snprintf(msg, msgsz, "%s has no %s", what, syms[i].sym);
 			free(n);
 			return NULL;
 		}
-		memcpy(syms[i].fn, &f, sizeof f);
+		memcpy(syms[i].fn, &f, sizeof f); /* a function's address, as dlsym gives it */
 	}
 	nvml_ret r = n->init();
 	if (r) {
-		const char *e = n->error_string ? n->error_string(r) : NULL;
+		const char *e = n->error_string(r);
 		snprintf(msg, msgsz, "nvmlInit: %s (%d)", e ? e : "error", r);
-		dlclose(dl);
 		free(n);
 		return NULL;
 	}
+	return n;
+}
+
+fosd_nvml *fosd_nvml_open(const char *lib, char *msg, size_t msgsz)
+{
+	const char *path = lib ? lib : "libnvidia-ml.so.1";
+	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		const char *e = dlerror();
+		snprintf(msg, msgsz, "cannot load %s: %s", path, e ? e : "unknown error");
+		return NULL;
+	}
+	fosd_nvml *n = fosd_nvml_open_resolved(dl_resolve, dl, path, msg, msgsz);
+	if (!n) {
+		dlclose(dl);
+		return NULL;
+	}
+	n->dl = dl;
 	return n;
 }
 
@@ -128,6 +140,7 @@ void fosd_nvml_close(fosd_nvml *n)
 	if (!n)
 		return;
 	n->shutdown();
-	dlclose(n->dl);
+	if (n->dl)
+		dlclose(n->dl);
 	free(n);
 }

@@ -26,6 +26,11 @@ typedef struct fosd_nvml fosd_nvml;
 /* Loads lib (NULL: "libnvidia-ml.so.1") and initializes NVML; NULL when either fails (why, in
  * msg: the library is absent, or the driver refused), never an error of fosd's. */
 fosd_nvml *fosd_nvml_open(const char *lib, char *msg, size_t msgsz);
+/* fosd_nvml_open with the functions from resolve(ctx, "nvmlInit_v2") and so on instead of a
+ * loaded library (what names them in messages: e.g. the library's path); NULL when one is
+ * missing or nvmlInit_v2 fails, why in msg. */
+typedef void *(*fosd_nvml_resolve)(void *ctx, const char *sym);
+fosd_nvml *fosd_nvml_open_resolved(fosd_nvml_resolve resolve, void *ctx, const char *what, char *msg, size_t msgsz);
 /* The numbers of every GPU NVML sees (at most max): their count. */
 int fosd_nvml_sample(fosd_nvml *n, fosd_gpu_stat *out, int max);
 /* Shuts NVML down and unloads it. NULL is fine. */
