@@ -1,10 +1,11 @@
 /* test_cli_output.c: what `fos` prints on success, the same way for every command: one summary
  * line on stdout (quantize, dequantize and linear, here and through fosd, forward and backward),
  * nothing with --quiet (the files still written), one JSON object with --json (parsed with
- * cli_json_parse, its "outputs" naming the files written with their shapes); global options accepted
- * after the command too (--server, --timeout, --json, --quiet), a missing value there a usage
- * error; `fos --version`; and the error for an ipc socket this user may not use, which says
- * "permission denied" and names the group to join instead of suggesting fosd is not running. */
+ * cli_json_parse, its "outputs" naming the files written with their shapes); global options
+ * accepted after the command too (--server, --timeout, --json, --quiet), a missing value there a
+ * usage error; `fos --version`; the context file's trailing newline; and the error for an ipc
+ * socket this user may not use, which says "permission denied" and names the group to join
+ * instead of suggesting fosd is not running. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,6 +211,9 @@ static void test_linear_forward_backward(void **state)
 	assert_string_equal(jstr(ctx, "file"), th_p("ctx"));
 	assert_int_equal(strlen(jstr(ctx, "id")), 16);
 	cli_json_free(&j);
+	char text[8192];
+	th_slurp(th_p("ctx"), text, sizeof text); /* the context file ends with a newline */
+	assert_true(strlen(text) > 2 && text[strlen(text) - 1] == '\n' && text[strlen(text) - 2] == '}');
 	th_run(&r, "--quiet", "backward", th_p("ctx"), th_p("dy.npy"), "--out", th_p("b"), "--keep-context", srv_flag(),
 	       NULL);
 	expect_silent(&r);
