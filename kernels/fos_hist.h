@@ -26,6 +26,9 @@ void fos_hist_bucket_range(size_t idx, uint64_t *lo, uint64_t *hi);
  * maximum are min and max: the highest value of the bucket that holds the ceil(p/100 * count)-th
  * smallest value (at least the first), clamped to [min, max]; 0 when count is 0. */
 uint64_t fos_hist_percentile(const uint64_t *buckets, uint64_t count, uint64_t min, uint64_t max, double p);
+/* fos_hist_percentile for np (at most 16) percentiles p[] in one pass over the buckets, into out[]. */
+void fos_hist_percentiles(const uint64_t *buckets, uint64_t count, uint64_t min, uint64_t max, const double *p,
+			  size_t np, uint64_t *out);
 /* How many of the values in buckets are below 2^k (exact: 2^k is a bucket edge); k in 0..63. */
 uint64_t fos_hist_below_pow2(const uint64_t *buckets, int k);
 

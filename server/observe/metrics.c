@@ -243,10 +243,13 @@ void fosd_hist_summarize(const fosd_hist *h, fosd_hist_snap *out)
 	out->sum_us = h->sum_us;
 	out->max_us = h->max_us;
 	/* the percentiles `fos load` reports (cli_load_report.c), in the same terms */
-	out->p50_us = fos_hist_percentile(h->buckets, h->count, h->min_us, h->max_us, 50);
-	out->p90_us = fos_hist_percentile(h->buckets, h->count, h->min_us, h->max_us, 90);
-	out->p99_us = fos_hist_percentile(h->buckets, h->count, h->min_us, h->max_us, 99);
-	out->p999_us = fos_hist_percentile(h->buckets, h->count, h->min_us, h->max_us, 99.9);
+	static const double pcts[4] = {50, 90, 99, 99.9};
+	uint64_t q[4];
+	fos_hist_percentiles(h->buckets, h->count, h->min_us, h->max_us, pcts, 4, q);
+	out->p50_us = q[0];
+	out->p90_us = q[1];
+	out->p99_us = q[2];
+	out->p999_us = q[3];
 	/* one pass: the counts below each exported edge */
 	uint64_t cum = 0;
 	size_t next = 0;
