@@ -316,6 +316,19 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 	/* one receiving thread of the socket at a time (they also move everyone's messages); a slot
 	 * with a thread of its own needs no gate */
 	const int gate = !s->own_thread;
+	if (s->own_thread && !fosd_def_small(s->def, &s->args)) {
+		/* a channel's thread waits for this client's reply anyway: when nobody who came first is
+		 * waiting, it runs the request itself as a worker would (lane, or the backend alone),
+		 * without the hand-off to a worker thread */
+		pthread_mutex_lock(&srv->q_mu);
+		int idle = !srv->q_head && !srv->sweep_pending;
+		pthread_mutex_unlock(&srv->q_mu);
+		if (!idle)
+			return 0;
+		s->ran_now = 1;
+		run_one(srv, s);
+		return 1;
+	}
 	if (srv->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || (gate && atomic_exchange(&srv->running_now, 1)))
 		return 0;
 	pthread_mutex_lock(&srv->q_mu);
