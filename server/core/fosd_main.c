@@ -114,6 +114,15 @@ int main(int argc, char **argv)
 	fos_err err;
 	memset(&err, 0, sizeof err);
 	fos_backend *be = open_backend(&cfg, &err);
+	if (!be && !strcmp(cfg.backend, "cuda") && err.rc == FOS_EUNSUPPORTED) {
+		char why[512];
+		no_gpu_reason(err.msg, why, sizeof why);
+		fosd_error("cannot open the cuda backend: %s (CUDA: %s); --backend auto or cpu runs on the CPU", why,
+			   err.msg);
+		fosd_tenants_free(tenants);
+		fosd_config_free(&cfg);
+		return 1;
+	}
 	if (!be) {
 		fosd_error("cannot open the %s backend: %s", cfg.backend, err.msg);
 		fosd_tenants_free(tenants);
