@@ -27,9 +27,15 @@
  *     M = 1, 16, 64, 128, with no saved context (replayed from a CUDA graph) and with one (quantized
  *     override: columnwise X, M padded to 16), and the quantized backward; baseline: the plain
  *     cuBLASLt bf16 GEMM of the same shape, alternated in the same run.
- * Prints markdown table rows. Usage: bench_cuda [quick | qt | small]; qt: only the quick quantize_t
- * rows (for a profiler: one k_quant_t launch early); small: only the small-M
- * rows. */
+ *   - the weight cache (issue 17): cached bytes per element of each use set against the old entry;
+ *     the forward and every backward at 8192x4096x4096 and 8192^3 with W decoded on demand into a
+ *     reused scratch against the cached decoded operands, alternated in the same run; the forward
+ *     at M = 128 with the decoded tier's copy and without; 512 forward-only puts of a (4096, 14336)
+ *     weight (a 30B model's 30e9 elements) and a forward on each, every Y compared bit for bit with
+ *     the cached decoded path's.
+ * Prints markdown table rows. Usage: bench_cuda [quick | qt | small | wcache [NW]]; qt: only the
+ * quick quantize_t rows (for a profiler: one k_quant_t launch early); small: only the small-M
+ * rows; wcache: only the weight cache rows (NW puts in the 30B row, default 512). */
 #include "backend.h"
 #include "bench_util.h"
 #include "fos_format.h"
@@ -613,11 +619,195 @@ static void bench_small_m(void)
 	CK(be->sync(be, &err));
 }
 
+/* ---- the weight cache's decode on demand (issue 17) ------------------------------------------ */
+
+/* A layer call with explicit weight operands: wo as fosd's lanes pass it (scratch: decode on
+ * demand; wdec / wcol_dec: the decoded copies the cache used to keep). */
+typedef struct {
+	l_ctx *l;
+	fos_wops wo;
+} lw_ctx;
+static void op_fwd_w(void *c)
+{
+	lw_ctx *x = c;
+	CK(fos_linear_forward_w(be, x->l->x, x->l->m, x->l->qw, &x->wo, &x->l->o, NULL, x->l->y, NULL, &err));
+}
+static void op_bwd_w(void *c)
+{
+	lw_ctx *x = c;
+	CK(fos_linear_backward_w(be, &x->l->sv, x->l->qw, &x->wo, x->l->dy, x->l->dx, x->l->dw, NULL, &err));
+}
+
+/* Decode on demand (a lane's reused scratch) against the cached decoded operands, side by side in
+ * one run, for the forward and every backward at (m, n, k). */
+static void bench_wcache_linear(int64_t m, int64_t n, int64_t k)
+{
+	char shape[64];
+	snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
+	uint16_t *x = dev_rand(m * k, 1.0f), *w = dev_rand(n * k, 0.02f), *dy = dev_rand(m * n, 0.01f);
+	uint16_t *y = be->alloc(be, (size_t)(m * n) * 2), *dx = be->alloc(be, (size_t)(m * k) * 2);
+	uint16_t *dw = be->alloc(be, (size_t)(n * k) * 2);
+	uint16_t *wdec = be->alloc(be, (size_t)(n * k) * 2), *wcol = be->alloc(be, (size_t)(n * k) * 2);
+	fos_linear_opts o = fos_linear_opts_default();
+	fos_qweight qw;
+	CK(fos_qweight_make_uses(be, w, n, k, &o, FOS_USES_ALL, &qw, &err));
+	CK(fos_qweight_decode(be, &qw, 0, wdec, &err));
+	CK(fos_qweight_decode(be, &qw, 1, wcol, &err));
+	fos_wscratch ws = {0, 0};
+	l_ctx l = {x, dy, m, &qw, o, y, dx, dw, {0}};
+	lw_ctx dem = {&l, {&ws, NULL, NULL}}, cached = {&l, {NULL, wdec, wcol}};
+	row_pair("wcache: forward, W decoded on demand (lane scratch)", shape, op_fwd_w, &dem,
+		 "cached decoded W", op_fwd_w, &cached);
+	const int ovr[] = {FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION, FOS_OVR_DEQUANTIZED};
+	const char *on[] = {"quantized", "high_precision", "dequantized"};
+	for (int i = 0; i < 3; i++) {
+		l.o.override = ovr[i];
+		CK(fos_linear_forward(be, x, m, &qw, &l.o, NULL, y, &l.sv, &err));
+		char name[96];
+		snprintf(name, sizeof name, "wcache: backward %s, W decoded on demand", on[i]);
+		row_pair(name, shape, op_bwd_w, &dem, "cached decoded W", op_bwd_w, &cached);
+		fos_saved_free(be, &l.sv);
+	}
+	fos_wscratch_free(be, &ws);
+	fos_qweight_free(be, &qw);
+	uint16_t *bufs[] = {x, w, dy, y, dx, dw, wdec, wcol};
+	for (int i = 0; i < 8; i++)
+		be->free(be, bufs[i]);
+	CK(be->sync(be, &err));
+}
+
+/* Cached bytes per element of a 4096x4096 weight by use set, made here, and the old entry's. */
+static void bench_wcache_bytes(void)
+{
+	const int64_t n = 4096, k = 4096;
+	uint16_t *w = dev_rand(n * k, 0.02f);
+	fos_linear_opts o = fos_linear_opts_default();
+	static const int sets[] = {FOS_USE_FORWARD, FOS_USE_DEQUANTIZED, FOS_USE_FORWARD | FOS_USE_QUANTIZED,
+				   FOS_USE_FORWARD | FOS_USE_HIGH_PRECISION, FOS_USES_ALL};
+	for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+		fos_qweight qw;
+		CK(fos_qweight_make_uses(be, w, n, k, &o, sets[i], &qw, &err));
+		char us[80];
+		printf("| wcache: cached bytes per element, uses %s | N=4096 K=4096 | %.4f B | old entry (+ decoded, + master) "
+		       "%.4f B | %.2fx |\n",
+		       fos_uses_str(sets[i], us, sizeof us), (double)fos_qweight_bytes(&qw) / (double)(n * k),
+		       (double)(fos_qtensor_bytes(n, k, 0) + 4 * n * k) / (double)(n * k),
+		       (double)fos_qweight_bytes(&qw) / (double)(fos_qtensor_bytes(n, k, 0) + 4 * n * k));
+		fos_qweight_free(be, &qw);
+	}
+	be->free(be, w);
+	CK(be->sync(be, &err));
+}
+
+/* Forward at M = 128 (graph replay) with the decoded tier's copy against decoding on demand. */
+static void bench_wcache_tier(void)
+{
+	const int64_t m = 128, n = 4096, k = 4096;
+	char shape[64];
+	snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
+	uint16_t *x = dev_rand(m * k, 1.0f), *w = dev_rand(n * k, 0.02f), *y = be->alloc(be, (size_t)(m * n) * 2);
+	uint16_t *wdec = be->alloc(be, (size_t)(n * k) * 2);
+	fos_linear_opts o = fos_linear_opts_default();
+	fos_qweight qw;
+	CK(fos_qweight_make_uses(be, w, n, k, &o, FOS_USE_FORWARD, &qw, &err));
+	CK(fos_qweight_decode(be, &qw, 0, wdec, &err));
+	fos_wscratch ws = {0, 0};
+	l_ctx l = {x, NULL, m, &qw, o, y, NULL, NULL, {0}};
+	lw_ctx dem = {&l, {&ws, NULL, NULL}}, tier = {&l, {NULL, wdec, NULL}};
+	g_ctx g = {x, w, m, n, k, y, 32u << 20, 0, NULL, 0, 0};
+	row_pair("wcache: small forward, decoded tier copy", shape, op_fwd_w, &tier, "plain bf16 GEMM", op_gemm, &g);
+	row_pair("wcache: small forward, decoded on demand (no tier)", shape, op_fwd_w, &dem, "plain bf16 GEMM", op_gemm,
+		 &g);
+	row_pair("wcache: small forward, on demand against the tier", shape, op_fwd_w, &dem, "decoded tier", op_fwd_w,
+		 &tier);
+	fos_wscratch_free(be, &ws);
+	fos_qweight_free(be, &qw);
+	uint16_t *bufs[] = {x, w, y, wdec};
+	for (int i = 0; i < 4; i++)
+		be->free(be, bufs[i]);
+	CK(be->sync(be, &err));
+}
+
+/* A 30B model's weights on one GPU: nw puts of one (4096, 14336) weight for the forward use only
+ * (the same device buffer each time), then a forward (M = 128) on each decoded on demand, every Y
+ * compared bit for bit with the old path's (the cached decoded operand). */
+static void bench_wcache_30b(int nw)
+{
+	const int64_t n = 4096, k = 14336, m = 128;
+	uint16_t *w = dev_rand(n * k, 0.02f), *x = dev_rand(m * k, 1.0f);
+	uint16_t *y = be->alloc(be, (size_t)(m * n) * 2), *wdec = be->alloc(be, (size_t)(n * k) * 2);
+	uint16_t *ref = malloc((size_t)(m * n) * 2), *got = malloc((size_t)(m * n) * 2);
+	fos_linear_opts o = fos_linear_opts_default();
+	fos_qweight *qw = calloc((size_t)nw, sizeof *qw);
+	if (!qw || !ref || !got || !y || !wdec) {
+		fprintf(stderr, "bench_cuda: out of memory for the 30B run\n");
+		exit(1);
+	}
+	CK(fos_cuda_mark(be, 0, &err));
+	size_t total = 0;
+	int made = 0;
+	for (int i = 0; i < nw; i++) {
+		if (fos_qweight_make_uses(be, w, n, k, &o, FOS_USE_FORWARD, &qw[i], &err)) {
+			fprintf(stderr, "bench_cuda: put %d of %d: %s\n", i + 1, nw, err.msg);
+			break;
+		}
+		total += fos_qweight_bytes(&qw[i]);
+		made++;
+	}
+	CK(fos_cuda_mark(be, 1, &err));
+	float put_ms;
+	CK(fos_cuda_elapsed_ms(be, 0, 1, &put_ms, &err));
+	/* the old path's Y: the decoded operand kept, as the cache did */
+	CK(fos_qweight_decode(be, &qw[0], 0, wdec, &err));
+	fos_wops cached = {NULL, wdec, NULL};
+	CK(fos_linear_forward_w(be, x, m, &qw[0], &cached, &o, NULL, y, NULL, &err));
+	CK(be->d2h(be, ref, y, (size_t)(m * n) * 2, &err));
+	be->free(be, wdec);
+	fos_wscratch ws = {0, 0};
+	fos_wops dem = {&ws, NULL, NULL};
+	int same = 0;
+	CK(fos_cuda_mark(be, 0, &err));
+	for (int i = 0; i < made; i++) {
+		CK(fos_linear_forward_w(be, x, m, &qw[i], &dem, &o, NULL, y, NULL, &err));
+		CK(be->d2h(be, got, y, (size_t)(m * n) * 2, &err));
+		same += !memcmp(got, ref, (size_t)(m * n) * 2);
+	}
+	CK(fos_cuda_mark(be, 1, &err));
+	float fwd_ms;
+	CK(fos_cuda_elapsed_ms(be, 0, 1, &fwd_ms, &err));
+	double elems = (double)made * (double)(n * k);
+	printf("| wcache: %d of %d forward-only puts of (4096, 14336) (%.2fe9 elements) | %.3f GB cached, %.4f B/element | "
+	       "%.1f ms | old entries would need %.1f GB | |\n",
+	       made, nw, elems / 1e9, (double)total / 1e9, (double)total / elems, put_ms,
+	       elems * (double)(fos_qtensor_bytes(n, k, 0) + 4 * n * k) / (double)(n * k) / 1e9);
+	printf("| wcache: a forward (M=128) on each, decoded on demand | %d weights | %.1f ms | bit-identical to the "
+	       "cached decoded path: %d of %d | |\n",
+	       made, fwd_ms, same, made);
+	fos_wscratch_free(be, &ws);
+	for (int i = 0; i < made; i++)
+		fos_qweight_free(be, &qw[i]);
+	free(qw), free(ref), free(got);
+	uint16_t *bufs[] = {w, x, y};
+	for (int i = 0; i < 3; i++)
+		be->free(be, bufs[i]);
+	CK(be->sync(be, &err));
+}
+
+static void bench_wcache(int nw)
+{
+	bench_wcache_bytes();
+	bench_wcache_linear(8192, 4096, 4096);
+	bench_wcache_linear(8192, 8192, 8192);
+	bench_wcache_tier();
+	bench_wcache_30b(nw);
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
 	int qt_only = argc > 1 && !strcmp(argv[1], "qt");
 	int small_only = argc > 1 && !strcmp(argv[1], "small");
+	int wcache_only = argc > 1 && !strcmp(argv[1], "wcache"); /* wcache [NW]: only the weight cache rows */
 	be = fos_backend_cuda(0, &err);
 	if (!be) {
 		printf("bench_cuda: no CUDA backend (%s): nothing to measure\n", err.msg);
@@ -635,6 +825,11 @@ int main(int argc, char **argv)
 		be->destroy(be);
 		return 0;
 	}
+	if (wcache_only) {
+		bench_wcache(argc > 2 ? atoi(argv[2]) : 512);
+		be->destroy(be);
+		return 0;
+	}
 	bench_quant(8192, 5120, quick);
 	bench_quant(8192, 8192, quick);
 	bench_quant_t(4096, 8192, quick);
@@ -642,6 +837,7 @@ int main(int argc, char **argv)
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
 	bench_small_m();
+	bench_wcache(quick ? 16 : 512);
 	be->destroy(be);
 	return 0;
 }

@@ -9,10 +9,16 @@
  * multiple of 16, while the columnwise quantizations of X and dY have their blocks along M. So the
  * saved columnwise X is (K, Mp) and the backward's dY^T and every GEMM that sums over M (dW) see dY
  * and X with M padded by zero rows to Mp, the next multiple of 16; everything else runs on the
- * real M rows. */
+ * real M rows.
+ *
+ * Weights keep only what their uses need (enum fos_wuse): codes, scales and amax, never a bf16
+ * operand. A GEMM that reads W's operand gets it from the caller (fos_wops: a decoded copy, or a
+ * scratch buffer to decode into) or decodes it into a buffer of the call; be->decode is exact, so
+ * the bits are those of any decoded copy of the same codes. */
 #include "backend.h"
 #include "fos_format.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- scratch buffers freed together -------------------------------------------------------- */
@@ -186,18 +192,70 @@ static fos_qcfg cfg_46(int block, int err_mode, int bound, int row_scaled)
 
 /* ---- weights ------------------------------------------------------------------------------- */
 
-/* The columnwise copy: 4/6(W^T (K x N), w_amax, weight_block), re-quantized from the master. */
+const char *fos_use_name(int use)
+{
+	switch (use) {
+	case FOS_USE_FORWARD:
+		return "forward";
+	case FOS_USE_QUANTIZED:
+		return "quantized";
+	case FOS_USE_HIGH_PRECISION:
+		return "high_precision";
+	case FOS_USE_DEQUANTIZED:
+		return "dequantized";
+	default:
+		return "?";
+	}
+}
+
+char *fos_uses_str(int uses, char *buf, size_t bufsz)
+{
+	static const int order[] = {FOS_USE_FORWARD, FOS_USE_QUANTIZED, FOS_USE_HIGH_PRECISION, FOS_USE_DEQUANTIZED};
+	size_t at = 0;
+	if (bufsz)
+		buf[0] = 0;
+	for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+		if (!(uses & order[i]) || !bufsz)
+			continue;
+		int w = snprintf(buf + at, bufsz - at, "%s%s", at ? "," : "", fos_use_name(order[i]));
+		if (w < 0 || (size_t)w >= bufsz - at)
+			break;
+		at += (size_t)w;
+	}
+	return buf;
+}
+
+size_t fos_qweight_bytes_for(int64_t n, int64_t k, int uses, fos_qweight_parts *p)
+{
+	fos_qweight_parts q;
+	q.codes = fos_qtensor_bytes(n, k, 0);
+	q.columnwise = (uses & FOS_USE_QUANTIZED) ? fos_qtensor_bytes(k, n, 0) : 0;
+	q.master = (uses & FOS_USE_HIGH_PRECISION) ? (size_t)(n * k) * 2 : 0;
+	if (p)
+		*p = q;
+	return q.codes + q.columnwise + q.master;
+}
+
+size_t fos_qweight_bytes(const fos_qweight *qw)
+{
+	return fos_qweight_bytes_for(qw->n, qw->k, qw->uses, NULL);
+}
+
+/* The columnwise copy: 4/6(W^T (K x N), w_amax, weight_block), quantized from w. */
 static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w, fos_err *err)
 {
 	fos_qcfg c = cfg_46(qw->opts.weight_block, qw->opts.err_mode, qw->opts.bound, 0);
-	int rc = quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, &qw->col_decoded, err);
+	int rc = quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, NULL, err);
 	return rc ? rc : be->sync(be, err);
 }
 
-int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
-		     int keep_master, int want_col, fos_qweight *qw, fos_err *err)
+int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
+			  int uses, fos_qweight *qw, fos_err *err)
 {
 	memset(qw, 0, sizeof *qw);
+	if (uses <= 0 || (uses & ~FOS_USES_ALL))
+		return fos_seterr(err, FOS_EINVAL, "weight uses 0x%x: give one or more of forward, quantized, "
+				  "high_precision, dequantized", (unsigned)uses);
 	int rc = fos_linear_check(o, 1, n, k, 0, err); /* any M: only N and K matter here */
 	if (rc)
 		return rc;
@@ -206,14 +264,15 @@ int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, c
 	qw->opts = *o;
 	qw->opts.override = FOS_OVR_DEFAULT;
 	qw->opts.row_scaled = 0;
+	qw->uses = uses;
 	fos_qcfg c = cfg_46(o->weight_block, o->err_mode, o->bound, 0);
-	rc = quantize_new(be, w, 0, n, k, &c, 0, &qw->q, &qw->decoded, err);
-	if (!rc && keep_master) {
+	rc = quantize_new(be, w, 0, n, k, &c, 0, &qw->q, NULL, err);
+	if (!rc && (uses & FOS_USE_HIGH_PRECISION)) {
 		qw->master = be->alloc(be, (size_t)(n * k) * 2);
 		rc = qw->master ? be->d2d(be, qw->master, w, (size_t)(n * k) * 2, err)
 				: fos_seterr(err, FOS_ENOMEM, "out of backend memory for the weight master copy");
 	}
-	if (!rc && want_col)
+	if (!rc && (uses & FOS_USE_QUANTIZED))
 		rc = qweight_make_col(be, qw, w, err);
 	if (!rc)
 		rc = be->sync(be, err);
@@ -222,28 +281,97 @@ int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, c
 	return rc;
 }
 
+int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
+		     int keep_master, int want_col, fos_qweight *qw, fos_err *err)
+{
+	int uses = FOS_USE_FORWARD | FOS_USE_DEQUANTIZED;
+	if (keep_master)
+		uses |= FOS_USE_HIGH_PRECISION | FOS_USE_QUANTIZED;
+	if (want_col)
+		uses |= FOS_USE_QUANTIZED;
+	return fos_qweight_make_uses(be, w, n, k, o, uses, qw, err);
+}
+
 void fos_qweight_free(fos_backend *be, fos_qweight *qw)
 {
 	fos_qtensor_free(be, &qw->q);
 	fos_qtensor_free(be, &qw->qcol);
-	if (qw->decoded)
-		be->free(be, qw->decoded);
-	if (qw->col_decoded)
-		be->free(be, qw->col_decoded);
 	if (qw->master)
 		be->free(be, qw->master);
-	qw->decoded = qw->col_decoded = qw->master = 0;
+	qw->master = 0;
 }
 
-size_t fos_qweight_bytes(const fos_qweight *qw)
+int fos_qweight_decode(fos_backend *be, const fos_qweight *qw, int col, uint16_t *out, fos_err *err)
 {
-	size_t nk = (size_t)(qw->n * qw->k);
-	size_t b = fos_qtensor_bytes(qw->n, qw->k, 0) + 2 * nk;
-	if (qw->qcol.codes)
-		b += fos_qtensor_bytes(qw->k, qw->n, 0) + 2 * nk;
-	if (qw->master)
-		b += 2 * nk;
-	return b;
+	if (col && !qw->qcol.codes)
+		return fos_seterr(err, FOS_EINVAL, "the weight was not made for the quantized use: no columnwise codes");
+	return be->decode(be, col ? &qw->qcol : &qw->q, out, err);
+}
+
+void *fos_wscratch_get(fos_backend *be, fos_wscratch *ws, size_t n, fos_err *err)
+{
+	if (ws->cap < n) {
+		if (ws->p)
+			be->free(be, ws->p); /* stream-ordered: after the work queued on it */
+		ws->p = be->alloc(be, n);
+		ws->cap = ws->p ? n : 0;
+		if (!ws->p)
+			fos_seterr(err, FOS_ENOMEM, "out of backend memory for a %zu-byte decode buffer", n);
+	}
+	return ws->p;
+}
+
+void fos_wscratch_free(fos_backend *be, fos_wscratch *ws)
+{
+	if (ws->p)
+		be->free(be, ws->p);
+	ws->p = 0;
+	ws->cap = 0;
+}
+
+/* A decoded weight operand for one GEMM: the caller's (have), else decoded now into wo's scratch
+ * or, without one, into a buffer of this call (*own, to free with be->free after the GEMM,
+ * stream-ordered). */
+static int wop_get(fos_backend *be, const fos_qweight *qw, const fos_wops *wo, int col, const uint16_t *have,
+		   const uint16_t **out, void **own, fos_err *err)
+{
+	size_t bytes = (size_t)(qw->n * qw->k) * 2;
+	*own = 0;
+	if (have) {
+		*out = have;
+		return FOS_OK;
+	}
+	uint16_t *d;
+	if (wo && wo->ws) {
+		d = fos_wscratch_get(be, wo->ws, bytes, err);
+		if (!d)
+			return err ? err->rc : FOS_ENOMEM;
+	} else {
+		d = be->alloc(be, bytes);
+		if (!d)
+			return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the weight's (%lld, %lld) bf16 operand",
+					  (long long)(col ? qw->k : qw->n), (long long)(col ? qw->n : qw->k));
+		*own = d;
+	}
+	int rc = fos_qweight_decode(be, qw, col, d, err);
+	if (rc) {
+		if (*own)
+			be->free(be, *own);
+		*own = 0;
+		return rc;
+	}
+	*out = d;
+	return FOS_OK;
+}
+
+/* FOS_EINVAL naming the use qw was not made for, when it lacks use. */
+static int need_use(const fos_qweight *qw, int use, const char *what, fos_err *err)
+{
+	if (qw->uses & use)
+		return FOS_OK;
+	char have[80];
+	return fos_seterr(err, FOS_EINVAL, "%s needs the weight use '%s'; the weight was made for %s", what,
+			  fos_use_name(use), fos_uses_str(qw->uses, have, sizeof have));
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -285,13 +413,15 @@ size_t fos_saved_bytes(const fos_saved *s)
 	return b;
 }
 
-/* The forward when nothing is kept for a backward: quantize X, then the GEMM; only stream-ordered
- * work, no wait (y is read through this backend: a d2h, which waits, or a later op on its stream),
- * so the d2h is queued behind the GEMM instead of after a host round trip. */
+/* The forward when nothing is kept for a backward: decode W (unless wo has it), quantize X, then
+ * the GEMM; only stream-ordered work, no wait (y is read through this backend: a d2h, which
+ * waits, or a later op on its stream), so the d2h is queued behind the GEMM instead of after a
+ * host round trip. */
 typedef struct fwd_plain {
 	const uint16_t *x;
 	int64_t m;
 	const fos_qweight *qw;
+	const fos_wops *wo;
 	const fos_linear_opts *o;
 	const uint16_t *bias;
 	uint16_t *y;
@@ -304,18 +434,24 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 	float dinv = 1.0f / fos_bound_d(o->bound);
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
-	void *xblk = 0;
-	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
-	int rc = quantize_once(be, a->x, a->m, a->qw->k, &c, &xq, &xdec, &xblk, err);
+	void *xblk = 0, *wown = 0;
+	const uint16_t *wdec;
+	int rc = wop_get(be, a->qw, a->wo, 0, a->wo ? a->wo->wdec : 0, &wdec, &wown, err);
 	if (rc)
 		return rc;
-	fos_gemm_epi epi = {xq.amax, dinv, a->qw->q.amax, dinv, 0, a->bias};
-	if (o->row_scaled) {
-		epi.a_amax = 0;
-		epi.row_scale = xq.amax;
+	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
+	rc = quantize_once(be, a->x, a->m, a->qw->k, &c, &xq, &xdec, &xblk, err);
+	if (!rc) {
+		fos_gemm_epi epi = {xq.amax, dinv, a->qw->q.amax, dinv, 0, a->bias};
+		if (o->row_scaled) {
+			epi.a_amax = 0;
+			epi.row_scale = xq.amax;
+		}
+		rc = be->gemm(be, xdec, wdec, a->m, a->qw->n, a->qw->k, &epi, a->y, err);
+		be->free(be, xblk); /* stream-ordered: after the GEMM */
 	}
-	rc = be->gemm(be, xdec, a->qw->decoded, a->m, a->qw->n, a->qw->k, &epi, a->y, err);
-	be->free(be, xblk); /* stream-ordered: after the GEMM */
+	if (wown)
+		be->free(be, wown);
 	return rc;
 }
 
@@ -326,20 +462,28 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw,
 		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved, fos_err *err)
 {
+	return fos_linear_forward_w(be, x, m, qw, NULL, o, bias, y, saved, err);
+}
+
+int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw, const fos_wops *wo,
+			 const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved, fos_err *err)
+{
 	int ovr;
 	int rc = fos_linear_check(o, m, qw->n, qw->k, &ovr, err);
 	if (!rc)
 		rc = opts_match(o, qw, err);
+	if (!rc && saved)
+		rc = need_use(qw, fos_use_of_override(ovr), "a forward saving a context for this override", err);
 	if (rc)
 		return rc;
 	int64_t n = qw->n, k = qw->k;
 	if (!saved) {
-		fwd_plain a = {x, m, qw, o, bias, y};
+		fwd_plain a = {x, m, qw, wo, o, bias, y};
 		/* the row-scaled epilogue uses scratch that may grow: never recorded */
 		if (!be->replay || o->row_scaled || m * k * 2 > FOS_REPLAY_MAX_X_BYTES)
 			return forward_plain(be, &a, err);
 		struct {
-			const void *x, *y, *bias, *wdec, *wamax;
+			const void *x, *y, *bias, *wdec, *wcodes, *wscales, *wamax;
 			int64_t m, n, k;
 			int err_mode, bound;
 		} key;
@@ -347,7 +491,17 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 		key.x = x;
 		key.y = y;
 		key.bias = bias;
-		key.wdec = qw->decoded;
+		/* the decoded operand the GEMM reads: the caller's, or the scratch (sized now: a replay writes
+		 * the buffer of its key), or none (a buffer of the recorded work itself) */
+		if (wo && wo->wdec)
+			key.wdec = wo->wdec;
+		else if (wo && wo->ws) {
+			if (!fos_wscratch_get(be, wo->ws, (size_t)(n * k) * 2, err))
+				return err ? err->rc : FOS_ENOMEM;
+			key.wdec = wo->ws->p;
+		}
+		key.wcodes = qw->q.codes;
+		key.wscales = qw->q.scales;
 		key.wamax = qw->q.amax;
 		key.m = m;
 		key.n = n;
@@ -359,20 +513,28 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 	float dinv = 1.0f / fos_bound_d(o->bound);
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
-	void *xblk = 0; /* xq and xdec in one allocation, unless saved keeps xq */
+	void *xblk = 0, *wown = 0; /* xq and xdec in one allocation, unless saved keeps xq */
+	const uint16_t *wdec;
+	if ((rc = wop_get(be, qw, wo, 0, wo ? wo->wdec : 0, &wdec, &wown, err)))
+		return rc;
 	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
 	if (ovr == FOS_OVR_DEQUANTIZED)
 		rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
 	else
 		rc = quantize_once(be, x, m, k, &c, &xq, &xdec, &xblk, err);
-	if (rc)
+	if (rc) {
+		if (wown)
+			be->free(be, wown);
 		return rc;
+	}
 	fos_gemm_epi epi = {xq.amax, dinv, qw->q.amax, dinv, 0, bias};
 	if (o->row_scaled) {
 		epi.a_amax = 0;
 		epi.row_scale = xq.amax;
 	}
-	rc = be->gemm(be, xdec, qw->decoded, m, n, k, &epi, y, err);
+	rc = be->gemm(be, xdec, wdec, m, n, k, &epi, y, err);
+	if (wown)
+		be->free(be, wown); /* stream-ordered: after the GEMM */
 	if (!xblk)
 		be->free(be, xdec);
 	if (!rc) {
@@ -429,8 +591,9 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 
 /* dyp (mp, n) is dy with M padded to mp (dy itself when mp == m): the columnwise dY^T and the dW
  * GEMM read it; the rowwise dY and the dX GEMM use the real m rows. */
-static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight *qw, const uint16_t *dy,
-			      const uint16_t *dyp, int64_t mp, uint16_t *dx, uint16_t *dw, scratch *s, fos_err *err)
+static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qweight *qw, const fos_wops *wo,
+			      const uint16_t *dy, const uint16_t *dyp, int64_t mp, uint16_t *dx, uint16_t *dw, scratch *s,
+			      fos_err *err)
 {
 	int64_t m = sv->m, n = sv->n, k = sv->k;
 	int rc;
@@ -438,12 +601,16 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 		return fos_seterr(err, FOS_EINVAL,
 				  "saved context's columnwise X has %lld columns, not M = %lld padded to %lld",
 				  (long long)sv->xcol.cols, (long long)m, (long long)mp);
-	if (!qw->qcol.codes) {
-		if (!qw->master)
-			return fos_seterr(err, FOS_EINVAL,
-					  "the weight keeps neither its columnwise copy nor its master: no quantized backward");
-		if ((rc = qweight_make_col(be, qw, qw->master, err)))
-			return rc;
+	/* w_col's decoded operand: the caller's, or decoded now (freed with the scratch s) */
+	const uint16_t *wcol;
+	void *wown = 0;
+	if ((rc = wop_get(be, qw, wo, 1, wo ? wo->wcol_dec : 0, &wcol, &wown, err)))
+		return rc;
+	if (wown && s->n < 16)
+		s->p[s->n++] = wown;
+	else if (wown) {
+		be->free(be, wown);
+		return fos_seterr(err, FOS_EINTERNAL, "backward scratch list full");
 	}
 	fos_qcfg g = {FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0};
 	float *dy_amax = scr_alloc(s, sizeof(float));
@@ -465,7 +632,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 		rc = dcol ? be->grad_pair(be, dyp, mp, n, dy_amax, drow, dcol, err) : FOS_ENOMEM;
 		if (!rc) {
 			/* dX = dY W: A = std-quantize(dY) along N (its first m rows), B = w_col */
-			rc = be->gemm(be, drow, qw->col_decoded, m, k, n, &e1, dx, err);
+			rc = be->gemm(be, drow, wcol, m, k, n, &e1, dx, err);
 			be->free(be, drow);
 			/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
 			if (!rc)
@@ -485,7 +652,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, fos_qweight 
 	/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
 	if ((rc = quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
-	rc = be->gemm(be, ddec, qw->col_decoded, m, k, n, &e1, dx, err);
+	rc = be->gemm(be, ddec, wcol, m, k, n, &e1, dx, err);
 	fos_qtensor_free(be, &dq);
 	be->free(be, ddec);
 	if (rc)
@@ -557,9 +724,21 @@ static int deq_zero_row(fos_backend *be, const fos_qtensor *q, int64_t cols, scr
 	return rc;
 }
 
-int fos_linear_backward(fos_backend *be, const fos_saved *sv, fos_qweight *qw, const uint16_t *dy, uint16_t *dx,
-			uint16_t *dw, uint16_t *db, fos_err *err)
+int fos_linear_backward(fos_backend *be, const fos_saved *sv, const fos_qweight *qw, const uint16_t *dy,
+			uint16_t *dx, uint16_t *dw, uint16_t *db, fos_err *err)
 {
+	return fos_linear_backward_w(be, sv, qw, NULL, dy, dx, dw, db, err);
+}
+
+int fos_linear_backward_w(fos_backend *be, const fos_saved *sv, const fos_qweight *qw, const fos_wops *wo,
+			  const uint16_t *dy, uint16_t *dx, uint16_t *dw, uint16_t *db, fos_err *err)
+{
+	if (sv->override == FOS_OVR_QUANTIZED || sv->override == FOS_OVR_HIGH_PRECISION ||
+	    sv->override == FOS_OVR_DEQUANTIZED) {
+		int rc = need_use(qw, fos_use_of_override(sv->override), "this backward", err);
+		if (rc)
+			return rc;
+	}
 	if (sv->n != qw->n || sv->k != qw->k)
 		return fos_seterr(err, FOS_EINVAL, "saved context is for a (%lld, %lld) weight, not (%lld, %lld)",
 				  (long long)sv->n, (long long)sv->k, (long long)qw->n, (long long)qw->k);
@@ -577,7 +756,7 @@ int fos_linear_backward(fos_backend *be, const fos_saved *sv, fos_qweight *qw, c
 	if (rc) {
 		/* no dY to work on */
 	} else if (sv->override == FOS_OVR_QUANTIZED) {
-		rc = backward_quantized(be, sv, qw, dy, dyp, mp, dx, dw, &s, err);
+		rc = backward_quantized(be, sv, qw, wo, dy, dyp, mp, dx, dw, &s, err);
 	} else if (sv->override == FOS_OVR_HIGH_PRECISION) {
 		const uint16_t *xp = sv->x;
 		if (!qw->master)
@@ -592,7 +771,10 @@ int fos_linear_backward(fos_backend *be, const fos_saved *sv, fos_qweight *qw, c
 		if (!rc)
 			rc = backward_bf16(be, sv, qw->master, xp, dyp, mp, 0, 0, dx, dw, &s, err);
 	} else if (sv->override == FOS_OVR_DEQUANTIZED) {
-		uint16_t *wd = scr_alloc(&s, (size_t)(n * k) * 2), *xd = scr_alloc(&s, (size_t)(mp * k) * 2);
+		/* deq(W) into the caller's scratch when there is one */
+		uint16_t *wd = (wo && wo->ws) ? fos_wscratch_get(be, wo->ws, (size_t)(n * k) * 2, err)
+					      : scr_alloc(&s, (size_t)(n * k) * 2);
+		uint16_t *xd = scr_alloc(&s, (size_t)(mp * k) * 2);
 		rc = (!wd || !xd) ? fos_seterr(err, FOS_ENOMEM, "out of backend memory dequantizing operands") : 0;
 		if (!rc)
 			rc = be->dequantize(be, &qw->q, FOS_BF16, wd, err);

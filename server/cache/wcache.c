@@ -1,5 +1,8 @@
 /* wcache.c: the weight cache (see wcache.h): a most-recently-used list of attached entries, a list
- * of detached entries still referenced, byte accounting and LRU eviction. */
+ * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier and the
+ * lanes' decode scratch. Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
+ * tier_bytes that of their tier copies (plus a copy being made, reserved before it is allocated);
+ * a tier copy with tier_refs > 0 is never freed. */
 #include "wcache.h"
 #include "util.h"
 #include "log.h"
@@ -14,12 +17,15 @@ int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
 	memset(wc, 0, sizeof *wc);
 	wc->be = be;
 	wc->budget = budget;
+	wc->tier_budget = budget / FOSD_TIER_BUDGET_DIV;
 	return pthread_mutex_init(&wc->mu, NULL) ? -1 : 0;
 }
 
 static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
 {
 	fos_qweight_free(wc->be, &w->qw);
+	if (w->tier_dec)
+		wc->be->free(wc->be, w->tier_dec);
 	free(w);
 }
 
@@ -38,6 +44,8 @@ void fosd_wcache_destroy(fosd_wcache *wc)
 		w = n;
 	}
 	wc->head = wc->tail = wc->detached = NULL;
+	for (int i = 0; i < FOSD_WC_LANES; i++) /* device memory is shared by the lanes' instances */
+		fos_wscratch_free(wc->be, &wc->scratch[i]);
 	pthread_mutex_destroy(&wc->mu);
 }
 
@@ -74,6 +82,15 @@ static void wc_bytes_move(fosd_wcache *wc, fosd_weight *w, uint64_t add, uint64_
 		w->owner->cache_bytes = w->owner->cache_bytes + add - sub;
 }
 
+/* The tier's count without w's copy (the copy is freed with the entry). Called with wc->mu held. */
+static void wc_tier_gone_locked(fosd_wcache *wc, fosd_weight *w)
+{
+	if (w->tier_dec) {
+		wc->tier_bytes -= w->tier_bytes;
+		wc->tier_entries--;
+	}
+}
+
 static int wc_is(const fosd_weight *w, const fosd_tenant *owner, const char *name)
 {
 	return w->owner == owner && !strcmp(w->name, name);
@@ -89,6 +106,7 @@ static fosd_weight *wc_detach_locked(fosd_wcache *wc, fosd_weight *w)
 	w->detached = 1;
 	if (w->refs == 0) {
 		wc_bytes_move(wc, w, 0, w->bytes);
+		wc_tier_gone_locked(wc, w);
 		return w;
 	}
 	w->next = wc->detached;
@@ -179,6 +197,7 @@ void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w)
 		if (*pp)
 			*pp = w->next;
 		wc_bytes_move(wc, w, 0, w->bytes);
+		wc_tier_gone_locked(wc, w);
 		dead = w;
 		dead->next = NULL;
 	}
@@ -196,20 +215,59 @@ int fosd_wcache_reserve(fosd_wcache *wc, uint64_t need, const fosd_weight *recla
 	return fosd_wcache_reserve_in(wc, NULL, need, reclaim, msg, msgsz);
 }
 
+/* The bytes of tier copies nobody reads, but keep's. Called with wc->mu held. */
+static uint64_t wc_tier_droppable_locked(fosd_wcache *wc, const fosd_weight *keep)
+{
+	uint64_t b = 0;
+	for (int l = 0; l < 2; l++)
+		for (fosd_weight *w = l ? wc->detached : wc->head; w; w = w->next)
+			if (w != keep && w->tier_dec && !w->tier_refs)
+				b += w->tier_bytes;
+	return b;
+}
+
+/* Drops tier copies nobody reads (not keep's), least recently used first, through be, until want
+ * bytes are freed or none is left. Returns the bytes freed. Called with wc->mu held. */
+static uint64_t wc_tier_drop_locked(fosd_wcache *wc, fos_backend *be, uint64_t want, const fosd_weight *keep)
+{
+	uint64_t freed = 0;
+	while (freed < want) {
+		fosd_weight *v = NULL;
+		for (int l = 0; l < 2; l++)
+			for (fosd_weight *w = l ? wc->detached : wc->head; w; w = w->next)
+				if (w != keep && w->tier_dec && !w->tier_refs && (!v || w->tier_used_ns < v->tier_used_ns))
+					v = w;
+		if (!v)
+			break;
+		be->free(be, v->tier_dec); /* nobody reads it: its readers synced before releasing it */
+		v->tier_dec = NULL;
+		freed += v->tier_bytes;
+		wc->tier_bytes -= v->tier_bytes;
+		v->tier_bytes = 0;
+		wc->tier_entries--;
+		wc->tier_drops++;
+	}
+	return freed;
+}
+
 int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, const fosd_weight *reclaim, char *msg,
 			   size_t msgsz)
 {
 	fosd_weight *dead = NULL, *w, *prev;
 	int rc = 0;
 	pthread_mutex_lock(&wc->mu);
-	uint64_t give_back = (reclaim && reclaim->refs == 0) ? reclaim->bytes : 0;
-	/* what must be freed for owner's quota (its own entries only) and for the global budget */
+	uint64_t give_back = (reclaim && reclaim->refs == 0) ? reclaim->bytes + reclaim->tier_bytes : 0;
+	/* what must be freed for owner's quota (its own entries only; the tier is in no quota) and for
+	 * the global budget (entries and the tier) */
 	uint64_t quota = owner ? owner->quota_cache : 0, own_used = owner ? owner->cache_bytes : 0;
+	uint64_t own_back = (reclaim && reclaim->refs == 0) ? reclaim->bytes : 0;
 	uint64_t need_quota = 0, need_budget = 0, own_free = 0, all_free = 0, freed = 0;
-	if (quota && own_used - give_back + need > quota)
-		need_quota = own_used - give_back + need - quota;
-	if (wc->bytes - give_back + need > wc->budget)
-		need_budget = wc->bytes - give_back + need - wc->budget;
+	uint64_t used = wc->bytes + wc->tier_bytes;
+	if (quota && own_used - own_back + need > quota)
+		need_quota = own_used - own_back + need - quota;
+	if (used - give_back + need > wc->budget)
+		need_budget = used - give_back + need - wc->budget;
+	uint64_t tier_free = wc_tier_droppable_locked(wc, reclaim);
 	for (w = wc->head; w; w = w->next)
 		if (wc_evictable(w, reclaim)) {
 			all_free += w->bytes;
@@ -219,20 +277,23 @@ int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, c
 		snprintf(msg, msgsz,
 			 "weight cache quota of tenant '%s' exceeded: %llu bytes needed, %llu of its %llu in use by pinned "
 			 "or busy weights",
-			 owner->name, (unsigned long long)need, (unsigned long long)(own_used - give_back - own_free),
+			 owner->name, (unsigned long long)need, (unsigned long long)(own_used - own_back - own_free),
 			 (unsigned long long)quota);
 		rc = FOS__CODE__RESOURCE_EXHAUSTED;
 		goto out;
 	}
-	if (all_free < need_budget) {
+	if (all_free + tier_free < need_budget) {
 		snprintf(msg, msgsz,
 			 "weight cache full: %llu bytes needed, %llu of %llu in use by pinned or busy weights",
-			 (unsigned long long)need, (unsigned long long)(wc->bytes - give_back - all_free),
+			 (unsigned long long)need, (unsigned long long)(used - give_back - all_free - tier_free),
 			 (unsigned long long)wc->budget);
 		rc = FOS__CODE__RESOURCE_EXHAUSTED;
 		goto out;
 	}
-	/* owner's least recently used entries first (enough for both), then anyone's */
+	/* the decoded tier first (never an entry for its sake), then owner's least recently used
+	 * entries (enough for both), then anyone's */
+	uint64_t tier_freed = need_budget ? wc_tier_drop_locked(wc, wc->be, need_budget, reclaim) : 0;
+	need_budget = need_budget > tier_freed ? need_budget - tier_freed : 0;
 	for (int pass = 0; pass < 2; pass++) {
 		uint64_t want = pass == 0 ? (need_quota > need_budget ? need_quota : need_budget) : need_budget;
 		for (w = wc->tail; w && freed < want; w = prev) {
@@ -264,9 +325,12 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 	fosd_weight *dead = old ? wc_detach_locked(wc, old) : NULL;
 	if (dead)
 		dead->next = NULL;
-	w->bytes = fos_qweight_bytes(&w->qw);
+	w->bytes = fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses, &w->parts);
 	w->has_master = w->qw.master != NULL;
 	w->has_col = w->qw.qcol.codes != NULL;
+	w->tier_dec = NULL;
+	w->tier_bytes = 0;
+	w->tier_refs = w->tier_making = 0;
 	w->refs = 0;
 	w->detached = 0;
 	w->last_used_ns = fosd_now_ns();
@@ -301,15 +365,83 @@ int fosd_wcache_drop_in(fosd_wcache *wc, const fosd_tenant *owner, const char *n
 	return 0;
 }
 
-void fosd_wcache_account(fosd_wcache *wc, fosd_weight *w)
+fos_wscratch *fosd_wcache_scratch(fosd_wcache *wc, int lane)
+{
+	return lane >= 0 && lane < FOSD_WC_LANES ? &wc->scratch[lane] : NULL;
+}
+
+void fosd_wcache_scratch_seen(fosd_wcache *wc, int lane)
+{
+	if (lane < 0 || lane >= FOSD_WC_LANES)
+		return;
+	pthread_mutex_lock(&wc->mu);
+	wc->scratch_seen[lane] = wc->scratch[lane].cap; /* the lane's own field: it is not running */
+	pthread_mutex_unlock(&wc->mu);
+}
+
+const uint16_t *fosd_wcache_tier_get(fosd_wcache *wc, fosd_weight *w, fos_backend *be)
+{
+	uint64_t bytes = (uint64_t)w->qw.n * (uint64_t)w->qw.k * 2;
+	pthread_mutex_lock(&wc->mu);
+	if (w->tier_dec) {
+		w->tier_refs++;
+		wc->tier_hits++;
+		w->tier_used_ns = fosd_now_ns();
+		pthread_mutex_unlock(&wc->mu);
+		return w->tier_dec;
+	}
+	if (w->tier_making || w->detached || bytes > wc->tier_budget) {
+		pthread_mutex_unlock(&wc->mu);
+		return NULL;
+	}
+	/* room within the tier's bound and the global budget, made by dropping other copies only */
+	uint64_t over_tier = wc->tier_bytes + bytes > wc->tier_budget ? wc->tier_bytes + bytes - wc->tier_budget : 0;
+	uint64_t total = wc->bytes + wc->tier_bytes + bytes;
+	uint64_t over_all = total > wc->budget ? total - wc->budget : 0;
+	uint64_t want = over_tier > over_all ? over_tier : over_all;
+	if (want && (wc_tier_droppable_locked(wc, w) < want || wc_tier_drop_locked(wc, be, want, w) < want)) {
+		pthread_mutex_unlock(&wc->mu);
+		return NULL;
+	}
+	wc->tier_bytes += bytes; /* reserved while the copy is made */
+	w->tier_making = 1;
+	pthread_mutex_unlock(&wc->mu);
+
+	fos_err e;
+	uint16_t *d = be->alloc(be, (size_t)bytes);
+	/* waited for: the copy is read by every lane's stream from now on */
+	int ok = d && !fos_qweight_decode(be, &w->qw, 0, d, &e) && !be->sync(be, &e);
+	pthread_mutex_lock(&wc->mu);
+	w->tier_making = 0;
+	if (!ok || w->detached) {
+		wc->tier_bytes -= bytes;
+		pthread_mutex_unlock(&wc->mu);
+		if (d)
+			be->free(be, d);
+		return NULL;
+	}
+	w->tier_dec = d;
+	w->tier_bytes = (size_t)bytes;
+	w->tier_refs = 1;
+	w->tier_used_ns = fosd_now_ns();
+	wc->tier_entries++;
+	pthread_mutex_unlock(&wc->mu);
+	return d;
+}
+
+void fosd_wcache_tier_release(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
-	size_t now = fos_qweight_bytes(&w->qw);
-	wc_bytes_move(wc, w, now, w->bytes);
-	w->bytes = now;
-	w->has_master = w->qw.master != NULL;
-	w->has_col = w->qw.qcol.codes != NULL;
+	w->tier_refs--;
 	pthread_mutex_unlock(&wc->mu);
+}
+
+uint64_t fosd_wcache_tier_drop_all(fosd_wcache *wc)
+{
+	pthread_mutex_lock(&wc->mu);
+	uint64_t b = wc_tier_drop_locked(wc, wc->be, UINT64_MAX, NULL);
+	pthread_mutex_unlock(&wc->mu);
+	return b;
 }
 
 void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info *o)
@@ -321,6 +453,12 @@ void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info
 	o->k = w->qw.k;
 	o->opts = w->qw.opts;
 	o->bytes = w->bytes;
+	o->parts = w->parts;
+	o->tier_bytes = w->tier_dec ? w->tier_bytes : 0;
+	o->wuses = w->qw.uses;
+	for (int b = 0; b < 4; b++) /* FOS_USE_* bit b is the wire's value b + 1 */
+		if (o->wuses & (1 << b))
+			o->wire_uses[o->n_wire_uses++] = (Fos__WeightUse)(b + 1);
 	o->pinned = w->pinned;
 	o->has_master = w->has_master;
 	o->has_col = w->has_col;
@@ -398,5 +536,13 @@ void fosd_wcache_stats_get(fosd_wcache *wc, fosd_wcache_stats *st)
 	st->hits = wc->hits;
 	st->misses = wc->misses;
 	st->evictions = wc->evictions;
+	st->tier_bytes = wc->tier_bytes;
+	st->tier_budget = wc->tier_budget;
+	st->tier_entries = wc->tier_entries;
+	st->tier_hits = wc->tier_hits;
+	st->tier_drops = wc->tier_drops;
+	st->scratch_bytes = 0;
+	for (int i = 0; i < FOSD_WC_LANES; i++)
+		st->scratch_bytes += wc->scratch_seen[i];
 	pthread_mutex_unlock(&wc->mu);
 }

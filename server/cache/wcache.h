@@ -2,6 +2,14 @@
  * against a budget, LRU eviction of unpinned entries nobody uses, reference counts so an entry in
  * use by a request or a saved context is never freed under it.
  *
+ * An entry keeps only what its uses need (fos_qweight, backend.h); its bytes (by part) are what the
+ * budget and its tenant's quota count. No decoded operand is part of an entry: a GEMM decodes into
+ * its lane's scratch (fosd_wcache_scratch; counted as scratch, not cache), or, for a small forward
+ * (M <= FOSD_TIER_MAX_M), reads a decoded copy from the decoded tier: at most one bf16 copy per
+ * entry, made on such a forward, bounded by tier_budget, inside the global budget but never in a
+ * tenant's quota, dropped (least recently used first) before any entry is evicted, and whenever a
+ * new copy needs its room. A copy in use by a forward (tier_refs) is never dropped.
+ *
  * Locking: every call that allocates or frees backend memory, or changes an entry, is made by an
  * executor worker holding the backend lock (srv->be_mu); wc->mu additionally guards the table for
  * the readers that do not hold the backend lock (list, stats). */
@@ -13,9 +21,16 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "fos.pb-c.h"
 #include "tenants.h"
 
 #define FOSD_NAME_MAX 128
+/* Lanes with a decode scratch of their own (fosd_wcache_scratch); a lane beyond: none. */
+#define FOSD_WC_LANES 64
+/* The largest M of a forward the decoded tier serves. */
+#define FOSD_TIER_MAX_M 256
+/* The decoded tier's bound: this fraction of the cache budget. */
+#define FOSD_TIER_BUDGET_DIV 8
 
 typedef struct fosd_weight {
 	char name[FOSD_NAME_MAX + 1];
@@ -23,7 +38,13 @@ typedef struct fosd_weight {
 	fos_qweight qw;
 	int pinned;
 	size_t bytes;      /* accounted bytes (fos_qweight_bytes) */
+	fos_qweight_parts parts; /* bytes by part (their sum is bytes) */
 	int has_master, has_col; /* copies of qw's state, read under wc->mu */
+	uint16_t *tier_dec; /* the decoded tier's copy (N, K) bf16, or NULL; under wc->mu */
+	size_t tier_bytes;  /* its bytes (0 without one) */
+	int tier_refs;      /* forwards reading tier_dec now */
+	int tier_making;    /* a forward is making the copy (its bytes are in the tier's count) */
+	uint64_t tier_used_ns;
 	int refs;          /* requests and contexts using it */
 	int detached;      /* dropped, replaced or evicted: freed when refs reaches 0 */
 	uint64_t last_used_ns;
@@ -39,12 +60,19 @@ typedef struct fosd_wcache {
 	uint64_t bytes;      /* all live entries, attached or not */
 	uint64_t entries;    /* attached entries */
 	uint64_t hits, misses, evictions;
+	/* the decoded tier (see the top): bytes of its copies (also in the global budget's count, not
+	 * in bytes), its bound, copies held, forwards served from a copy, copies dropped */
+	uint64_t tier_bytes, tier_budget, tier_entries, tier_hits, tier_drops;
+	/* the lanes' decode scratch (fosd_wcache_scratch), and the bytes each held after its last use */
+	fos_wscratch scratch[FOSD_WC_LANES];
+	uint64_t scratch_seen[FOSD_WC_LANES];
 	fosd_weight *head, *tail; /* attached entries, MRU at head */
 	fosd_weight *detached;    /* detached entries still referenced (linked by next) */
 } fosd_wcache;
 
+/* tier_budget starts at budget / FOSD_TIER_BUDGET_DIV (0 switches the tier off). */
 int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget);
-/* Frees every entry (shutdown; nothing may be in use). */
+/* Frees every entry and the lanes' scratch (through wc->be; shutdown, nothing may be in use). */
 void fosd_wcache_destroy(fosd_wcache *wc);
 
 /* Looks up name; version 0 matches any. On success takes a reference (release it with
@@ -69,8 +97,20 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w);
 /* Detaches the entry of this name. Returns 0 or NOT_FOUND with msg. */
 int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz);
 
-/* Re-reads the entry's size after its columnwise copy was built lazily. */
-void fosd_wcache_account(fosd_wcache *wc, fosd_weight *w);
+/* Lane lane's decode scratch (fos_wops.ws), used only by that lane; NULL for no lane (-1) or one
+ * beyond FOSD_WC_LANES. After the lane's op, fosd_wcache_scratch_seen records its size for Stats. */
+fos_wscratch *fosd_wcache_scratch(fosd_wcache *wc, int lane);
+void fosd_wcache_scratch_seen(fosd_wcache *wc, int lane);
+
+/* The decoded tier's copy of w (which the caller holds a reference on) for a forward on be: the
+ * copy there is, or one made now (be->decode, waited for) when the tier has room for it after
+ * dropping copies nobody reads; NULL (decode on demand) when the tier is off, the copy cannot fit,
+ * or memory is short. A non-NULL copy is the caller's to read until fosd_wcache_tier_release,
+ * which it calls only once its reads of the copy are done (be synced). */
+const uint16_t *fosd_wcache_tier_get(fosd_wcache *wc, fosd_weight *w, fos_backend *be);
+void fosd_wcache_tier_release(fosd_wcache *wc, fosd_weight *w);
+/* Drops every decoded copy nobody reads; returns the bytes freed. */
+uint64_t fosd_wcache_tier_drop_all(fosd_wcache *wc);
 
 /* Per tenant: the same operations on the namespace of owner (NULL: the anonymous tenant; the
  * functions above are these with owner NULL). Another tenant's entry of the same name is invisible:
@@ -93,6 +133,11 @@ typedef struct fosd_weight_info {
 	int64_t n, k;
 	fos_linear_opts opts;
 	uint64_t bytes;
+	fos_qweight_parts parts;
+	uint64_t tier_bytes; /* its decoded tier copy (not in bytes) */
+	int wuses;           /* FOS_USE_* bits it was put for */
+	Fos__WeightUse wire_uses[4]; /* the same as the wire's list (n_wire_uses of them) */
+	size_t n_wire_uses;
 	int pinned, has_master, has_col;
 	uint64_t uses, idle_ms;
 } fosd_weight_info;
@@ -107,6 +152,8 @@ void fosd_weight_info_of(const fosd_weight *w, uint64_t now_ns, fosd_weight_info
 
 typedef struct fosd_wcache_stats {
 	uint64_t bytes, budget, entries, hits, misses, evictions;
+	uint64_t tier_bytes, tier_budget, tier_entries, tier_hits, tier_drops;
+	uint64_t scratch_bytes; /* the lanes' decode scratch (not cache) */
 } fosd_wcache_stats;
 void fosd_wcache_stats_get(fosd_wcache *wc, fosd_wcache_stats *st);
 

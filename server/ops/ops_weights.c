@@ -1,4 +1,5 @@
-/* ops_weights.c: PutWeight (quantize once into the cache, within the budget) and DropWeight. */
+/* ops_weights.c: PutWeight (quantize once into the cache, keeping what the weight's uses need,
+ * within the budget and its tenant's quota) and DropWeight. */
 #include "ops.h"
 #include "log.h"
 #include "util.h"
@@ -7,16 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What fos_qweight_make will allocate, so the budget is made before the memory is taken. */
-static uint64_t put_estimate(int64_t n, int64_t k, int keep_master, int want_col)
+/* The FOS_USE_* bits of a PutWeight: its uses (each one listed at most once), or without any,
+ * all of them (all but high_precision with drop_master). Returns 0, or INVALID_ARGUMENT with msg. */
+static int put_uses(const Fos__PutWeightRequest *r, int drop_master, int *uses, char *msg, size_t msgsz)
 {
-	uint64_t nk = (uint64_t)n * (uint64_t)k;
-	uint64_t b = fos_qtensor_bytes(n, k, 0) + nk * 2;
-	if (keep_master)
-		b += nk * 2;
-	if (want_col)
-		b += fos_qtensor_bytes(k, n, 0) + nk * 2;
-	return b;
+	if (!r || !r->n_uses) {
+		*uses = drop_master ? FOS_USES_ALL & ~FOS_USE_HIGH_PRECISION : FOS_USES_ALL;
+		return 0;
+	}
+	int u = 0;
+	for (size_t i = 0; i < r->n_uses; i++) {
+		int v = (int)r->uses[i];
+		if (v < FOS__WEIGHT_USE__WEIGHT_USE_FORWARD || v > FOS__WEIGHT_USE__WEIGHT_USE_DEQUANTIZED) {
+			snprintf(msg, msgsz, "uses[%zu] is %d: give forward, quantized, high_precision or dequantized", i, v);
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		int bit = 1 << (v - 1); /* the wire's order is FOS_USE_*'s */
+		if (u & bit) {
+			snprintf(msg, msgsz, "uses lists '%s' twice", fos_use_name(bit));
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+		u |= bit;
+	}
+	if (drop_master && (u & FOS_USE_HIGH_PRECISION)) {
+		snprintf(msg, msgsz, "uses has high_precision, which keeps the bf16 master, but drop_master is set");
+		return FOS__CODE__INVALID_ARGUMENT;
+	}
+	*uses = u;
+	return 0;
 }
 
 nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
@@ -27,11 +46,15 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	int64_t n = a->w.shape[0], k = a->w.shape[1];
+	int uses;
+	int rc = put_uses(s->rq ? s->rq->put_weight : NULL, !a->keep_master, &uses, msg, sizeof msg);
+	if (rc)
+		return fosd_fail(s, code, rc, "%s", msg);
 	fosd_weight *old = fosd_wcache_find_in(&srv->wc, s->tenant, a->name);
 	if (old && old->version == a->version)
 		return fosd_fail(s, code, FOS__CODE__ALREADY_EXISTS, "weight '%s' version %llu is already cached",
 				 a->name, (unsigned long long)a->version);
-	int rc = fosd_wcache_reserve_in(&srv->wc, s->tenant, put_estimate(n, k, a->keep_master, a->want_col), old, msg, sizeof msg);
+	rc = fosd_wcache_reserve_in(&srv->wc, s->tenant, fos_qweight_bytes_for(n, k, uses, NULL), old, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	fosd_weight *w = calloc(1, sizeof *w);
@@ -46,16 +69,17 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 		free(w);
 		return fosd_fail_be(s, code, e.rc, NULL, &e);
 	}
-	rc = fos_qweight_make(c->be, wd, n, k, &a->opts, a->keep_master, a->want_col, &w->qw, &e);
+	rc = fos_qweight_make_uses(c->be, wd, n, k, &a->opts, uses, &w->qw, &e);
 	fosd_dev_free(c, wd);
 	if (rc) {
 		free(w);
 		return fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
 	}
 	fosd_wcache_insert(&srv->wc, w);
-	fosd_info("cache: put weight '%s'%s%s v%llu (%lld x %lld, %zu bytes%s)", w->name, s->tenant ? " of " : "",
-		  s->tenant ? s->tenant->name : "", (unsigned long long)w->version,
-		  (long long)n, (long long)k, w->bytes, w->pinned ? ", pinned" : "");
+	char us[80];
+	fosd_info("cache: put weight '%s'%s%s v%llu (%lld x %lld, for %s, %zu bytes%s)", w->name, s->tenant ? " of " : "",
+		  s->tenant ? s->tenant->name : "", (unsigned long long)w->version, (long long)n, (long long)k,
+		  fos_uses_str(w->qw.uses, us, sizeof us), w->bytes, w->pinned ? ", pinned" : "");
 
 	fosd_weight_info info;
 	fosd_weight_info_of(w, fosd_now_ns(), &info);
