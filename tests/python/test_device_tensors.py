@@ -59,6 +59,47 @@ def test_hand_made_device_tensor_refused(client):
     client.drop_weight("dev.refused")
 
 
+def test_device_refusal_falls_back_to_host(monkeypatch):
+    """fosd refusing a device tensor's memory (it cannot open the CUDA IPC handle) makes the Plane
+    send the call again through host memory and turn device tensors off; any other failure is
+    raised as it is, once. A stand-in libfos call and device tensor: no GPU needed."""
+    torch = pytest.importorskip("torch")
+    import types
+    from fosd._arrays import Arr
+    from fosd._plane import Plane, _tensor
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda dev=None: types.SimpleNamespace(synchronize=lambda: None))
+    p = Plane(None, None, False)
+    p.device = True
+    monkeypatch.setattr(p, "device_tensor", lambda arr, wire: (
+        _tensor(wire, arr.shape, 0x7e0000000000, arr.numel() * 2, _lib.MEM_CUDA), None))
+    a = Arr(torch.ones(4, 16, dtype=torch.bfloat16), "x")
+    a.cuda = True  # as if it were on the GPU
+    seen = []
+
+    def fn_with(code, message):
+        def fn(ins, outs):
+            seen.append(ins[0].contents.mem)
+            st = _lib.Status()
+            if ins[0].contents.mem == _lib.MEM_CUDA:
+                st.message = message.encode()
+                return code, st
+            assert bytes((ctypes.c_uint8 * 2).from_address(ins[0].contents.data)) == b"\x80\x3f"  # bf16 1.0
+            return _lib.OK, st
+        return fn
+
+    with pytest.raises(fosd.Error) as e:
+        p.call([(a, _lib.DTYPE_BF16)], [], fn_with(_lib.FAILED_PRECONDITION, "the weight was replaced"))
+    assert "replaced" in e.value.message and seen == [_lib.MEM_CUDA] and p.device is True
+    seen.clear()
+    assert p.call([(a, _lib.DTYPE_BF16)], [], fn_with(
+        13, "tensor x: cannot open the CUDA IPC memory handle (is it from a live process on this GPU?): "
+            "invalid device context")) == []
+    assert seen == [_lib.MEM_CUDA, _lib.MEM_HOST]
+    assert p.device is False and "CUDA IPC" in p.device_off_reason
+    assert p.device_sent == 0
+
+
 # ---- on a GPU ---------------------------------------------------------------------------------
 
 def _cuda_torch():

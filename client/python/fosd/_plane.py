@@ -23,8 +23,9 @@ out in one of these ways and returns the results:
     Before sending, the current stream of each GPU involved is synchronized (the work producing
     the inputs, and the last uses of the outputs' memory, are complete); fosd's writes are
     complete when the reply comes. Anything else (a cpu fosd, another GPU, memory of PyTorch's
-    expandable_segments allocator, which CUDA IPC cannot share) takes the paths above: the bits
-    are the same either way.
+    expandable_segments allocator, which CUDA IPC cannot share) takes the paths above, and so
+    does every call after fosd refused a device tensor's memory (see Plane.call): the bits are
+    the same either way.
 
 A region that a CUDA tensor's bytes pass through is also page-locked for this process
 (cudaHostRegister through torch, once per region), so those copies run at DMA speed.
@@ -36,17 +37,22 @@ close().
 """
 
 import ctypes
+import re
 import sys
 import threading
 
 from . import _lib
-from ._errors import check
+from ._errors import Error, check
 
 ALIGN = 256
 MIN_REGION = 1 << 20
 POOL_MAX = 4
 # codes after which fosd may still be working on the request (the region must not be reused)
 _NO_REPLY = (_lib.DEADLINE_EXCEEDED, _lib.UNAVAILABLE, _lib.CANCELLED)
+# fosd's refusals of a device tensor's memory (PROTOCOL.md "Device tensors"): the call is made again
+# through host memory (Plane.call)
+_DEVICE_REFUSALS = (_lib.FAILED_PRECONDITION, _lib.INVALID_ARGUMENT, 13, _lib.PERMISSION_DENIED)  # 13: INTERNAL
+_DEVICE_WORDS = re.compile(r"CUDA IPC|device tensor|peer credentials|fosd runs on GPU")
 
 
 def _align(n):
@@ -237,7 +243,25 @@ class Plane:
     def call(self, inputs, outputs, fn):
         """inputs: [(Arr or None, wire)], outputs: [Out or None]; fn(in_ptrs, out_ptrs) returns
         (rc, status) of the libfos call, given POINTER(Tensor)s (None for a None entry). Returns
-        the results, one per output (None where the output was None or the reply had none)."""
+        the results, one per output (None where the output was None or the reply had none).
+
+        A call with device tensors that fosd refuses for their memory (it cannot open the CUDA
+        IPC handle: another IPC namespace, a container without the GPU's device files; no peer
+        credentials) is made again through host memory; when that succeeds, device tensors are
+        off for this client from then on (device_off_reason says why). Such refusals come before
+        fosd runs anything, so the op runs once."""
+        try:
+            return self._call(inputs, outputs, fn, True)
+        except Error as e:
+            if not getattr(e, "_device", False) or e.code_number not in _DEVICE_REFUSALS or \
+                    not _DEVICE_WORDS.search(e.message):
+                raise
+            results = self._call(inputs, outputs, fn, False)
+            self.device = False
+            self.device_off_reason = e.message
+            return results
+
+    def _call(self, inputs, outputs, fn, use_device):
         ins = [None] * len(inputs)
         outs = [None] * len(outputs)
         finish = [None] * len(outputs)
@@ -247,7 +271,7 @@ class Plane:
         for i, (a, wire) in enumerate(inputs):
             if a is None:
                 continue
-            d = self.device_tensor(a, wire) if a.cuda else None
+            d = self.device_tensor(a, wire) if a.cuda and use_device else None
             if d is not None:
                 ins[i] = d[0]
                 keep.append(d[1])
@@ -257,7 +281,7 @@ class Plane:
         for j, o in enumerate(outputs):
             if o is None:
                 continue
-            d = self.device_output(o) if o.ref is not None and o.ref.cuda else None
+            d = self.device_output(o) if o.ref is not None and o.ref.cuda and use_device else None
             if d is not None:
                 outs[j], finish[j] = d
                 devices.add(o.ref.device)
@@ -267,8 +291,8 @@ class Plane:
             t = sys.modules["torch"]
             for dev in devices:
                 t.cuda.current_stream(dev).synchronize()
-            self.device_sent += sum(1 for x in ins if x is not None and x.mem == _lib.MEM_CUDA) + \
-                sum(1 for x in outs if x is not None and x.mem == _lib.MEM_CUDA)
+        n_dev = sum(1 for x in ins if x is not None and x.mem == _lib.MEM_CUDA) + \
+            sum(1 for x in outs if x is not None and x.mem == _lib.MEM_CUDA)
         total = sum(_align(inputs[i][0].numel() * _lib.DTYPE_BYTES[inputs[i][1]]) for i in host_in)
         total += sum(_align(outputs[j].nbytes()) for j in host_out if outputs[j].shape is not None)
         region = self._take(total) if self.shm and total else None
@@ -333,7 +357,11 @@ class Plane:
         finally:
             if region is not None:
                 self._give(region, rc not in _NO_REPLY)
-        check(rc, st)
+        if rc:
+            e = Error(rc, st.message.decode("utf-8", "replace"))
+            e._device = bool(devices)  # device tensors were sent: call() may retry through host memory
+            raise e
+        self.device_sent += n_dev
         return results
 
     def _from_malloc(self, t, o, rc):
