@@ -3,8 +3,10 @@
  * pings when $WATCHDOG_USEC asks for them, STOPPING=1 when SIGTERM starts the drain, in that
  * order), --ipc-mode (the socket's permissions, checked with stat), the sizes left at "auto"
  * (cache 25 % and contexts 12.5 % of the host's memory on the cpu backend, read here with
- * sysinfo and the cgroup limit; an explicit size wins; both printed at start), and the plain
- * words of backend auto when no GPU can be used. */
+ * sysinfo and the cgroup limit; an explicit size wins; both printed at start), the plain
+ * words of backend auto when no GPU can be used; and, where systemd's tools are installed, that
+ * `systemd-analyze security` rates deploy/fosd.service below 4.0 and that deploy/fosd.sysusers
+ * creates the fosd user and group. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,8 @@
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -246,6 +250,80 @@ static void test_auto_backend_words(void **state)
 	assert_false(cryptic);
 }
 
+/* deploy/NAME from the source tree (the tests run from it, or BUILD/tests under it). */
+static int deploy_path(const char *name, char *out, size_t cap)
+{
+	snprintf(out, cap, "deploy/%s", name);
+	if (access(out, R_OK) == 0)
+		return 0;
+	snprintf(out, cap, "%s/../deploy/%s", tsrv_build_dir(), name);
+	return access(out, R_OK);
+}
+
+/* Runs cmd through the shell; its stdout (up to cap bytes) into out; returns the exit status. */
+static int run_cmd(const char *cmd, char *out, size_t cap)
+{
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_unit_security(void **state)
+{
+	(void)state;
+	char unit[1200], cmd[1400], out[65536];
+	if (deploy_path("fosd.service", unit, sizeof unit) || system("command -v systemd-analyze >/dev/null 2>&1"))
+		skip();
+	snprintf(cmd, sizeof cmd, "systemd-analyze security --offline=true '%s' 2>&1", unit);
+	run_cmd(cmd, out, sizeof out);
+	const char *lvl = strstr(out, "Overall exposure level for fosd.service: ");
+	if (!lvl)
+		skip(); /* a systemd without --offline (before 250) */
+	double score = atof(lvl + strlen("Overall exposure level for fosd.service: "));
+	if (!(score > 0 && score < 4.0))
+		fail_msg("systemd-analyze security rates deploy/fosd.service %.1f (at most 4.0 wanted):\n%s", score, out);
+	/* the GPU stays reachable and the socket directory is systemd's */
+	char text[16384];
+	FILE *f = fopen(unit, "r");
+	assert_non_null(f);
+	text[fread(text, 1, sizeof text - 1, f)] = 0;
+	fclose(f);
+	assert_non_null(strstr(text, "\nType=notify\n"));
+	assert_non_null(strstr(text, "\nRuntimeDirectory=fosd\n"));
+	assert_non_null(strstr(text, "--listen ipc:///run/fosd/fosd.sock --ipc-mode 0660"));
+	assert_non_null(strstr(text, "\nDeviceAllow=/dev/nvidiactl rw\n"));
+	assert_non_null(strstr(text, "\nDeviceAllow=char-nvidia-frontend rw\n"));
+	assert_null(strstr(text, "\nPrivateDevices=yes"));
+	assert_null(strstr(text, "\nProcSubset=pid"));
+}
+
+static void test_sysusers(void **state)
+{
+	(void)state;
+	char file[1200], cmd[2 * PATH_MAX], out[4096];
+	if (deploy_path("fosd.sysusers", file, sizeof file) || system("command -v systemd-sysusers >/dev/null 2>&1"))
+		skip();
+	char root[] = "/tmp/fosd-sysusers-XXXXXX";
+	assert_non_null(mkdtemp(root));
+	char abs[PATH_MAX];
+	assert_non_null(realpath(file, abs));
+	snprintf(cmd, sizeof cmd,
+		 "mkdir -p '%s/etc' && : > '%s/etc/passwd' && : > '%s/etc/group' && "
+		 "systemd-sysusers --root='%s' '%s' >/dev/null 2>&1 && cat '%s/etc/passwd' '%s/etc/group'",
+		 root, root, root, root, abs, root, root);
+	int rc = run_cmd(cmd, out, sizeof out);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "fosd:x:"));          /* the user */
+	assert_non_null(strstr(out, ":/usr/sbin/nologin")); /* no login */
+	const char *user = strstr(out, "fosd:x:");
+	assert_non_null(strstr(user + 1, "\nfosd:x:")); /* and the group, in etc/group */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -255,6 +333,8 @@ int main(void)
 		cmocka_unit_test(test_auto_sizes),
 		cmocka_unit_test(test_size_rules),
 		cmocka_unit_test(test_auto_backend_words),
+		cmocka_unit_test(test_unit_security),
+		cmocka_unit_test(test_sysusers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
