@@ -6,7 +6,7 @@
  * IPC handle, the tensor's offset and the GPU's UUID with no bytes inline; a handle is exported
  * once per allocation, and memory freed and allocated again at the same address (a new buffer
  * id), or overlapping a cached allocation, is exported anew while fosd is told to close the old
- * one; VMM (expandable_segments) and managed memory are refused FAILED_PRECONDITION saying so, host
+ * one, and the cache keeps the 1024 most recently used allocations; VMM (expandable_segments) and managed memory are refused FAILED_PRECONDITION saying so, host
  * pointers, tensors past the end of their allocation and device outputs without memory
  * INVALID_ARGUMENT; a tensor on another GPU than fosd's is refused by libfos; a device result in a
  * reply must name the output's own buffer; fos_set_cuda_stream sends a recorded interprocess
@@ -48,11 +48,21 @@ static int g_exports, g_records, g_events_made;
 
 #define FAKE_BASE 0x7e0000000000ull /* never host memory here: libfos must not touch it */
 
+/* With g_many, every MiB of [MANY_BASE, MANY_BASE + 2 GiB) is an allocation of its own too. */
+#define MANY_BASE 0x7d0000000000ull
+static int g_many;
+static fake_alloc g_many_alloc;
+
 static fake_alloc *fake_find(uint64_t p)
 {
 	for (int i = 0; i < 8; i++)
 		if (g_fa[i].live && p >= g_fa[i].base && p < g_fa[i].base + g_fa[i].size)
 			return &g_fa[i];
+	if (g_many && p >= MANY_BASE && p < MANY_BASE + (2048ull << 20)) {
+		uint64_t i = (p - MANY_BASE) >> 20;
+		g_many_alloc = (fake_alloc){MANY_BASE + (i << 20), 1 << 20, 1000 + i, 0, 1, 0, 1};
+		return &g_many_alloc;
+	}
 	return NULL;
 }
 
@@ -213,7 +223,7 @@ static const fosc_cuda_api g_fake = {
 static void fake_reset(void)
 {
 	memset(g_fa, 0, sizeof g_fa);
-	g_exports = g_records = g_events_made = 0;
+	g_exports = g_records = g_events_made = g_many = 0;
 	fosc_cuda_override(&g_fake);
 }
 
@@ -456,6 +466,47 @@ static void test_cache_realloc(void **state)
 	assert_int_equal(closes, 3);
 	assert_int_equal(cached, 1);
 	ASSERT_CODE(fos_cuda_release(c, z, &st), FOS_CODE_NOT_FOUND, st);
+	fos_close(c);
+}
+
+/* The cache holds at most 1024 allocations (libfos_cuda.c FOSC_DEV_CACHE_MAX), the least
+ * recently used going first. */
+static void test_cache_bound(void **state)
+{
+	(void)state;
+	fake_reset();
+	g_many = 1;
+	fos_client *c = conn_fake();
+	fos_status st;
+	Fos__Tensor t;
+	int64_t shape[2];
+	Fos__CudaRef cref;
+	fosc_dev_ref r;
+	uint64_t exports, closes;
+	size_t cached;
+	for (uint64_t i = 0; i <= 1024; i++) {
+		fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_U8, 64, 0, (void *)(uintptr_t)(MANY_BASE + (i << 20)));
+		ASSERT_OK(fosc_cuda_in(c, &tx, "x", &t, shape, &cref, &r, &st), st);
+		if (i == 1) { /* allocation 0 used again: allocation 1 is now the least recently used */
+			tx.data = (void *)(uintptr_t)(MANY_BASE + 4096);
+			ASSERT_OK(fosc_cuda_in(c, &tx, "x", &t, shape, &cref, &r, &st), st);
+		}
+	}
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(exports, 1025);
+	assert_int_equal(closes, 1);
+	assert_int_equal(cached, 1024);
+	/* allocation 0 is still cached, allocation 1 was evicted: exported again */
+	fos_tensor t0 = fos_tensor_cuda(FOS_DTYPE_U8, 64, 0, (void *)(uintptr_t)MANY_BASE);
+	ASSERT_OK(fosc_cuda_in(c, &t0, "x", &t, shape, &cref, &r, &st), st);
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(exports, 1025);
+	fos_tensor t1 = fos_tensor_cuda(FOS_DTYPE_U8, 64, 0, (void *)(uintptr_t)(MANY_BASE + (1 << 20)));
+	ASSERT_OK(fosc_cuda_in(c, &t1, "x", &t, shape, &cref, &r, &st), st);
+	fosc_cuda_counts(c, &exports, &closes, &cached);
+	assert_int_equal(exports, 1026);
+	assert_int_equal(closes, 2);
+	assert_int_equal(cached, 1024);
 	fos_close(c);
 }
 
@@ -719,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_no_driver),
 		cmocka_unit_test(test_request_form),
 		cmocka_unit_test(test_cache_realloc),
+		cmocka_unit_test(test_cache_bound),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_other_gpu),
 		cmocka_unit_test(test_reply_check),

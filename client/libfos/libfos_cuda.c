@@ -9,7 +9,8 @@
  * by (base, CU_POINTER_ATTRIBUTE_BUFFER_ID), which the driver never reuses in a process, so memory
  * freed and allocated again at the same address is exported anew and the old entry (and every
  * entry whose range overlaps the new allocation) is dropped and fosd told to close it. The cache
- * holds no driver object: a cached entry is only bytes (handle, UUID, range). Every driver call
+ * holds no driver object: a cached entry is only bytes (handle, UUID, range); at most
+ * FOSC_DEV_CACHE_MAX of them, the least recently used going first. Every driver call
  * that needs a context pushes the pointer's own context and pops it again, so the caller's
  * current context is never changed. */
 #include "libfos_internal.h"
@@ -56,7 +57,10 @@ _Static_assert((int)FOSC_CU_PTR_CONTEXT == (int)CU_POINTER_ATTRIBUTE_CONTEXT &&
 #endif
 #endif
 
-/* One exported allocation (fos_client.devs). */
+/* Allocations the cache of one handle holds at most. */
+#define FOSC_DEV_CACHE_MAX 1024
+
+/* One exported allocation (fos_client.devs, most recently used first). */
 typedef struct fosc_dev {
 	uint64_t base, size, buffer_id;
 	uint8_t handle[FOSC_CU_IPC_HANDLE_SIZE];
@@ -331,6 +335,9 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 		fosc_dev *e = *pp;
 		if (e->base == d.base && e->buffer_id == d.buffer_id && e->size == d.size) {
 			hit = e;
+			*pp = e->next; /* to the front: the list is in order of last use */
+			e->next = c->devs;
+			c->devs = e;
 			break;
 		}
 		if (e->base < d.base + d.size && d.base < e->base + e->size) { /* freed: another allocation there now */
@@ -380,13 +387,24 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 		for (fosc_dev *g = c->devs; g; g = g->next)
 			if (g->base == e->base && g->buffer_id == e->buffer_id && g->size == e->size)
 				dup = g; /* another thread exported it meanwhile: the same allocation, the same handle */
+		fosc_dev *evicted = NULL;
 		if (!dup) {
 			e->next = c->devs;
 			c->devs = e;
+			/* past FOSC_DEV_CACHE_MAX allocations the least recently used one goes (fosd closes
+			 * it; used again, it is exported and mapped again) */
+			size_t n = 0;
+			for (fosc_dev **pp = &c->devs; *pp; pp = &(*pp)->next)
+				if (++n > FOSC_DEV_CACHE_MAX) {
+					evicted = *pp;
+					*pp = NULL;
+					break;
+				}
 		}
 		pthread_mutex_unlock(&c->cuda_mu);
 		if (dup)
 			free(e);
+		fosc_dev_drop(c, evicted);
 	}
 	r->offset = off;
 	r->avail = avail;
