@@ -207,7 +207,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.metrics_idle_timeout_ms, 10000);
 	assert_int_equal(c.ipc_mode, 0600);
 	assert_int_equal(c.log_level, FOSD_LOG_INFO);
-	assert_null(c.metrics_listen);
+	assert_string_equal(c.metrics_listen, "http://127.0.0.1:9464");
 	assert_null(c.tokens_path);
 	assert_int_equal(c.allow_insecure_tcp, 0);
 	assert_null(c.tls_cert);

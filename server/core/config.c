@@ -83,9 +83,11 @@ const fosd_config_key fosd_config_keys[] = {
 	{"ipc_mode", FOSD_CT_OCTAL, F(ipc_mode), "0600", 0, 0777, .help = "ipc socket permissions (default {def})"},
 	{"log_level", FOSD_CT_ENUM, F(log_level), "info", .flags = FOSD_CK_RELOAD, .choices = levels,
 	 .arg = "LEVEL", .on_reload = log_level_reloaded, .help = "error, warn, info (default) or debug"},
-	{"metrics_listen", FOSD_CT_URL, F(metrics_listen), NULL, .check = fosd_http_metrics_check_url,
-	 .help = "serve GET /metrics (Prometheus) and /healthz on http://HOST:PORT\n"
-		 "(port 0: any free one; default off; not loopback: a warning)"},
+	{"metrics_listen", FOSD_CT_URL, F(metrics_listen), FOSD_DEFAULT_METRICS_URL,
+	 .check = fosd_http_metrics_check_url,
+	 .help = "serve GET /metrics (Prometheus), /livez, /readyz and /healthz on\n"
+		 "http://HOST:PORT (default {def}; port 0: any free one;\n"
+		 "off: none; not loopback: a warning)"},
 	{"weights", FOSD_CT_STRING, F(weights_dir), NULL, .arg = "DIR",
 	 .help = "load every *.safetensors and *.npy weight of DIR into the cache\n"
 		 "before serving, with DIR/weights.conf's per-file options (README)"},
