@@ -9,6 +9,8 @@ the GPU) three ways, timed in the same run:
     baseline: quantize W, forward, backward), the ratio the target is stated against;
   * torch.nn.Linear in bf16 (cuBLAS): forward, backward, SGD update.
 
+The fosd rows come twice: CUDA tensors as device tensors (the default: fosd reads and writes them
+in place) and through host memory (a client with device_tensors=False).
 Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps after --warmup.
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
 object. Usage (from the repository root on the GPU host):
@@ -110,6 +112,7 @@ def main():
         proc, url = start_fosd(build, tmp)
     try:
         client = fosd.connect(url, timeout=120)
+        host_client = fosd.connect(url, timeout=120, device_tensors=False)
         health = client.health()
         g = torch.Generator(device=dev).manual_seed(0)
         x = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
@@ -122,28 +125,34 @@ def main():
                     p.add_(p.grad, alpha=-lr)
                     p.grad = None
 
-        # fosd.torch.Linear on the GPU
-        layer = ft.Linear(K, N, bias=bias, client=client, device=dev)
-        params = [p for p in layer.parameters()]
+        # fosd.torch.Linear on the GPU: CUDA tensors as device tensors (fosd reads and writes them
+        # in place), then through host memory (device_tensors=False), both in this run
+        for c, how in ((client, "device tensors"), (host_client, "host memory")):
+            layer = ft.Linear(K, N, bias=bias, client=c, device=dev)
+            params = [p for p in layer.parameters()]
 
-        def fosd_step():
-            y = layer(x)
-            y.backward(dy)
-            sgd(params)
+            def fosd_step():
+                y = layer(x)
+                y.backward(dy)
+                sgd(params)
 
-        def fosd_fwd_bwd():
-            y = layer(x)
-            y.backward(dy)
-            for p in params:
-                p.grad = None
+            def fosd_fwd_bwd():
+                y = layer(x)
+                y.backward(dy)
+                for p in params:
+                    p.grad = None
 
-        log("fosd %s on %s; timing fosd.torch.Linear" % (health["backend"], health["device"]))
-        rows["fosd.torch.Linear step"] = median_ms(fosd_step, a.steps, a.warmup, sync)
-        fosd_fwd_bwd()  # puts the last update
-        puts = layer.puts
-        rows["fosd.torch.Linear fwd+bwd"] = median_ms(fosd_fwd_bwd, a.steps, a.warmup, sync)
-        assert layer.puts == puts, "the weight was put again without a change"
-        layer = params = None  # frees its fosd weight and GPU memory
+            log("fosd %s on %s; timing fosd.torch.Linear, CUDA tensors as %s" % (
+                health["backend"], health["device"], how))
+            rows["fosd.torch.Linear step (%s)" % how] = median_ms(fosd_step, a.steps, a.warmup, sync)
+            fosd_fwd_bwd()  # puts the last update
+            puts = layer.puts
+            rows["fosd.torch.Linear fwd+bwd (%s)" % how] = median_ms(fosd_fwd_bwd, a.steps, a.warmup, sync)
+            assert layer.puts == puts, "the weight was put again without a change"
+            layer = params = None  # frees its fosd weight and GPU memory
+        if not client.device_tensors_sent:
+            log("no CUDA tensor went as a device tensor: %s" % client.device_off_reason)
+        host_client.close()
 
         log("timing torch.nn.Linear")
         # torch.nn.Linear in bf16
