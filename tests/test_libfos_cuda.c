@@ -6,7 +6,8 @@
  * IPC handle, the tensor's offset and the GPU's UUID with no bytes inline; a handle is exported
  * once per allocation, and memory freed and allocated again at the same address (a new buffer
  * id), or overlapping a cached allocation, is exported anew while fosd is told to close the old
- * one, and the cache keeps the 1024 most recently used allocations; VMM (expandable_segments) and managed memory are refused FAILED_PRECONDITION saying so, host
+ * one, and the cache keeps the 1024 most recently used allocations; fos_cuda_malloc, _memcpy and
+ * _free retain and release the primary context and synchronize device copies; VMM (expandable_segments) and managed memory are refused FAILED_PRECONDITION saying so, host
  * pointers, tensors past the end of their allocation and device outputs without memory
  * INVALID_ARGUMENT; a tensor on another GPU than fosd's is refused by libfos; a device result in a
  * reply must name the output's own buffer; fos_set_cuda_stream sends a recorded interprocess
@@ -162,11 +163,6 @@ static int f_pop(void **ctx)
 	return 0;
 }
 
-static int f_zero(void)
-{
-	return 0;
-}
-
 static int f_stream_ctx(void *stream, void **ctx)
 {
 	(void)stream;
@@ -203,7 +199,62 @@ static int f_event_handle(uint8_t h[64], void *ev)
 	return 0;
 }
 
+static int g_retained, g_freed;
+
+static int f_retain(void **ctx, int dev)
+{
+	(void)dev;
+	*ctx = (void *)(uintptr_t)0xC0;
+	g_retained++;
+	return 0;
+}
+
+static int f_release(int dev)
+{
+	(void)dev;
+	g_retained--;
+	return 0;
+}
+
+/* cuMemAlloc: a fake allocation in slot 5 (out of memory past 1 GiB) */
+static int f_alloc(uint64_t *p, size_t n)
+{
+	if (n > (1u << 30))
+		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	*p = (uint64_t)(uintptr_t)fake_alloc_at(5, FAKE_BASE + (4ull << 30), n, 77);
+	return 0;
+}
+
+static int f_free(uint64_t p)
+{
+	fake_alloc *a = fake_find(p);
+	if (!a || a->base != p)
+		return 1;
+	a->live = 0;
+	g_freed++;
+	return 0;
+}
+
+static int g_copies, g_syncs;
+static int f_sync(void)
+{
+	g_syncs++;
+	return 0;
+}
+
+static int f_memcpy(uint64_t dst, uint64_t src, size_t n)
+{
+	(void)dst, (void)src, (void)n;
+	g_copies++;
+	return 0;
+}
+
 static const fosc_cuda_api g_fake = {
+	.DevicePrimaryCtxRetain = f_retain,
+	.DevicePrimaryCtxRelease = f_release,
+	.MemAlloc = f_alloc,
+	.MemFree = f_free,
+	.Memcpy = f_memcpy,
 	.Init = f_init,
 	.DeviceGet = f_device_get,
 	.DeviceGetUuid = f_uuid,
@@ -212,7 +263,7 @@ static const fosc_cuda_api g_fake = {
 	.IpcGetMemHandle = f_ipc,
 	.CtxPushCurrent = f_push,
 	.CtxPopCurrent = f_pop,
-	.CtxSynchronize = f_zero,
+	.CtxSynchronize = f_sync,
 	.StreamGetCtx = f_stream_ctx,
 	.EventCreate = f_event_create,
 	.EventRecord = f_event_record,
@@ -223,7 +274,7 @@ static const fosc_cuda_api g_fake = {
 static void fake_reset(void)
 {
 	memset(g_fa, 0, sizeof g_fa);
-	g_exports = g_records = g_events_made = g_many = 0;
+	g_exports = g_records = g_events_made = g_many = g_retained = g_freed = g_copies = g_syncs = 0;
 	fosc_cuda_override(&g_fake);
 }
 
@@ -510,6 +561,43 @@ static void test_cache_bound(void **state)
 	fos_close(c);
 }
 
+/* fos_cuda_malloc / fos_cuda_memcpy / fos_cuda_free through the driver: the primary context
+ * retained while the allocation lives, a copy with a device side synchronized, a host-only copy
+ * a plain memcpy, and the failures named. */
+static void test_memory_helpers(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_status st;
+	void *p = NULL;
+	ASSERT_OK(fos_cuda_malloc(0, 4096, &p, &st), st);
+	assert_true((uint64_t)(uintptr_t)p == FAKE_BASE + (4ull << 30));
+	assert_int_equal(g_retained, 1);
+	uint8_t h[64], h2[64];
+	memset(h, 7, sizeof h);
+	ASSERT_OK(fos_cuda_memcpy(p, h, sizeof h, &st), st);
+	ASSERT_OK(fos_cuda_memcpy(h2, p, sizeof h2, &st), st);
+	assert_int_equal(g_copies, 2);
+	assert_int_equal(g_syncs, 2); /* complete before the call returns */
+	memset(h2, 0, sizeof h2);
+	ASSERT_OK(fos_cuda_memcpy(h2, h, sizeof h, &st), st); /* host to host */
+	assert_memory_equal(h, h2, sizeof h);
+	assert_int_equal(g_copies, 2);
+	uint8_t u[16];
+	ASSERT_OK(fos_cuda_ptr_uuid(p, u, &st), st);
+	assert_int_equal(u[0], 0xA0);
+	ASSERT_OK(fos_cuda_free(p, &st), st);
+	assert_int_equal(g_freed, 1);
+	assert_int_equal(g_retained, 0);
+	ASSERT_CODE(fos_cuda_free(h, &st), FOS_CODE_INVALID_ARGUMENT, st); /* not device memory */
+	ASSERT_CODE(fos_cuda_malloc(0, (size_t)2 << 30, &p, &st), FOS_CODE_RESOURCE_EXHAUSTED, st);
+	ASSERT_MSG(st, "cuMemAlloc");
+	assert_null(p);
+	assert_int_equal(g_retained, 0); /* released again after the failure */
+	ASSERT_CODE(fos_cuda_malloc(0, 0, &p, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_CODE(fos_cuda_ptr_uuid(h, u, &st), FOS_CODE_INVALID_ARGUMENT, st);
+}
+
 /* ---- refusals ------------------------------------------------------------------------------------- */
 
 static void test_refusals(void **state)
@@ -771,6 +859,7 @@ int main(void)
 		cmocka_unit_test(test_request_form),
 		cmocka_unit_test(test_cache_realloc),
 		cmocka_unit_test(test_cache_bound),
+		cmocka_unit_test(test_memory_helpers),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_other_gpu),
 		cmocka_unit_test(test_reply_check),
