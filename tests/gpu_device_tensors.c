@@ -6,7 +6,8 @@
  * amax and output (bf16 and f32); the expect of a checked Forward. Every result is bit-identical to
  * the same op through host memory on the same fosd, over the socket and through a request
  * channel, and with fos_set_cuda_stream's event ordering (an input copied asynchronously on the
- * stream, not synchronized). Also: fos_cuda_release closes fosd's mappings (Stats
+ * stream, not synchronized). A weight put from device memory is put again from libfos's host copy
+ * (reput_weights) after fosd lost it. Also: fos_cuda_release closes fosd's mappings (Stats
  * device_mappings); memory freed and allocated again at the same address gets a new handle and
  * fosd reads the new bytes; a client process that exits with its mappings open leaves none behind
  * (Stats, and the GPU's free memory back to where it was). Skips cleanly without a GPU. */
@@ -392,6 +393,36 @@ static void test_event_stream(void **state)
 #endif
 }
 
+/* A weight put from device memory by a handle with reput_weights is put again from libfos's host
+ * copy when fosd lost it (here: dropped by another handle of the same tenant). */
+static void test_reput_device_weight(void **state)
+{
+	(void)state;
+	NEED();
+	fos_client *c = NULL, *other = conn();
+	fos_status st;
+	fos_connect_opts o = {NULL, 60000, NULL, NULL, 1};
+	ASSERT_OK(fos_connect_with(g_srv.url, &o, &c, &st), st);
+	uint16_t *dW = dcopy(g_w, sizeof g_w);
+	fos_tensor dw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dW), hw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
+	ASSERT_OK(fos_put_weight(c, "reput.d", 1, &dw, NULL, NULL, &st), st);
+	ASSERT_OK(fos_put_weight(other, "reput.h", 1, &hw, NULL, NULL, &st), st);
+	fos_cuda_release(c, dW, &st);
+	cudaFree(dW); /* the copy libfos keeps is on the host */
+	ASSERT_OK(fos_drop_weight(other, "reput.d", &st), st);
+	static uint16_t y1[M * N], y2[M * N];
+	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), ty1 = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y1),
+		   ty2 = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y2);
+	ASSERT_OK(fos_forward(c, "reput.d", &hx, NULL, NULL, &ty1, NULL, &st), st);
+	assert_int_equal(fos_reput_count(c), 1);
+	ASSERT_OK(fos_forward(other, "reput.h", &hx, NULL, NULL, &ty2, NULL, &st), st);
+	assert_memory_equal(y1, y2, sizeof y1);
+	ASSERT_OK(fos_drop_weight(c, "reput.d", &st), st);
+	ASSERT_OK(fos_drop_weight(other, "reput.h", &st), st);
+	fos_close(c);
+	fos_close(other);
+}
+
 /* ---- mappings: release, reuse of an address, a client that dies -------------------------------- */
 
 static void test_release_closes(void **state)
@@ -569,6 +600,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_every_op_socket),
 		cmocka_unit_test(test_every_op_channel),
 		cmocka_unit_test(test_event_stream),
+		cmocka_unit_test(test_reput_device_weight),
 		cmocka_unit_test(test_release_closes),
 		cmocka_unit_test(test_realloc_same_address),
 		cmocka_unit_test(test_child_exit_releases),
