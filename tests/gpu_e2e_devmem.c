@@ -53,7 +53,7 @@ static int cudaGetDeviceCount(int *n)
 
 #define K 256
 #define N 512
-#define MBIG 1024
+#define MBIG 8192 /* X of the large forwards: 4 MiB, past the small forwards' 2 MiB */
 #define MSMALL 16
 
 static tsrv g_srv;
@@ -326,15 +326,15 @@ static void test_forward(void **state)
 	(void)state;
 	NEED();
 	dbuf d;
-	dbuf_alloc(&d, 8 << 20);
+	dbuf_alloc(&d, 32 << 20);
 	uint64_t staged0, staged1, maps;
 	dev_stats(NULL, NULL, &staged0);
-	forward_case(&d, MBIG, 0, 2 << 20); /* large: read and written in place */
+	forward_case(&d, MBIG, 0, 8 << 20); /* large: read and written in place */
 	dev_stats(&maps, NULL, &staged1);
 	assert_int_equal(maps, 1);
 	assert_int_equal(staged1, staged0);
-	forward_case(&d, MSMALL, 4 << 20, 5 << 20); /* small: through the lane's buffers */
-	forward_case(&d, MBIG, 2, (2 << 20) + 16);   /* unaligned: staged, same bits */
+	forward_case(&d, MSMALL, 20 << 20, 22 << 20); /* small: through the lane's buffers */
+	forward_case(&d, MBIG, 2, (8 << 20) + 16);     /* unaligned: staged, same bits */
 	dev_stats(NULL, NULL, &staged1);
 	assert_true(staged1 >= staged0 + 2);
 
@@ -353,7 +353,7 @@ static void test_forward(void **state)
 	fr.x->cuda->gpu_uuid.data = other;
 	expect_code(&rq, &r, FOS__CODE__FAILED_PRECONDITION, "but fosd runs on GPU");
 	fr.x->cuda->gpu_uuid.data = g_uuid;
-	fr.x->cuda->offset = (8 << 20) - 1024;
+	fr.x->cuda->offset = (32 << 20) - 1024;
 	expect_code(&rq, &r, FOS__CODE__INVALID_ARGUMENT, "lie outside the client's GPU allocation");
 
 	/* CloseDeviceMemory unmaps; a second close finds nothing */
@@ -371,13 +371,13 @@ static void test_forward(void **state)
 	/* freed and allocated again (often at the same address): a new handle, a new mapping, the new
 	 * bytes */
 	uint8_t *old = d.base;
-	forward_case(&d, MBIG, 0, 2 << 20);
+	forward_case(&d, MBIG, 0, 8 << 20);
 	dbuf_free(&d);
-	dbuf_alloc(&d, 8 << 20);
+	dbuf_alloc(&d, 32 << 20);
 	printf("gpu_e2e_devmem: reallocated at %s address\n", d.base == old ? "the same" : "another");
 	uint16_t keep = g_x[0];
 	g_x[0] = (uint16_t)(g_x[0] ^ 0x4000); /* different X: different Y row 0 */
-	forward_case(&d, MBIG, 0, 2 << 20);
+	forward_case(&d, MBIG, 0, 8 << 20);
 	g_x[0] = keep;
 	dev_stats(&maps, NULL, NULL);
 	assert_int_equal(maps, 2); /* the stale one stays until closed or the connection goes */
@@ -393,8 +393,8 @@ static void test_backward_and_linear(void **state)
 	const int64_t m = MBIG;
 	dbuf d;
 	dbuf_alloc(&d, 32 << 20);
-	const size_t ox = 0, oy = 1 << 20 << 1, ody = 4 << 20, odx = 6 << 20, odw = 8 << 20, ow = 10 << 20,
-		     ob = 11 << 20, odb = (11 << 20) + 4096;
+	const size_t ox = 0, oy = 4 << 20, ody = 12 << 20, odx = 20 << 20, odw = 24 << 20, ow = 25 << 20,
+		     ob = 26 << 20, odb = (26 << 20) + 4096;
 	put(&d, ox, g_x, (size_t)m * K * 2);
 	put(&d, ody, g_dy, (size_t)m * N * 2);
 	put(&d, ow, g_w, (size_t)N * K * 2);
