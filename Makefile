@@ -25,11 +25,11 @@ INCLUDES = -Ikernels -Iproto -Iclient/libfos -Iclient/cli $(patsubst %/,-I%,$(SE
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
            $(INCLUDES) $(SAN)
 LDFLAGS += -pthread $(SAN)
-# nng, protobuf-c, libuv and http-parser are linked statically so the same binaries run on machines
+# nng, protobuf-c, libuv, http-parser and jansson are linked statically so the same binaries run on machines
 # that do not have them (the GPU host); cuBLASLt and the CUDA runtime dynamically.
 STATIC_LIBS = $(LIBDIR)/libnng.a $(LIBDIR)/libmbedtls.a $(LIBDIR)/libmbedx509.a \
               $(LIBDIR)/libmbedcrypto.a $(LIBDIR)/libprotobuf-c.a $(LIBDIR)/libuv_a.a \
-              $(LIBDIR)/libhttp_parser.a
+              $(LIBDIR)/libhttp_parser.a $(LIBDIR)/libjansson.a
 SYS_LIBS    = -lm -ldl -lrt -latomic
 
 ifeq ($(CUDA),1)
@@ -77,7 +77,7 @@ all: deps-check $(BINS) $(LIBFOS) $(if $(LIBFOS_C),$(LIBFOSSO))
 
 # ---- dependencies ----------------------------------------------------------------------------
 DEPS_OK := $(shell test -f $(LIBDIR)/libnng.a -a -f $(LIBDIR)/libprotobuf-c.a -a -f $(LIBDIR)/libuv_a.a \
-             -a -f $(LIBDIR)/libhttp_parser.a \
+             -a -f $(LIBDIR)/libhttp_parser.a -a -f $(LIBDIR)/libjansson.a \
              -a -f /usr/include/cmocka.h -a -f $(LIBDIR)/libmbedtls.a && command -v protoc-c >/dev/null && echo 1)
 deps-check:
 ifneq ($(DEPS_OK),1)
@@ -148,7 +148,9 @@ $(LIBCLI): $(call obj,$(CLI_C))
 $(LIBTEST): $(call obj,$(TESTLIB_C))
 	@rm -f $@; ar rcs $@ $^
 
-ALL_LIBS = $(LIBCLI) $(LIBFOSD) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
+# libfosd before libfoscli: fosd's weight repository reads .npy and .safetensors files with the
+# CLI's readers (client/cli/npy.c, safetensors.c)
+ALL_LIBS = $(LIBFOSD) $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
 # nng 1.5.2 work-arounds (proto/nng_fix.c): inside the statically linked nng, EPIPE maps to
 # NNG_ECONNRESET (a peer vanishing during the SP handshake no longer stops a listener for good;
 # fixed upstream in 1.6.0), and a stream aio left unstarted by a pipe closed mid partial write is

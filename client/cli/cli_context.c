@@ -2,7 +2,8 @@
  * reads: a small JSON object holding the fos_context fields (the id fosd keeps the saved operands
  * under, the weight name and version, the options, M/N/K, whether there was a bias), the server
  * that holds it, and the paths of the forward's X and bias (to recompute an expired context).
- * 64-bit ids are written as decimal strings so that no JSON reader rounds them. */
+ * 64-bit ids, and versions beyond 2^63 - 1, are written as decimal strings so that no JSON reader
+ * rounds them; the file ends with a newline. */
 #include "cli.h"
 
 #include <errno.h>
@@ -36,7 +37,12 @@ int cli_ctxfile_write(const char *path, const cli_ctxfile *cf, fos_err *err)
 	cli_jw_str(&w, "server", cf->server);
 	cli_jw_str(&w, "id", id);
 	cli_jw_str(&w, "weight", c->weight);
-	cli_jw_u64(&w, "weight_version", c->weight_version);
+	char ver[32];
+	snprintf(ver, sizeof ver, "%llu", (unsigned long long)c->weight_version);
+	if (c->weight_version <= INT64_MAX)
+		cli_jw_u64(&w, "weight_version", c->weight_version);
+	else
+		cli_jw_str(&w, "weight_version", ver);
 	cli_jw_str(&w, "override", cli_override_name(c->override));
 	cli_jw_str(&w, "resolved_override", cli_override_name(c->resolved_override));
 	cli_jw_bool(&w, "row_scaled", c->row_scaled);

@@ -11,6 +11,7 @@
 #include "auth.h"
 #include "log.h"
 #include "sdnotify.h"
+#include "weights_repo.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -149,6 +150,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv.tenants = tenants;
+	if (cfg.weights_dir && fosd_weights_repo_load(&srv, cfg.weights_dir, msg, sizeof msg)) { /* before serving */
+		fosd_error("%s", msg);
+		fosd_server_destroy(&srv);
+		fosd_tenants_free(tenants);
+		fosd_config_free(&cfg);
+		return 1;
+	}
 	fosd_info("message pool: bodies from %zu KiB reused, %llu bytes kept free, %s", FOSD_MSGPOOL_MIN >> 10,
 		  (unsigned long long)cfg.message_pool_bytes,
 		  srv.regions.pin ? "pinned for device DMA" : "not pinned (no device)");
