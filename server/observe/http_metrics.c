@@ -551,7 +551,8 @@ int fosd_http_metrics_start(fosd_server *srv, const char *url, fosd_http_metrics
 	rv = fosd_http_server_start(ai->ai_addr, ai->ai_addrlen, &o, route, hm, &sa, &hm->hs, why, sizeof why);
 	freeaddrinfo(ai);
 	if (rv) {
-		snprintf(msg, msgsz, "cannot serve metrics on %s: %s", url, why);
+		snprintf(msg, msgsz, "cannot serve metrics on %s: %s (metrics_listen: give another port, or off)", url,
+			 why);
 		free(hm);
 		return -1;
 	}
