@@ -10,8 +10,9 @@
  *   GET /healthz  200 "ok" while serving, 503 "draining" once fosd drains (503 "backend failed"
  *                 when the backend failed for good);
  *   HEAD of each; another method 405 (Allow: GET, HEAD); another path 404.
- * Plain http:// only. The page carries counters, sizes and the device name, never tensors, weight
- * names or tokens; an address that is not loopback is allowed, with a warning in the log.
+ * Plain http:// only. The page carries counters, sizes, tenant names and the device name, never
+ * tensors, weight names or tokens; an address that is not loopback is allowed, with a warning in
+ * the log.
  *
  * Latency distributions are Prometheus histograms in seconds: cumulative _bucket{le} lines at
  * every power of two of microseconds from 4 us to 2^31 us (edges of fosd's own buckets, so the
@@ -577,7 +578,8 @@ int fosd_http_metrics_start(fosd_server *srv, const char *url, fosd_http_metrics
 		  host_s, port, o.max_connections, idle);
 	if (!is_loopback(&sa))
 		fosd_warn("metrics: %s is reachable from other hosts: anyone who can connect reads fosd's request "
-			  "counts, sizes and device (no tensors, names or tokens); bind 127.0.0.1 or firewall it",
+			  "counts, sizes, tenant names and device (no tensors, weight names or tokens); bind 127.0.0.1 "
+			  "or firewall it",
 			  url);
 	*out = hm;
 	return 0;
