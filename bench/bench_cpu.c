@@ -65,7 +65,13 @@ int main(int argc, char **argv)
 	}
 	TIME_BEST(t_fwd, reps, fos_linear_forward(be, xm, M, &qw, &o, 0, y, 0, &err));
 	fos_gemm_epi plain = fos_gemm_epi_plain();
-	TIME_BEST(t_gemm, reps, be->gemm(be, xm, qw.decoded, M, N, K, &plain, y, &err));
+	uint16_t *wdec = be->alloc(be, (size_t)(N * K) * 2); /* the weight's decoded GEMM operand */
+	if (!wdec || fos_qweight_decode(be, &qw, 0, wdec, &err)) {
+		fprintf(stderr, "bench_cpu: decoding the weight failed\n");
+		return 1;
+	}
+	TIME_BEST(t_gemm, reps, be->gemm(be, xm, wdec, M, N, K, &plain, y, &err));
+	be->free(be, wdec);
 	if (err.rc) {
 		fprintf(stderr, "bench_cpu: %s\n", err.msg);
 		return 1;

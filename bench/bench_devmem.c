@@ -124,13 +124,15 @@ typedef struct inproc {
 	fos_backend *be;
 	fos_qweight qw;
 	fos_linear_opts o;
+	const fos_wops *wo; /* NULL: W decoded on demand; else its decoded copy (fosd's decoded tier) */
 } inproc;
 
-static double inproc_fwd(inproc *ip, int64_t m, int64_t k, int64_t n, int reps)
+/* In-process forwards on x, y (NULL: the backend's own memory). */
+static double inproc_fwd_on(inproc *ip, int64_t m, int64_t k, int64_t n, int reps, void *xo, void *yo)
 {
 	fos_err e;
 	fos_backend *be = ip->be;
-	void *x = be->alloc(be, (size_t)(m * k * 2)), *y = be->alloc(be, (size_t)(m * n * 2));
+	void *x = xo ? xo : be->alloc(be, (size_t)(m * k * 2)), *y = yo ? yo : be->alloc(be, (size_t)(m * n * 2));
 	uint16_t *h = malloc((size_t)(m * k * 2));
 	bench_fill_bf16(h, (size_t)(m * k), 3, 1.0f);
 	be->h2d(be, x, h, (size_t)(m * k * 2), &e);
@@ -138,7 +140,7 @@ static double inproc_fwd(inproc *ip, int64_t m, int64_t k, int64_t n, int reps)
 	double *t = malloc(sizeof(double) * (size_t)reps);
 	for (int i = -5; i < reps; i++) {
 		double t0 = bench_now();
-		if (fos_linear_forward(be, x, m, &ip->qw, &ip->o, NULL, y, NULL, &e) || be->sync(be, &e)) {
+		if (fos_linear_forward_w(be, x, m, &ip->qw, ip->wo, &ip->o, NULL, y, NULL, &e) || be->sync(be, &e)) {
 			fprintf(stderr, "in-process forward: %s\n", e.msg);
 			exit(1);
 		}
@@ -147,10 +149,17 @@ static double inproc_fwd(inproc *ip, int64_t m, int64_t k, int64_t n, int reps)
 	}
 	double med = bench_quantile(t, reps, 0.5);
 	free(t);
-	be->free(be, x);
-	be->free(be, y);
+	if (!xo)
+		be->free(be, x);
+	if (!yo)
+		be->free(be, y);
 	be->sync(be, &e);
 	return med;
+}
+
+static double inproc_fwd(inproc *ip, int64_t m, int64_t k, int64_t n, int reps)
+{
+	return inproc_fwd_on(ip, m, k, n, reps, NULL, NULL);
 }
 
 static double inproc_bwd(inproc *ip, int64_t m, int64_t k, int64_t n, int reps)
@@ -225,6 +234,62 @@ static double throughput(int clients, int64_t m, int64_t k, int64_t n, double se
 		total += w[i].done;
 	}
 	free(w);
+	return (double)total / secs;
+}
+
+/* The GPU's own rate of small forwards: clients threads, each with a backend instance (own
+ * stream) and the weight quantized in it, forwards back to back for secs. */
+typedef struct gworker {
+	pthread_t th;
+	int64_t m, k, n;
+	double secs;
+	const uint16_t *w;
+	long done;
+} gworker;
+
+static void *gwork(void *arg)
+{
+	gworker *g = arg;
+	fos_err e;
+	fos_backend *be = fos_backend_cuda(0, &e);
+	if (!be)
+		return NULL;
+	fos_linear_opts o = fos_linear_opts_default();
+	fos_qweight qw;
+	void *wd = be->alloc(be, (size_t)(g->n * g->k * 2)), *x = be->alloc(be, (size_t)(g->m * g->k * 2)),
+	     *y = be->alloc(be, (size_t)(g->m * g->n * 2));
+	if (be->h2d(be, wd, g->w, (size_t)(g->n * g->k * 2), &e) || fos_qweight_make(be, wd, g->n, g->k, &o, 0, 0, &qw, &e) ||
+	    be->zero(be, x, (size_t)(g->m * g->k * 2), &e))
+		return NULL;
+	for (int i = 0; i < 20; i++)
+		fos_linear_forward(be, x, g->m, &qw, &o, NULL, y, NULL, &e), be->sync(be, &e);
+	double end = bench_now() + g->secs;
+	while (bench_now() < end) {
+		if (fos_linear_forward(be, x, g->m, &qw, &o, NULL, y, NULL, &e) || be->sync(be, &e))
+			break;
+		g->done++;
+	}
+	fos_qweight_free(be, &qw);
+	be->free(be, wd);
+	be->free(be, x);
+	be->free(be, y);
+	be->destroy(be);
+	return NULL;
+}
+
+static double gpu_rate(int clients, int64_t m, int64_t k, int64_t n, const uint16_t *w, double secs)
+{
+	gworker *g = calloc((size_t)clients, sizeof *g);
+	for (int i = 0; i < clients; i++) {
+		g[i].m = m, g[i].k = k, g[i].n = n, g[i].secs = secs, g[i].w = w;
+		pthread_create(&g[i].th, NULL, gwork, &g[i]);
+	}
+	long total = 0;
+	for (int i = 0; i < clients; i++) {
+		pthread_join(g[i].th, NULL);
+		total += g[i].done;
+	}
+	free(g);
 	return (double)total / secs;
 }
 
@@ -303,6 +368,9 @@ int main(int argc, char **argv)
 		if (si == 0) {
 			row("forward: in process (baseline) vs fosd, device X and Y, channel", shape,
 			    time_fwd(&ch, m, K, N, g_reps), tin);
+			/* the same in process on memory from cuMemAlloc, as a client's (not the backend's pool) */
+			row("forward: in process (baseline) vs in process on X, Y from cuMemAlloc", shape,
+			    inproc_fwd_on(&ip, m, K, N, g_reps, ch.x, ch.y), tin);
 			row("forward: in process (baseline) vs fosd, device X and Y, socket", shape,
 			    time_fwd(&so, m, K, N, g_reps), tin);
 		} else {
@@ -317,9 +385,36 @@ int main(int argc, char **argv)
 			double p50 = bench_quantile(t, n, 0.5);
 			free(t);
 			tin = inproc_fwd(&ip, m, K, N, n);
-			row("small forward p50: in process (baseline) vs fosd, device X and Y, channel", shape, p50, tin);
+			row("small forward p50: in process, W decoded on demand (baseline) vs fosd, device X and Y, channel",
+			    shape, p50, tin);
 			snprintf(line, sizeof line, "|   (fosd minus in process) | %s | %.1f us | | |\n", shape, (p50 - tin) * 1e6);
 			emit(line);
+			/* the in-process forward that reads a decoded copy of W, as fosd's decoded tier gives */
+			fos_wops wo = {NULL, NULL, NULL};
+			uint16_t *wdec = ip.be->alloc(ip.be, (size_t)(N * K * 2));
+			if (fos_qweight_decode(ip.be, &ip.qw, 0, wdec, &e)) {
+				fprintf(stderr, "decode: %s\n", e.msg);
+				return 1;
+			}
+			wo.wdec = wdec;
+			ip.wo = &wo;
+			double tdec = inproc_fwd(&ip, m, K, N, n);
+			ip.wo = NULL;
+			row("small forward p50: in process, decoded W (baseline) vs fosd, device X and Y, channel", shape, p50,
+			    tdec);
+			snprintf(line, sizeof line, "|   (fosd minus in process) | %s | %.1f us | | |\n", shape,
+				 (p50 - tdec) * 1e6);
+			emit(line);
+			ip.be->free(ip.be, wdec);
+			fos_stats_snapshot *ss = NULL;
+			uint64_t hits = 0, entries = 0;
+			if (!fos_stats_take(fc, &ss, &st)) {
+				fos_stats_get(ss, "decoded_tier_hits", &hits);
+				fos_stats_get(ss, "decoded_tier_entries", &entries);
+				fos_stats_free(ss);
+			}
+			printf("  fosd decoded tier: %llu entries, %llu hits\n", (unsigned long long)entries,
+			       (unsigned long long)hits);
 			row("small forward median: in process (baseline) vs fosd, device X and Y, socket", shape,
 			    time_fwd(&so, m, K, N, g_reps * 10), tin);
 		}
@@ -362,6 +457,15 @@ int main(int argc, char **argv)
 		 "| small forwards/s, device tensors, channels: 1 client (baseline) vs %d clients | 128x%lldx%lld | "
 		 "%.0f/s | %.0f/s | %.2fx |\n",
 		 clients, (long long)K, (long long)N, many, one, many / one);
+	emit(line);
+	double g1 = gpu_rate(1, 128, K, N, w, 2.0), g8 = gpu_rate(clients, 128, K, N, w, 2.0);
+	snprintf(line, sizeof line,
+		 "| small forwards/s in process (the GPU's rate): 1 thread (baseline) vs %d threads, a backend "
+		 "instance each | 128x%lldx%lld | %.0f/s | %.0f/s | %.2fx |\n",
+		 clients, (long long)K, (long long)N, g8, g1, g8 / g1);
+	emit(line);
+	snprintf(line, sizeof line, "|   (fosd's %d clients against the in-process %d threads) | | | | %.2fx |\n", clients,
+		 clients, many / g8);
 	emit(line);
 	op_split(fc, "forward");
 	op_split(fc, "backward");

@@ -84,6 +84,7 @@ typedef struct piece_ctx {
 	const fos_qweight *qw;
 	int64_t m, k, n;
 	uint16_t *xd, *yd, *xdec;
+	uint16_t *wdec; /* the weight's decoded operand (fos_qweight_decode) */
 	fos_qtensor xq;
 	void *hpin, *hpage; /* host source/target of 1 MiB-ish copies (max(m k, m n) * 2 bytes) */
 } piece_ctx;
@@ -119,17 +120,17 @@ static int p_gemm_dev(piece_ctx *c)
 {
 	float dinv = 1.0f / fos_bound_d(256);
 	fos_gemm_epi epi = {c->xq.amax, dinv, c->qw->q.amax, dinv, 0, 0};
-	return c->be->gemm(c->be, c->xdec, c->qw->decoded, c->m, c->n, c->k, &epi, c->yd, &g_e);
+	return c->be->gemm(c->be, c->xdec, c->wdec, c->m, c->n, c->k, &epi, c->yd, &g_e);
 }
 static int p_gemm_host(piece_ctx *c)
 {
 	fos_gemm_epi epi = fos_gemm_epi_plain();
 	epi.a_dinv = 0.25f;
-	return c->be->gemm(c->be, c->xdec, c->qw->decoded, c->m, c->n, c->k, &epi, c->yd, &g_e);
+	return c->be->gemm(c->be, c->xdec, c->wdec, c->m, c->n, c->k, &epi, c->yd, &g_e);
 }
 static int p_gemm_base(piece_ctx *c)
 {
-	return fos_cuda_gemm_baseline(c->be, c->xdec, c->qw->decoded, c->m, c->n, c->k, c->yd, (size_t)32 << 20, &g_e);
+	return fos_cuda_gemm_baseline(c->be, c->xdec, c->wdec, c->m, c->n, c->k, c->yd, (size_t)32 << 20, &g_e);
 }
 static int p_forward(piece_ctx *c)
 {
@@ -408,6 +409,8 @@ int main(int argc, char **argv)
 	c.xd = be->alloc(be, xb);
 	c.yd = be->alloc(be, yb);
 	c.xdec = be->alloc(be, xb);
+	c.wdec = be->alloc(be, (size_t)(n * k) * 2);
+	CK(c.wdec ? fos_qweight_decode(be, &qw, 0, c.wdec, &g_e) : fos_seterr(&g_e, FOS_ENOMEM, "buffers"));
 	c.hpin = sf_pinned(big);
 	c.hpage = malloc(big);
 	memcpy(c.hpin, x, xb);
@@ -442,6 +445,7 @@ int main(int argc, char **argv)
 	be->free(be, c.xd);
 	be->free(be, c.yd);
 	be->free(be, c.xdec);
+	be->free(be, c.wdec);
 
 	/* ---- 2 ---- */
 	CK(sf_request(be, &qw, x, m, ref, 1)); /* the reference: round-1 way, pageable */

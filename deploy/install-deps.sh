@@ -2,14 +2,14 @@
 # install-deps.sh: installs the Debian packages fosd's build and tests need, when any is missing.
 # Idempotent and quiet when everything is there; runs as root, or through sudo as a user.
 set -e
-PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhttp-parser-dev libcmocka-dev"
+PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libhttp-parser-dev libjansson-dev libcmocka-dev"
 # libsystemd-dev: <systemd/sd-daemon.h> for fosd's Type=notify support (libsystemd.so.0 itself is
 # opened at run time and only under systemd: server/core/sdnotify.c); systemd: systemd-analyze and
 # systemd-sysusers, with which tests/test_deploy_systemd.c checks deploy/fosd.service and fosd.sysusers
 PKGS="$PKGS libsystemd-dev systemd"
 # the Python package (client/python) and its tests in make test (tests/python.mk); FOS_NO_PYTHON=1
 # leaves them out (an image that only builds the C programs)
-[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-numpy python3-pytest python3-torch"
+[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client"
 # the CUDA backend is built where nvcc exists, and nvcc compiles host code with g++
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	PKGS="$PKGS g++"

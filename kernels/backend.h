@@ -209,8 +209,8 @@ struct fos_backend {
 
 	/* ---- memory and events of other processes on the same GPU (optional; cpu: all NULL) ---- */
 	/* Maps the allocation a 64-byte CUDA IPC memory handle exports: *base its start here, *size its
-	 * bytes (the whole allocation, from the driver). The same handle opened again returns the same
-	 * base (the driver counts the opens); each open needs one ipc_close. FOS_EINVAL for a handle
+	 * bytes (the whole allocation, from the driver); ipc_close unmaps it. A handle is opened at most
+	 * once per process (the driver refuses a second open: "already mapped"). FOS_EINVAL for a handle
 	 * the driver refuses (message from the driver). */
 	int (*ipc_open)(fos_backend *be, const unsigned char handle[64], void **base, size_t *size, fos_err *err);
 	void (*ipc_close)(fos_backend *be, void *base);
@@ -258,27 +258,86 @@ fos_linear_opts fos_linear_opts_default(void);
 int fos_linear_check(const fos_linear_opts *o, int64_t m, int64_t n, int64_t k, int *resolved_override,
 		     fos_err *err);
 
-/* A quantized weight, as the cache keeps it: rowwise 4/6 codes (forward, dequantized backward),
- * its exact bf16 decoding (GEMM operand), and lazily the columnwise copy (quantized backward) and
- * the bf16 master (high_precision backward). */
+/* The uses a weight is made for (PutWeight's uses, PROTOCOL.md "Weight uses"); what it keeps
+ * follows from them and nothing else:
+ *   FOS_USE_FORWARD        forwards without a backward: the rowwise codes, scales and amax;
+ *   FOS_USE_DEQUANTIZED    the dequantized backward: the same (deq(W) is their dequantization);
+ *   FOS_USE_QUANTIZED      the quantized backward: plus the columnwise codes and scales;
+ *   FOS_USE_HIGH_PRECISION the high_precision backward: plus the bf16 master.
+ * A forward that saves a context for override o needs fos_use_of_override(o); one that saves
+ * nothing needs FOS_USE_FORWARD. */
+enum fos_wuse {
+	FOS_USE_FORWARD = 1,
+	FOS_USE_QUANTIZED = 2,
+	FOS_USE_HIGH_PRECISION = 4,
+	FOS_USE_DEQUANTIZED = 8,
+	FOS_USES_ALL = 15
+};
+/* The use a saved context of resolved override ovr (quantized, high_precision, dequantized) needs. */
+static inline int fos_use_of_override(int ovr)
+{
+	return ovr == FOS_OVR_HIGH_PRECISION ? FOS_USE_HIGH_PRECISION
+	       : ovr == FOS_OVR_DEQUANTIZED  ? FOS_USE_DEQUANTIZED
+					     : FOS_USE_QUANTIZED;
+}
+/* "forward", "quantized", "high_precision", "dequantized" for one FOS_USE_* bit, else "?". */
+const char *fos_use_name(int use);
+/* uses as names joined by ',' into buf ("" for none); returns buf. */
+char *fos_uses_str(int uses, char *buf, size_t bufsz);
+
+/* A quantized weight, as the cache keeps it: only what its uses need (see enum fos_wuse). No
+ * decoded (bf16) operand is kept: a GEMM decodes the codes it needs (be->decode, exact) into a
+ * scratch buffer (fos_wops) or uses a decoded copy its caller keeps. */
 typedef struct fos_qweight {
 	int64_t n, k;
 	fos_linear_opts opts;
-	fos_qtensor q;       /* (N, K) rowwise */
-	uint16_t *decoded;   /* (N, K) bf16 value*scale */
-	fos_qtensor qcol;    /* (K, N) columnwise, codes NULL until needed */
-	uint16_t *col_decoded; /* (K, N) */
-	uint16_t *master;    /* (N, K) bf16 original, NULL unless kept */
+	int uses;            /* FOS_USE_* bits the weight was made for */
+	fos_qtensor q;       /* (N, K) rowwise: always */
+	fos_qtensor qcol;    /* (K, N) columnwise: with FOS_USE_QUANTIZED, else codes NULL */
+	uint16_t *master;    /* (N, K) bf16 original: with FOS_USE_HIGH_PRECISION, else NULL */
 } fos_qweight;
 
+/* A weight's bytes by part: codes = rowwise codes, scales and amax; columnwise = the columnwise
+ * codes, scales and amax; master = the bf16 master. */
+typedef struct fos_qweight_parts {
+	size_t codes, columnwise, master;
+} fos_qweight_parts;
+
 /* Quantizes w (N, K) bf16 (backend memory) with o's weight_block, err_mode and bound (o's override
- * and row_scaled are ignored). keep_master: keep a bf16 copy (needed by high_precision backward and
- * to build the columnwise copy later); want_col: build the columnwise copy now. A quantized backward
- * needs one of the two. */
+ * and row_scaled are ignored), keeping what uses (FOS_USE_* bits, at least one; else EINVAL) need. */
+int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
+			  int uses, fos_qweight *qw, fos_err *err);
+/* fos_qweight_make_uses with uses forward and dequantized, plus high_precision and quantized when
+ * keep_master, plus quantized when want_col. */
 int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
 		     int keep_master, int want_col, fos_qweight *qw, fos_err *err);
 void fos_qweight_free(fos_backend *be, fos_qweight *qw);
+/* What fos_qweight_make_uses keeps for an (n, k) weight, by part (p may be NULL); the sum. */
+size_t fos_qweight_bytes_for(int64_t n, int64_t k, int uses, fos_qweight_parts *p);
 size_t fos_qweight_bytes(const fos_qweight *qw);
+/* out (N, K) bf16 = the exact GEMM operand of the rowwise codes (col 0), or out (K, N) of the
+ * columnwise ones (col 1; EINVAL without them): be->decode, stream-ordered. */
+int fos_qweight_decode(fos_backend *be, const fos_qweight *qw, int col, uint16_t *out, fos_err *err);
+
+/* A reusable backend buffer (a fosd lane's decode scratch): grows to the largest size asked, is
+ * used by one backend instance at a time (its stream orders the reuse), freed by fos_wscratch_free. */
+typedef struct fos_wscratch {
+	void *p;
+	size_t cap;
+} fos_wscratch;
+/* At least n bytes of ws (growing it: the old buffer is freed stream-ordered); NULL with err. */
+void *fos_wscratch_get(fos_backend *be, fos_wscratch *ws, size_t n, fos_err *err);
+void fos_wscratch_free(fos_backend *be, fos_wscratch *ws);
+
+/* Where a layer call gets the weight's decoded operands (all optional; NULL members: decode on
+ * demand into ws, or into a buffer of the call when ws is NULL too): wdec, the rowwise decoding
+ * (N, K) already made (fosd's decoded tier); wcol_dec, the columnwise one (K, N). Both must be
+ * exactly fos_qweight_decode's output; results are the same bits either way. */
+typedef struct fos_wops {
+	fos_wscratch *ws;
+	const uint16_t *wdec;
+	const uint16_t *wcol_dec;
+} fos_wops;
 
 /* What a forward keeps for the backward of its resolved override (section 8). */
 typedef struct fos_saved {
@@ -295,13 +354,20 @@ typedef struct fos_saved {
 /* y (M, N) bf16 = forward(x (M, K) bf16, qw) [+ bias (N) bf16]. o gives the call's override and
  * row_scaled; its weight_block, err_mode and bound must equal qw->opts (X is quantized with the
  * same err_mode and bound as the weight). If saved is non-NULL it is filled with what the backward
- * of the resolved override needs (free with fos_saved_free). */
+ * of the resolved override needs (free with fos_saved_free); the weight must have been made for
+ * that override's use (fos_use_of_override; else EINVAL naming it). wo: see fos_wops (NULL: none). */
+int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw, const fos_wops *wo,
+			 const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved, fos_err *err);
+/* fos_linear_forward_w with wo NULL. */
 int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw,
 		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved,
 		       fos_err *err);
 /* dx (M, K), dw (N, K), db (N, optional) bf16 from dy (M, N) bf16 and what forward saved.
- * qw must be the same weight (its columnwise copy / master are made here if missing). */
-int fos_linear_backward(fos_backend *be, const fos_saved *saved, fos_qweight *qw, const uint16_t *dy,
+ * qw must be the same weight, made for the saved override's use (else EINVAL naming it). */
+int fos_linear_backward_w(fos_backend *be, const fos_saved *saved, const fos_qweight *qw, const fos_wops *wo,
+			  const uint16_t *dy, uint16_t *dx, uint16_t *dw, uint16_t *db, fos_err *err);
+/* fos_linear_backward_w with wo NULL. */
+int fos_linear_backward(fos_backend *be, const fos_saved *saved, const fos_qweight *qw, const uint16_t *dy,
 			uint16_t *dx, uint16_t *dw, uint16_t *db, fos_err *err);
 void fos_saved_free(fos_backend *be, fos_saved *s);
 size_t fos_saved_bytes(const fos_saved *s);

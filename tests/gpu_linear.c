@@ -513,6 +513,20 @@ static void cmp_bf16(const uint16_t *hc, const uint16_t *dg, int64_t n, const ch
 	free(g);
 }
 
+/* The weights' decoded GEMM operands (rowwise, or columnwise when col), CPU's against CUDA's. */
+static void cmp_wdec(const fos_qweight *wc, const fos_qweight *wg, int col, const char *what)
+{
+	size_t bytes = (size_t)(wc->n * wc->k) * 2;
+	uint16_t *hc = malloc(bytes), *dg = g_gpu->alloc(g_gpu, bytes);
+	fos_err e;
+	assert_true(hc && dg);
+	assert_int_equal(fos_qweight_decode(g_cpu, wc, col, hc, &e), FOS_OK);
+	assert_int_equal(fos_qweight_decode(g_gpu, wg, col, dg, &e), FOS_OK);
+	cmp_bf16(hc, dg, wc->n * wc->k, what);
+	g_gpu->free(g_gpu, dg);
+	free(hc);
+}
+
 static int64_t g_lin_cases, g_lin_transposed_diff;
 
 static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *o, int with_bias)
@@ -552,9 +566,9 @@ static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *
 	assert_int_equal(rc, FOS_OK);
 	/* quantized operands, bit for bit */
 	cmp_q(g_cpu, &wc.q, &wg.q, "weight rowwise");
-	cmp_bf16(wc.decoded, wg.decoded, n * k, "weight decoded");
+	cmp_wdec(&wc, &wg, 0, "weight decoded");
 	cmp_q(g_cpu, &wc.qcol, &wg.qcol, "weight columnwise");
-	cmp_bf16(wc.col_decoded, wg.col_decoded, n * k, "weight columnwise decoded");
+	cmp_wdec(&wc, &wg, 1, "weight columnwise decoded");
 	cmp_q(g_cpu, &sc.xq, &sg.xq, "saved x rowwise");
 	cmp_q(g_cpu, &sc.xcol, &sg.xcol, "saved x columnwise");
 	cmp_bf16(sc.xcol_decoded, sg.xcol_decoded, m * k, "saved x columnwise decoded");
@@ -751,7 +765,11 @@ static void test_linear_quantize_t(void **state)
 				res[pass][2] = host_copy(g_gpu, sv.xcol_decoded, (size_t)(m * k) * 2);
 				res[pass][3] = host_copy(g_gpu, qw.qcol.codes, (size_t)(n * k) / 2);
 				res[pass][4] = host_copy(g_gpu, qw.qcol.scales, (size_t)(n * k) / 16);
-				res[pass][5] = host_copy(g_gpu, qw.col_decoded, (size_t)(n * k) * 2);
+				uint16_t *cdec = g_gpu->alloc(g_gpu, (size_t)(n * k) * 2);
+				assert_non_null(cdec);
+				assert_int_equal(fos_qweight_decode(g_gpu, &qw, 1, cdec, &e), FOS_OK);
+				res[pass][5] = host_copy(g_gpu, cdec, (size_t)(n * k) * 2);
+				g_gpu->free(g_gpu, cdec);
 				res[pass][6] = host_copy(g_gpu, dx, (size_t)(m * k) * 2);
 				res[pass][7] = host_copy(g_gpu, dw, (size_t)(n * k) * 2);
 				fos_saved_free(g_gpu, &sv);

@@ -405,7 +405,7 @@ static void test_client_errors(void **state)
 	ASSERT_CODE(fos_put_weight(c, "a b", 1, &w, NULL, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	ASSERT_CODE(fos_put_weight(c, "w100", 1, &w100, NULL, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	assert_non_null(strstr(st.message, "100"));
-	fos_weight_config bad = {0, 0, 300, 0, 0, 0};
+	fos_weight_config bad = {0, 0, 300, 0, 0, 0, 0};
 	ASSERT_CODE(fos_put_weight(c, "w300", 1, &w, &bad, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	assert_non_null(strstr(st.message, "300"));
 	ASSERT_CODE(fos_put_weight(c, "keep", 1, &w, NULL, NULL, &st), FOS_CODE_ALREADY_EXISTS, st);

@@ -25,7 +25,7 @@ enum { WN = 256, WK = 128, XM = 128 };
 static void test_cache_budget(void **state)
 {
 	(void)state;
-	uint64_t b = fos_qtensor_bytes(WN, WK, 0) + 2ull * WN * WK * 2; /* one weight with its master */
+	uint64_t b = fos_qweight_bytes_for(WN, WK, FOS_USES_ALL, NULL); /* one weight put for every use */
 	char budget[32];
 	snprintf(budget, sizeof budget, "%llu", (unsigned long long)(b * 9 / 2));
 	const char *args[] = {"--cache-bytes", budget, NULL};

@@ -393,7 +393,7 @@ static void test_fosd_cached_forward_backward(void **state)
 			 (long long)l.k, opt->name);
 		fos_status st;
 		fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, l.n, l.k, l.w);
-		fos_weight_config wc = {block_opt(opt->weight_block), opt->err_mode, opt->bound, 0, 0, s % 2};
+		fos_weight_config wc = {block_opt(opt->weight_block), opt->err_mode, opt->bound, 0, 0, s % 2, 0};
 		fos_weight_info info;
 		ASSERT_OK(fos_put_weight(c, name, 1, &tw, &wc, &info, &st), st);
 		assert_int_equal(info.n, l.n);

@@ -455,7 +455,11 @@ static void test_columnwise_weight_is_requantized_transpose(void **state)
 			assert_int_equal(ref_dev_get(g_be, cw.codes, qw.qcol.codes, (size_t)(n * k / 2)), FOS_OK);
 			assert_int_equal(ref_dev_get(g_be, cw.scales, qw.qcol.scales, (size_t)(n * k / 16)), FOS_OK);
 			assert_int_equal(ref_dev_get(g_be, cw.amax, qw.qcol.amax, 4), FOS_OK);
-			assert_int_equal(ref_dev_get(g_be, dec, qw.col_decoded, 2 * (size_t)(n * k)), FOS_OK);
+			uint16_t *cdec = g_be->alloc(g_be, 2 * (size_t)(n * k)); /* the columnwise GEMM operand */
+			assert_non_null(cdec);
+			assert_int_equal(fos_qweight_decode(g_be, &qw, 1, cdec, &err), FOS_OK);
+			assert_int_equal(ref_dev_get(g_be, dec, cdec, 2 * (size_t)(n * k)), FOS_OK);
+			g_be->free(g_be, cdec);
 			/* the columnwise copy: 4/6(W^T, w_amax, weight_block) */
 			assert_true(same_f(cw.amax[0], rw.amax[0]));
 			fos_qcfg c = mk(FOS_RECIPE_4OVER6, o.weight_block, o.err_mode, o.bound, 0);
@@ -513,7 +517,7 @@ static void test_columnwise_activation_is_requantized_transpose(void **state)
 	assert_true(dx && dw && dy);
 	fos_qweight qw;
 	memset(&qw, 0, sizeof qw);
-	assert_int_equal(fos_qweight_make(g_be, dw, n, k, &o, 0, 0, &qw, &err), FOS_OK);
+	assert_int_equal(fos_qweight_make(g_be, dw, n, k, &o, 0, 1, &qw, &err), FOS_OK); /* for the quantized use */
 	fos_saved sv;
 	memset(&sv, 0, sizeof sv);
 	int rc = fos_linear_forward(g_be, dx, m, &qw, &o, NULL, dy, &sv, &err);

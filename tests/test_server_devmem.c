@@ -3,7 +3,8 @@
  * its allocation's size in KiB (0: the driver refuses it) and its third the byte it is filled with, so every check the cuda backend relies
  * on runs on the CPU: handle and UUID forms, the GPU UUID, connections without peer credentials,
  * ranges past the allocation and offset + length overflow, per-connection and per-tenant
- * ownership (another tenant's CloseDeviceMemory is NOT_FOUND and opens its own mapping), release
+ * ownership (another tenant's CloseDeviceMemory is NOT_FOUND; its own mapping shares the one open
+ * of the allocation, which is unmapped with the last mapping), release
  * on disconnect deferred while a request holds the mapping, the per-connection limit (least
  * recently used idle mapping closed), in-place output targets only when aligned and large enough,
  * snapshots of checked inputs, and the stats counters. */
@@ -310,35 +311,46 @@ static void test_tenants_and_close(void **state)
 	/* ... nor can another connection, or anonymous requests */
 	assert_int_equal(fosd_devmaps_close(&g_dm, 2, "alice", d.handle, 64, msg, sizeof msg), FOS__CODE__NOT_FOUND);
 	assert_int_equal(fosd_devmaps_close(&g_dm, 1, NULL, d.handle, 64, msg, sizeof msg), FOS__CODE__NOT_FOUND);
-	/* bob naming the same handle gets a mapping of his own */
+	/* bob naming the same handle gets a mapping of his own, on the allocation opened once */
 	int opens = g_fake.opens;
 	fosd_dev_req_begin(&b, &g_dm, 1, "bob");
 	expect_get(&b, dev_tensor(&d, 8, 0, 2, 0, 16, 32), 0, 0, NULL);
-	assert_int_equal(g_fake.opens, opens + 1);
+	assert_int_equal(g_fake.opens, opens);
 	fosd_dev_req_end(&b);
-	uint64_t count;
-	fosd_devmaps_stats(&g_dm, &count, NULL, NULL, NULL);
+	uint64_t count, bytes;
+	fosd_devmaps_stats(&g_dm, &count, &bytes, NULL, NULL);
 	assert_int_equal(count, 2);
+	assert_int_equal(bytes, 8192); /* one allocation */
 	/* a bad handle length */
 	assert_int_equal(fosd_devmaps_close(&g_dm, 1, "alice", d.handle, 63, msg, sizeof msg),
 			 FOS__CODE__INVALID_ARGUMENT);
-	/* alice closes hers while a request of hers still uses it: unmapped when that one ends */
+	/* alice closes hers while a request of hers still uses it: her mapping goes when that one
+	 * ends, the allocation stays open for bob's */
 	fosd_dev_req_begin(&a, &g_dm, 1, "alice");
 	expect_get(&a, dev_tensor(&d, 8, 0, 2, 0, 16, 32), 0, 0, NULL);
 	int closes = g_fake.closes;
 	assert_int_equal(fosd_devmaps_close(&g_dm, 1, "alice", d.handle, 64, msg, sizeof msg), 0);
-	assert_int_equal(g_fake.closes, closes);
 	fosd_dev_req_end(&a);
+	assert_int_equal(g_fake.closes, closes);
+	fosd_devmaps_stats(&g_dm, &count, NULL, NULL, NULL);
+	assert_int_equal(count, 1);
+	/* bob closes his: the allocation is unmapped */
+	assert_int_equal(fosd_devmaps_close(&g_dm, 1, "bob", d.handle, 64, msg, sizeof msg), 0);
 	assert_int_equal(g_fake.closes, closes + 1);
 	/* naming it again maps it again */
+	opens = g_fake.opens;
 	fosd_dev_req_begin(&a, &g_dm, 1, "alice");
 	expect_get(&a, dev_tensor(&d, 8, 0, 2, 0, 16, 32), 0, 0, NULL);
-	/* the connection goes away while the request runs: nothing unmapped under it */
+	assert_int_equal(g_fake.opens, opens + 1);
+	fosd_dev_req_begin(&b, &g_dm, 1, "bob");
+	expect_get(&b, dev_tensor(&d, 8, 0, 2, 0, 16, 32), 0, 0, NULL);
+	fosd_dev_req_end(&b);
+	/* the connection goes away while alice's request runs: nothing unmapped under it */
 	closes = g_fake.closes;
 	fosd_devmaps_pipe_closed(&g_dm, 1);
-	assert_int_equal(g_fake.closes, closes + 1); /* bob's, idle */
+	assert_int_equal(g_fake.closes, closes); /* bob's mapping went, the allocation is alice's still */
 	fosd_dev_req_end(&a);
-	assert_int_equal(g_fake.closes, closes + 2);
+	assert_int_equal(g_fake.closes, closes + 1);
 	fosd_devmaps_stats(&g_dm, &count, NULL, NULL, NULL);
 	assert_int_equal(count, 0);
 	/* a closed connection opens nothing more */

@@ -646,8 +646,9 @@ static void test_wcache(void **state)
 	assert_non_null(g_be);
 	fosd_weight *probe = make_weight("probe", 1, 1);
 	size_t one = fos_qweight_bytes(&probe->qw);
-	/* 128 x 128: codes 8192 + scales 1024 + amax 4, decoded 32768, master 32768 */
-	assert_int_equal(one, 8192 + 1024 + 4 + 32768 + 32768);
+	/* 128 x 128 with its master (every use): rowwise and columnwise codes 8192 + scales 1024 + amax
+	 * 4 each, master 32768 */
+	assert_int_equal(one, 2 * (8192 + 1024 + 4) + 32768);
 	fos_qweight_free(g_be, &probe->qw);
 	free(probe);
 

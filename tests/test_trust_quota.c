@@ -27,10 +27,10 @@
 
 enum { WN = 256, WK = 128, XM = 128 };
 
-/* The bytes a (WN, WK) weight with its master occupies in the cache. */
+/* The bytes a (WN, WK) weight put for every use (the default) occupies in the cache. */
 static uint64_t weight_bytes(void)
 {
-	return fos_qtensor_bytes(WN, WK, 0) + 2ull * WN * WK * 2;
+	return fos_qweight_bytes_for(WN, WK, FOS_USES_ALL, NULL);
 }
 
 static void start(tsrv *s, char *dir, const char *tokens_text, const char *const *extra)

@@ -1,9 +1,17 @@
 /* cli_weights.c: fosd's weight cache from the command line: `fos put-weight` (quantize a .npy
- * weight once and cache it under a name and version), `fos drop-weight` and `fos list-weights`. */
+ * weight once and cache it under a name and version, or every tensor of a .safetensors checkpoint
+ * under its tensor name), `fos drop-weight` and `fos list-weights`. A checkpoint's tensors are all
+ * checked (dtype, shape, name) before the first is sent, and nothing is printed on stdout unless
+ * all of them were cached. */
 #include "cli.h"
+#include "safetensors.h"
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* FOS_WEIGHT_USE_* bit i is use_names[i] */
+static const char *const use_names[4] = {"forward", "quantized", "high_precision", "dequantized"}; /* bit i */
 
 /* Weight names as fosd accepts them: 1..128 bytes of [A-Za-z0-9._:/-]. */
 static int cli_check_weight_name(const char *name, fos_err *err)
@@ -38,12 +46,167 @@ static void cli_weight_json(cli_jw *w, const char *key, const fos_weight_info *w
 	cli_jw_bool(w, "has_columnwise", wi->has_columnwise);
 	cli_jw_u64(w, "uses", wi->uses);
 	cli_jw_u64(w, "idle_ms", wi->idle_ms);
+	cli_jw_arr(w, "weight_uses");
+	for (int i = 0; i < 4; i++)
+		if (wi->weight_uses & (1 << i))
+			cli_jw_str(w, NULL, use_names[i]);
+	cli_jw_end(w, ']');
+	cli_jw_u64(w, "codes_bytes", wi->codes_bytes);
+	cli_jw_u64(w, "columnwise_bytes", wi->columnwise_bytes);
+	cli_jw_u64(w, "master_bytes", wi->master_bytes);
+	cli_jw_u64(w, "decoded_tier_bytes", wi->decoded_tier_bytes);
 	cli_jw_end(w, '}');
 }
 
 /* ---- put-weight ------------------------------------------------------------------------------- */
 
-enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER, PF_JSON, PF_COUNT };
+static void cli_weight_line(const fos_weight_info *info)
+{
+	char bb[32];
+	printf("cached %s version %llu: (%lld, %lld), %s blocks, %s, bound %d, %s%s\n", info->name,
+	       (unsigned long long)info->version, (long long)info->n, (long long)info->k,
+	       cli_block_name(info->weight_block, 1), cli_errmode_name(info->err_mode), info->bound ? info->bound : 256,
+	       cli_human_bytes(info->bytes, bb, sizeof bb), info->pinned ? ", pinned" : "");
+}
+
+/* Whether argv (before a "--") has --safetensors: the form without positional arguments. */
+static int cli_has_safetensors(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--safetensors") || !strncmp(argv[i], "--safetensors=", 14))
+			return 1;
+	return 0;
+}
+
+/* The tensors of f that match (every one when match is NULL), checked to be weights: *sel gets
+ * their indices (malloc'd). */
+static int cli_safet_select(const safet_file *f, const char *match, size_t **sel, size_t *nsel, fos_err *err)
+{
+	*nsel = 0;
+	*sel = malloc((f->n ? f->n : 1) * sizeof **sel);
+	if (!*sel)
+		return fos_seterr(err, FOS_ENOMEM, "out of memory");
+	for (size_t i = 0; i < f->n; i++) {
+		const safet_tensor *t = &f->t[i];
+		if (match && fnmatch(match, t->name, 0))
+			continue;
+		char sb[200];
+		if (t->dtype != SAFET_BF16 && t->dtype != SAFET_F32)
+			return cli_errf(err, "%s: tensor '%s' has dtype %s (BF16 or F32 expected; --match selects tensors)",
+					f->path, t->name, t->dtype_name);
+		if (t->ndim != 2 || !t->count)
+			return cli_errf(err, "%s: tensor '%s' has shape %s (a nonempty (N, K) expected; --match selects "
+					     "tensors)",
+					f->path, t->name, safet_shape_str(t, sb, sizeof sb));
+		fos_err ne = {0, ""};
+		if (cli_check_weight_name(t->name, &ne))
+			return cli_errf(err, "%s: tensor '%s': %s", f->path, t->name, ne.msg);
+		(*sel)[(*nsel)++] = i;
+	}
+	if (!*nsel)
+		return match ? cli_errf(err, "%s: no tensor name matches --match '%s' (%zu tensors in the file)", f->path,
+					match, f->n)
+			     : cli_errf(err, "%s: the file holds no tensors", f->path);
+	return FOS_OK;
+}
+
+/* put-weight --safetensors: every selected tensor as the weight of its name. */
+static int cli_put_safetensors(const cli_global *g, const char *path, const char *match, uint64_t version,
+			       const fos_weight_config *cfg, int json)
+{
+	fos_err err = {0, ""};
+	safet_file f;
+	size_t *sel = NULL, nsel = 0;
+	fos_weight_info *infos = NULL;
+	fos_client *c = NULL;
+	int ex = CLI_EXIT_FAIL;
+	if (safet_open(path, &f, &err) || cli_safet_select(&f, match, &sel, &nsel, &err))
+		goto out;
+	infos = calloc(nsel, sizeof *infos);
+	if (!infos) {
+		fos_seterr(&err, FOS_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (cli_connect(g, &c, &err))
+		goto out;
+	for (size_t i = 0; i < nsel; i++) {
+		const safet_tensor *t = &f.t[sel[i]];
+		uint16_t *w;
+		if (safet_read_bf16(&f, t, &w, &err))
+			goto out;
+		fos_tensor ft = fos_tensor_2d(FOS_DTYPE_BF16, t->shape[0], t->shape[1], w);
+		fos_status st;
+		int code = fos_put_weight(c, t->name, version, &ft, cfg, &infos[i], &st);
+		free(w);
+		if (code) {
+			char what[400];
+			snprintf(what, sizeof what, "put-weight %s from %s (%zu of %zu weights cached before it)", t->name,
+				 path, i, nsel);
+			cli_status_err(&st, what, &err);
+			goto out;
+		}
+	}
+	if (json) {
+		cli_jw jw;
+		cli_jw_init(&jw, stdout, 1);
+		cli_jw_obj(&jw, NULL);
+		cli_jw_str(&jw, "safetensors", path);
+		cli_jw_arr(&jw, "weights");
+		for (size_t i = 0; i < nsel; i++)
+			cli_weight_json(&jw, NULL, &infos[i]);
+		cli_jw_end(&jw, ']');
+		cli_jw_u64(&jw, "skipped", f.n - nsel);
+		cli_jw_end(&jw, '}');
+	} else {
+		for (size_t i = 0; i < nsel; i++)
+			cli_weight_line(&infos[i]);
+		printf("cached %zu weight%s from %s (%zu tensor%s not matched)\n", nsel, nsel == 1 ? "" : "s", path,
+		       f.n - nsel, f.n - nsel == 1 ? "" : "s");
+	}
+	ex = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "put-weight: cannot write to stdout") : CLI_EXIT_OK;
+out:
+	if (c)
+		fos_close(c);
+	free(infos);
+	free(sel);
+	safet_close(&f);
+	return ex == CLI_EXIT_OK ? ex : cli_report(&err, ex);
+}
+
+enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER, PF_SAFET, PF_MATCH, PF_JSON, PF_USES, PF_COUNT };
+
+
+/* --uses LIST: comma-separated use names into FOS_WEIGHT_USE_* bits; -1 with err on a bad one. */
+static int parse_uses(const char *list, int *out, fos_err *err)
+{
+	int u = 0;
+	const char *p = list;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		int bit = -1;
+		for (int i = 0; i < 4; i++)
+			if (strlen(use_names[i]) == len && !strncmp(p, use_names[i], len))
+				bit = i;
+		if (bit < 0 || (u & (1 << bit))) {
+			cli_errf(err, "put-weight: --uses '%s': %s '%.*s' (give forward, quantized, high_precision, "
+				      "dequantized, comma-separated, each once)", list, bit < 0 ? "unknown use" : "repeated use",
+				 (int)len, p);
+			return -1;
+		}
+		u |= 1 << bit;
+		p += len;
+		if (*p == ',' && *++p == 0) {
+			cli_errf(err, "put-weight: --uses '%s' ends with a comma", list);
+			return -1;
+		}
+	}
+	if (!u) {
+		cli_errf(err, "put-weight: --uses is empty");
+		return -1;
+	}
+	*out = u;
+	return 0;
+}
 
 int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 {
@@ -58,10 +221,20 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		[PF_BOUND] = {"--bound", "256|448", "E4M3 scale bound (default 256)", 0, 0},
 		[PF_PIN] = {"--pin", NULL, "never evict it to make room (drop-weight still drops it)", 0, 0},
 		[PF_DROP_MASTER] = {"--drop-master", NULL, "keep no bf16 copy of W: less memory, but no\n"
-							   "high_precision backward", 0, 0},
-		[PF_EAGER] = {"--eager-columnwise", NULL, "build the columnwise copy (quantized backward) now\n"
-							  "instead of at the first backward that needs it", 0, 0},
-		[PF_JSON] = {"--json", NULL, "print the cached entry as one JSON object", 0, 0},
+							   "high_precision backward (--uses without it)", 0, 0},
+		[PF_EAGER] = {"--eager-columnwise", NULL, "no effect: the columnwise copy (quantized\n"
+							  "backward) is always made at put", 0, 0},
+		[PF_SAFET] = {"--safetensors", "FILE", "instead of NAME W.npy: every tensor of a .safetensors\n"
+						       "checkpoint (BF16 or F32, (N, K)), each cached under its\n"
+						       "tensor name with the options given here", 0, 0},
+		[PF_MATCH] = {"--match", "GLOB", "with --safetensors: only the tensors whose names match\n"
+						 "GLOB (fnmatch(3): * ? [...]; * matches '.' and '/')", 0, 0},
+		[PF_JSON] = {"--json", NULL, "print the cached entry as one JSON object (--safetensors:\n"
+					     "{\"safetensors\": FILE, \"weights\": [...], \"skipped\": N})", 0, 0},
+		[PF_USES] = {"--uses", "LIST", "what the weight serves, comma-separated: forward,\n"
+					       "quantized, high_precision, dequantized (default all); it\n"
+					       "keeps only what they need, other uses fail\n"
+					       "FAILED_PRECONDITION", 0, 0},
 	};
 	static const char *const pos_names[] = {"NAME", "W.npy"};
 	static const char *const pos_help[] = {"the name forwards will use: 1 to 128 of [A-Za-z0-9._:/-]",
@@ -70,20 +243,40 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 	cli_cmd cmd = {
 		.name = "put-weight",
 		.synopsis = "NAME W.npy [--version V] [--weight-block 16x16|1x16] [--err mae|mse]\n"
-			    "           [--bound 256|448] [--pin] [--drop-master] [--eager-columnwise] [--json]",
+			    "           [--bound 256|448] [--pin] [--drop-master] [--eager-columnwise]\n"
+			    "           [--uses forward,quantized,high_precision,dequantized] [--json]\n"
+			    "   or: fos put-weight --safetensors FILE [--match GLOB] [the options above]",
 		.summary = "Quantize a weight once into fosd's cache; `fos forward NAME ...` then uses it.",
 		CLI_CMD_ARGS(pos_names, pos_help, flags),
 	};
+	int safet = cli_has_safetensors(argc, argv);
+	if (safet)
+		cmd.npos = 0; /* --safetensors FILE stands for NAME W.npy */
 	int rc = cli_parse_main(&cmd, argc, argv, &err);
 	if (rc >= 0)
 		return rc;
-	int block = FOS_BLOCK_16X16, errm = FOS_ERR_MAE, bound = 256;
+	if (flags[PF_MATCH].given && !safet) {
+		cli_errf(&err, "put-weight: --match selects tensors of a --safetensors FILE");
+		return cli_report(&err, CLI_EXIT_USAGE);
+	}
+	int block = FOS_BLOCK_16X16, errm = FOS_ERR_MAE, bound = 256, uses = 0;
 	uint64_t version = 1;
 	if (cli_opt_block(&flags[PF_WBLOCK], &block, &err) || cli_opt_err_mode(&flags[PF_ERR], &errm, &err) ||
 	    cli_opt_bound(&flags[PF_BOUND], &bound, &err) ||
 	    (flags[PF_VERSION].given && cli_parse_u64("--version", flags[PF_VERSION].value, 1, UINT64_MAX, &version, &err)) ||
-	    cli_check_weight_name(cmd.pos[0], &err))
+	    (!safet && cli_check_weight_name(cmd.pos[0], &err)) ||
+	    (flags[PF_USES].given && parse_uses(flags[PF_USES].value, &uses, &err)))
 		return cli_report(&err, CLI_EXIT_USAGE);
+	fos_weight_config cfg = {.weight_block = fos_block_to_wire(block),
+				 .err_mode = errm,
+				 .bound = bound,
+				 .pin = flags[PF_PIN].given,
+				 .drop_master = flags[PF_DROP_MASTER].given,
+				 .eager_columnwise = flags[PF_EAGER].given,
+				 .uses = uses};
+	if (safet)
+		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg,
+					   flags[PF_JSON].given);
 	const char *name = cmd.pos[0], *wp = cmd.pos[1];
 	npy_array w = {0};
 	if (cli_load_bf16(wp, 2, "(N, K)", &w, &err) || cli_check_nonempty(&w, wp, &err)) {
@@ -96,8 +289,6 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
 	fos_tensor t = cli_tensor_bf16(&w);
-	fos_weight_config cfg = {fos_block_to_wire(block), errm, bound,
-				 flags[PF_PIN].given, flags[PF_DROP_MASTER].given, flags[PF_EAGER].given};
 	fos_weight_info info;
 	fos_status st;
 	int code = fos_put_weight(c, name, version, &t, &cfg, &info, &st);
@@ -114,11 +305,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		cli_jw_init(&jw, stdout, 1);
 		cli_weight_json(&jw, NULL, &info);
 	} else {
-		char bb[32];
-		printf("cached %s version %llu: (%lld, %lld), %s blocks, %s, bound %d, %s%s\n", info.name,
-		       (unsigned long long)info.version, (long long)info.n, (long long)info.k,
-		       cli_block_name(info.weight_block, 1), cli_errmode_name(info.err_mode), info.bound ? info.bound : 256,
-		       cli_human_bytes(info.bytes, bb, sizeof bb), info.pinned ? ", pinned" : "");
+		cli_weight_line(&info);
 	}
 	return fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "put-weight: cannot write to stdout") : CLI_EXIT_OK;
 }
@@ -206,11 +393,18 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 		       "BYTES", "FLAGS");
 		for (size_t i = 0; i < n; i++) {
 			const fos_weight_info *wi = &list[i];
-			char shape[64], bb[32], fl[96];
+			char shape[64], bb[32], fl[320], cb[32], colb[32], mb[32], tb[32], fu[64] = "";
 			snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)wi->n, (long long)wi->k);
-			snprintf(fl, sizeof fl, "%s%s%suses=%llu idle=%.1fs", wi->pinned ? "pinned " : "",
-				 wi->has_master ? "master " : "", wi->has_columnwise ? "columnwise " : "",
-				 (unsigned long long)wi->uses, (double)wi->idle_ms / 1000.0);
+			for (int u = 0; u < 4; u++)
+				if (wi->weight_uses & (1 << u))
+					snprintf(fu + strlen(fu), sizeof fu - strlen(fu), "%s%s", fu[0] ? "," : "", use_names[u]);
+			snprintf(fl, sizeof fl, "%s%s%suses=%llu idle=%.1fs for=%s codes=%s columnwise=%s master=%s tier=%s",
+				 wi->pinned ? "pinned " : "", wi->has_master ? "master " : "",
+				 wi->has_columnwise ? "columnwise " : "", (unsigned long long)wi->uses,
+				 (double)wi->idle_ms / 1000.0, fu, cli_human_bytes(wi->codes_bytes, cb, sizeof cb),
+				 cli_human_bytes(wi->columnwise_bytes, colb, sizeof colb),
+				 cli_human_bytes(wi->master_bytes, mb, sizeof mb),
+				 cli_human_bytes(wi->decoded_tier_bytes, tb, sizeof tb));
 			printf("%-24s %8llu %-14s %-6s %-4s %5d %10s %s\n", wi->name, (unsigned long long)wi->version, shape,
 			       cli_block_name(wi->weight_block, 1), cli_errmode_name(wi->err_mode), wi->bound ? wi->bound : 256,
 			       cli_human_bytes(wi->bytes, bb, sizeof bb), fl);

@@ -209,9 +209,18 @@ typedef struct fos_weight_config {
 	int err_mode;         /* enum fos_errmode_opt */
 	int bound;            /* 256 or 448; 0 = 256 */
 	int pin;              /* never evicted by LRU */
-	int drop_master;      /* keep no bf16 copy of W (no high_precision backward) */
-	int eager_columnwise; /* build the columnwise copy (quantized backward) now */
+	int drop_master;      /* without uses: every use but high_precision */
+	int eager_columnwise; /* no effect (the columnwise copy is made at put for the quantized use) */
+	int uses;             /* FOS_WEIGHT_USE_* bits the weight will serve; 0: all (PROTOCOL.md "Weight uses") */
 } fos_weight_config;
+
+/* What a weight is put for (fos_weight_config.uses, fos_weight_info.weight_uses); it keeps only
+ * what they need, and a forward or backward needing another use gets FAILED_PRECONDITION. */
+#define FOS_WEIGHT_USE_FORWARD 0x1        /* forwards without a saved context */
+#define FOS_WEIGHT_USE_QUANTIZED 0x2      /* the quantized backward */
+#define FOS_WEIGHT_USE_HIGH_PRECISION 0x4 /* the high_precision backward (keeps the bf16 master) */
+#define FOS_WEIGHT_USE_DEQUANTIZED 0x8    /* the dequantized backward */
+#define FOS_WEIGHT_USES_ALL 0xF
 
 #define FOS_NAME_MAX 128
 
@@ -223,6 +232,10 @@ typedef struct fos_weight_info {
 	uint64_t bytes;
 	int pinned, has_master, has_columnwise;
 	uint64_t uses, idle_ms;
+	int weight_uses; /* FOS_WEIGHT_USE_* bits it was put for */
+	/* bytes by part (their sum is bytes): rowwise codes + scales + amax, the columnwise ones, the
+	 * bf16 master; its decoded tier copy (not in bytes) */
+	uint64_t codes_bytes, columnwise_bytes, master_bytes, decoded_tier_bytes;
 } fos_weight_info;
 
 /* Quantizes w (N, K) bf16 once and caches it as (name, version); a new version replaces the old

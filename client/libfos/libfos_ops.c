@@ -227,6 +227,13 @@ static void weight_info_from(const Fos__WeightInfo *wi, fos_weight_info *o)
 	o->has_columnwise = wi->has_columnwise;
 	o->uses = wi->uses;
 	o->idle_ms = wi->idle_ms;
+	for (size_t i = 0; i < wi->n_weight_uses; i++) /* wire value v is bit v - 1 */
+		if (wi->weight_uses[i] >= 1 && wi->weight_uses[i] <= 4)
+			o->weight_uses |= 1 << (wi->weight_uses[i] - 1);
+	o->codes_bytes = wi->codes_bytes;
+	o->columnwise_bytes = wi->columnwise_bytes;
+	o->master_bytes = wi->master_bytes;
+	o->decoded_tier_bytes = wi->decoded_tier_bytes;
 }
 
 static int put_weight_call(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
@@ -234,6 +241,9 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 {
 	if (!name)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
+	if (cfg && (cfg->uses & ~FOS_WEIGHT_USES_ALL))
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "uses 0x%x has bits other than FOS_WEIGHT_USE_*",
+				   (unsigned)cfg->uses);
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
 	Fos__WeightConfig wc = FOS__WEIGHT_CONFIG__INIT;
@@ -252,6 +262,11 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		pw.drop_master = cfg->drop_master;
 		pw.eager_columnwise = cfg->eager_columnwise;
 	}
+	Fos__WeightUse uses[4];
+	for (int b = 0; cfg && b < 4; b++) /* bit b is wire value b + 1 */
+		if (cfg->uses & (1 << b))
+			uses[pw.n_uses++] = (Fos__WeightUse)(b + 1);
+	pw.uses = uses;
 	fosc_in ins[1] = {{&tw, w, "w"}};
 	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL};
 	opreply rp;

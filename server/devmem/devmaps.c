@@ -1,8 +1,11 @@
 /* devmaps.c: the table of client GPU allocations and IPC events fosd has open (devmem.h): one entry
  * per (pipe, tenant, kind, handle), reference counted by the requests using it, closed by
  * CloseDeviceMemory, by its pipe going away, or as the least recently used idle entry of a pipe at
- * its limit; an entry closed while referenced is unmapped by its last release. Every entry and
- * counter is guarded by dm->mu; the backend calls that open and close run outside it. */
+ * its limit; an entry closed while referenced is let go by its last release. Below the entries,
+ * each allocation is opened once for the whole process (the driver refuses a second open of a
+ * handle: "already mapped"), shared by every entry naming its handle and unmapped with the last.
+ * Entries and counters are guarded by dm->mu; the process-wide opens by dm->open_mu, which also
+ * serializes the backend calls that open and close them (never while holding dm->mu). */
 #include "devmem.h"
 #include "log.h"
 
@@ -10,8 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One allocation opened in this process. */
+typedef struct fosd_devopen {
+	struct fosd_devopen *next;
+	uint8_t handle[FOSD_DEV_HANDLE_BYTES];
+	void *base;
+	size_t size;
+	int users; /* entries using it */
+} fosd_devopen;
+
 struct fosd_devmap {
 	fosd_devmap *next;
+	fosd_devopen *open; /* memory: the process-wide open */
 	uint32_t pipe;
 	char *tenant; /* NULL: anonymous */
 	int is_event;
@@ -32,18 +45,72 @@ int fosd_devmaps_init(fosd_devmaps *dm, fos_backend *be)
 {
 	memset(dm, 0, sizeof *dm);
 	dm->be = be && be->ipc_open && be->ipc_close && be->has_uuid ? be : NULL;
+	if (pthread_mutex_init(&dm->open_mu, NULL))
+		return -1;
 	return pthread_mutex_init(&dm->mu, NULL) ? -1 : 0;
+}
+
+/* The process-wide open of handle (made now if there is none), with one more user. NULL with a
+ * code and msg when the driver refuses it. */
+static fosd_devopen *open_get(fosd_devmaps *dm, const uint8_t *handle, int *code, char *msg, size_t msgsz)
+{
+	pthread_mutex_lock(&dm->open_mu);
+	fosd_devopen *o = dm->opens;
+	while (o && memcmp(o->handle, handle, FOSD_DEV_HANDLE_BYTES))
+		o = o->next;
+	if (!o) {
+		fos_err e;
+		memset(&e, 0, sizeof e);
+		o = calloc(1, sizeof *o);
+		int rc = o ? dm->be->ipc_open(dm->be, handle, &o->base, &o->size, &e) : FOS_ENOMEM;
+		if (rc) {
+			free(o);
+			pthread_mutex_unlock(&dm->open_mu);
+			*code = rc == FOS_EINVAL ? FOS__CODE__INVALID_ARGUMENT
+				: rc == FOS_ENOMEM ? FOS__CODE__RESOURCE_EXHAUSTED
+						   : FOS__CODE__INTERNAL;
+			snprintf(msg, msgsz,
+				 "cannot open the CUDA IPC memory handle (is it from a live process on this GPU?): %s",
+				 rc == FOS_ENOMEM && !e.msg[0] ? "out of memory" : e.msg);
+			return NULL;
+		}
+		memcpy(o->handle, handle, FOSD_DEV_HANDLE_BYTES);
+		o->next = dm->opens;
+		dm->opens = o;
+		pthread_mutex_lock(&dm->mu);
+		dm->bytes += o->size;
+		pthread_mutex_unlock(&dm->mu);
+	}
+	o->users++;
+	pthread_mutex_unlock(&dm->open_mu);
+	return o;
+}
+
+static void open_put(fosd_devmaps *dm, fosd_devopen *o)
+{
+	pthread_mutex_lock(&dm->open_mu);
+	if (--o->users == 0) {
+		for (fosd_devopen **pp = &dm->opens; *pp; pp = &(*pp)->next)
+			if (*pp == o) {
+				*pp = o->next;
+				break;
+			}
+		dm->be->ipc_close(dm->be, o->base);
+		pthread_mutex_lock(&dm->mu);
+		dm->bytes -= o->size;
+		pthread_mutex_unlock(&dm->mu);
+		free(o);
+	}
+	pthread_mutex_unlock(&dm->open_mu);
 }
 
 /* Unmaps an entry no longer listed nor referenced. */
 static void entry_free(fosd_devmaps *dm, fosd_devmap *m)
 {
-	if (m->base) {
-		if (m->is_event)
-			dm->be->ipc_event_close(dm->be, m->base);
-		else
-			dm->be->ipc_close(dm->be, m->base);
-	}
+	if (m->is_event && m->base)
+		dm->be->ipc_event_close(dm->be, m->base);
+	if (m->open)
+		open_put(dm, m->open);
 	free(m->tenant);
 	free(m);
 }
@@ -58,12 +125,10 @@ static void unlist_locked(fosd_devmaps *dm, fosd_devmap *m)
 		}
 	m->listed = 0;
 	m->next = NULL;
-	if (m->is_event) {
+	if (m->is_event)
 		dm->events--;
-	} else {
+	else
 		dm->count--;
-		dm->bytes -= m->size;
-	}
 }
 
 void fosd_devmaps_destroy(fosd_devmaps *dm)
@@ -78,6 +143,7 @@ void fosd_devmaps_destroy(fosd_devmaps *dm)
 	free(dm->live);
 	dm->live = NULL;
 	pthread_mutex_destroy(&dm->mu);
+	pthread_mutex_destroy(&dm->open_mu);
 }
 
 static int live_locked(const fosd_devmaps *dm, uint32_t pipe)
@@ -246,16 +312,24 @@ fosd_devmap *fosd_devmaps_acquire(fosd_devmaps *dm, uint32_t pipe, const char *t
 	m->pipe = pipe;
 	m->is_event = is_event;
 	memcpy(m->handle, handle, FOSD_DEV_HANDLE_BYTES);
-	fos_err e;
-	memset(&e, 0, sizeof e);
-	int rc = is_event ? dm->be->ipc_event_open(dm->be, handle, &m->base, &e)
-			  : dm->be->ipc_open(dm->be, handle, &m->base, &m->size, &e);
-	if (rc) {
-		m->base = NULL;
-		entry_free(dm, m);
-		*code = rc == FOS_EINVAL ? FOS__CODE__INVALID_ARGUMENT : FOS__CODE__INTERNAL;
-		snprintf(msg, msgsz, "cannot open the %s (is it from a live process on this GPU?): %s", kind, e.msg);
-		return NULL;
+	if (is_event) {
+		fos_err e;
+		memset(&e, 0, sizeof e);
+		int rc = dm->be->ipc_event_open(dm->be, handle, &m->base, &e);
+		if (rc) {
+			m->base = NULL;
+			entry_free(dm, m);
+			*code = rc == FOS_EINVAL ? FOS__CODE__INVALID_ARGUMENT : FOS__CODE__INTERNAL;
+			snprintf(msg, msgsz, "cannot open the %s (is it from a live process on this GPU?): %s", kind, e.msg);
+			return NULL;
+		}
+	} else {
+		if (!(m->open = open_get(dm, handle, code, msg, msgsz))) {
+			entry_free(dm, m);
+			return NULL;
+		}
+		m->base = m->open->base;
+		m->size = m->open->size;
 	}
 	pthread_mutex_lock(&dm->mu);
 	fosd_devmap *dup = find_locked(dm, pipe, tenant, is_event, handle); /* a concurrent request */
@@ -265,7 +339,7 @@ fosd_devmap *fosd_devmaps_acquire(fosd_devmaps *dm, uint32_t pipe, const char *t
 			dup->last_use = ++dm->tick;
 		}
 		pthread_mutex_unlock(&dm->mu);
-		entry_free(dm, m); /* the driver counted our open: one close */
+		entry_free(dm, m); /* gives back its share of the open */
 		if (dup)
 			return dup;
 		*code = FOS__CODE__UNAVAILABLE;
@@ -277,12 +351,10 @@ fosd_devmap *fosd_devmaps_acquire(fosd_devmaps *dm, uint32_t pipe, const char *t
 	m->last_use = ++dm->tick;
 	m->next = dm->head;
 	dm->head = m;
-	if (is_event) {
+	if (is_event)
 		dm->events++;
-	} else {
+	else
 		dm->count++;
-		dm->bytes += m->size;
-	}
 	pthread_mutex_unlock(&dm->mu);
 	fosd_debug("connection %u: opened a %s (%zu bytes)", (unsigned)pipe, kind, m->size);
 	return m;

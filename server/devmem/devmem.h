@@ -7,7 +7,8 @@
  *
  *  - Ownership: a mapping belongs to the connection (nng pipe) and tenant whose request opened it,
  *    keyed by the handle's 64 bytes; only requests of that pipe and tenant use it. Another pipe or
- *    tenant presenting the same handle gets a mapping of its own (the driver counts the opens).
+ *    tenant presenting the same handle gets a mapping of its own; the allocation itself is opened
+ *    once in the process and shared by all of them (the driver refuses a second open).
  *    CloseDeviceMemory, the pipe going away, or the per-pipe limit (the least recently used idle
  *    mapping goes first) close it.
  *  - Checks: only a cuda fosd (FAILED_PRECONDITION otherwise), only over a connection with peer
@@ -42,13 +43,18 @@
 
 typedef struct fosd_devmap fosd_devmap;
 
+struct fosd_devopen;
+
 typedef struct fosd_devmaps {
 	pthread_mutex_t mu;
 	fosd_devmap *head;
+	pthread_mutex_t open_mu;     /* guards opens and the backend's ipc_open / ipc_close */
+	struct fosd_devopen *opens;  /* each allocation opened once in the process (devmaps.c) */
 	fos_backend *be;           /* the server's backend; NULL unless it offers ipc_open */
 	uint32_t *live;            /* connections open now (mappings open only for those) */
 	size_t n_live, cap_live;
-	uint64_t count, bytes;     /* memory mappings open, their allocations' sizes */
+	uint64_t count;            /* memory mappings of connections (and tenants) open */
+	uint64_t bytes;            /* the sizes of the allocations they open, each counted once */
 	uint64_t events;           /* events open */
 	uint64_t tensors, staged;  /* device tensors used since start; of them, staged */
 	uint64_t tick;

@@ -52,11 +52,13 @@ void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 	/* in the client's GPU memory and aligned: used in place (never freed, fosd_dev_free) */
 	if (fosd_dev_inplace_ok(t) && !fosd_dev_borrow(&c->s->shm.dev, (void *)t->ptr))
 		return (void *)t->ptr;
+	uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
 	void *p = fosd_dev_alloc(c, t->len, e);
 	if (p && fosd_tensor_h2d(c->be, c->srv, p, t, e)) { /* inline, or from a shm region */
 		c->be->free(c->be, p);
 		return NULL;
 	}
+	fosd_metrics_copy_time(c->s, FOSD_COPY_IN, t0);
 	return p;
 }
 
@@ -113,6 +115,7 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 {
 	fosd_server *srv = c->srv;
 	fosd_slot *s = c->s;
+	uint64_t t0 = fosd_now_ns(); /* the output copy part of the request's time (metrics.h) */
 	resp->id = s->req_id;
 	char smsg[FOSD_MSG_MAX];
 	int sc = fosd_shm_outs_place(s, &resp->base, o, smsg, sizeof smsg); /* results asked into shm */
@@ -126,6 +129,15 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 	nng_msg *m = fosd_build_reply(resp, o ? &o->pl : NULL, &data);
 	if (!m)
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory allocating the reply");
+	for (int i = 0; o && i < o->n; i++)
+		if (!o->t[i].cuda) { /* a copy to the host follows: the op's last device work is waited for
+				      * first and counted as compute, not output copy */
+			fos_err se;
+			uint64_t ts = fosd_now_ns();
+			(void)c->be->sync(c->be, &se);
+			t0 += fosd_now_ns() - ts;
+			break;
+		}
 	for (int i = 0; o && i < o->n; i++) {
 		fos_err e;
 		if (o->t[i].shm || o->t[i].cuda) {
@@ -142,6 +154,7 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 			return fosd_fail(s, code, fosd_code_of_rc(e.rc), "copying the result out: %s", e.msg);
 		}
 	}
+	fosd_metrics_copy_time(s, FOSD_COPY_OUT, t0);
 	*code = 0;
 	return m;
 }
@@ -177,4 +190,10 @@ void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos_
 	out->has_columnwise = in->has_col;
 	out->uses = in->uses;
 	out->idle_ms = in->idle_ms;
+	out->n_weight_uses = in->n_wire_uses;
+	out->weight_uses = (Fos__WeightUse *)in->wire_uses; /* packed, not written */
+	out->codes_bytes = in->parts.codes;
+	out->columnwise_bytes = in->parts.columnwise;
+	out->master_bytes = in->parts.master;
+	out->decoded_tier_bytes = in->tier_bytes;
 }

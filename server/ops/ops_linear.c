@@ -130,6 +130,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	int have_saved = 0;
 	fosd_context *ctx = NULL;
 	nng_msg *r = NULL;
+	const uint16_t *tier = NULL; /* the decoded tier's copy of W this forward reads */
 	memset(&saved, 0, sizeof saved);
 
 	int rc = fosd_wcache_acquire_in(&srv->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
@@ -154,10 +155,15 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "%s", e.msg);
 		goto out;
 	}
-	if (a->save && resolved == FOS_OVR_HIGH_PRECISION && !w->qw.master) {
+	/* what the weight was put for (PutWeight's uses): a forward saving a context needs its
+	 * override's use, any other forward the forward use */
+	int need = a->save ? fos_use_of_override(resolved) : FOS_USE_FORWARD;
+	if (!(w->qw.uses & need)) {
+		char us[80];
 		r = fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
-			      "weight '%s' was put with drop_master, so it has no bf16 copy for a high_precision backward",
-			      w->name);
+			      "weight '%s' was not put for the use '%s' (%s) but for %s", w->name, fos_use_name(need),
+			      a->save ? "a forward saving a context for that backward" : "a forward without a backward",
+			      fos_uses_str(w->qw.uses, us, sizeof us));
 		goto out;
 	}
 	if (a->has_expect && (a->expect.ndim != 2 || a->expect.shape[0] != m || a->expect.shape[1] != n)) {
@@ -183,10 +189,12 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	lx = a->save ? NULL : fosd_lane_buffer(c, 0, a->x.len);
 	ly = lx ? fosd_lane_buffer(c, 1, (size_t)(m * n * 2)) : NULL;
 	if (lx && ly) {
+		uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
 		if (fosd_tensor_h2d(c->be, srv, lx, &a->x, &e)) {
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
+		fosd_metrics_copy_time(s, FOSD_COPY_IN, t0);
 	} else {
 		lx = ly = NULL;
 	}
@@ -198,7 +206,12 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
-	rc = fos_linear_forward(be, x, m, &w->qw, &o, bias, y, a->save ? &saved : NULL, &e);
+	/* W's decoded operand: a small forward's from the decoded tier, else decoded into the lane's
+	 * scratch (wcache.h) */
+	fos_wops wo = {fosd_wcache_scratch(&srv->wc, c->lane), NULL, NULL};
+	if (!a->save && m <= FOSD_TIER_MAX_M)
+		wo.wdec = tier = fosd_wcache_tier_get(&srv->wc, w, be);
+	rc = fos_linear_forward_w(be, x, m, &w->qw, &wo, &o, bias, y, a->save ? &saved : NULL, &e);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "forward", &e);
 		goto out;
@@ -255,6 +268,13 @@ out:
 	fosd_dev_free(c, x);
 	fosd_dev_free(c, bias);
 	fosd_dev_free(c, y);
+	if (tier) { /* released once the lane's reads of it are done */
+		fos_err se;
+		if (be->sync(be, &se))
+			fosd_warn("forward of '%s': %s", w->name, se.msg);
+		fosd_wcache_tier_release(&srv->wc, w);
+	}
+	fosd_wcache_scratch_seen(&srv->wc, c->lane);
 	fosd_wcache_release(&srv->wc, w);
 	return r;
 }
@@ -293,6 +313,13 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		return fosd_fail(s, code, rc, "%s", msg);
 	const fos_saved *sv = &c->saved;
 	int64_t m = sv->m, n = sv->n, k = sv->k;
+	int need = fos_use_of_override(sv->override);
+	if (!(c->w->qw.uses & need)) {
+		char us[80];
+		return fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+				 "weight '%s' was not put for the use '%s' (this context's backward) but for %s", c->w->name,
+				 fos_use_name(need), fos_uses_str(c->w->qw.uses, us, sizeof us));
+	}
 	if (a->dy.shape[0] != m || a->dy.shape[1] != n)
 		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
 				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
@@ -309,14 +336,9 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
-	int had_col = c->w->qw.qcol.codes != NULL;
-	rc = fos_linear_backward(oc->be, sv, &c->w->qw, dy, dx, dw, db, &e);
-	if (!had_col && c->w->qw.qcol.codes) {
-		/* the columnwise copy was built now: account for it, evicting others if need be */
-		fosd_wcache_account(&srv->wc, c->w);
-		if (fosd_wcache_reserve_in(&srv->wc, c->w->owner, 0, NULL, msg, sizeof msg))
-			fosd_warn("cache over budget after building the columnwise copy of '%s'", c->w->name);
-	}
+	fos_wops wo = {fosd_wcache_scratch(&srv->wc, oc->lane), NULL, NULL}; /* W decoded into the lane's scratch */
+	rc = fos_linear_backward_w(oc->be, sv, &c->w->qw, &wo, dy, dx, dw, db, &e);
+	fosd_wcache_scratch_seen(&srv->wc, oc->lane);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "backward", &e);
 		goto out;
@@ -368,9 +390,10 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
-	int keep_master = a->has_dy && a->resolved == FOS_OVR_HIGH_PRECISION;
-	int want_col = a->has_dy && a->resolved == FOS_OVR_QUANTIZED;
-	if ((rc = fos_qweight_make(be, w, n, k, &a->opts, keep_master, want_col, &qw, &e))) {
+	/* only what this call needs: its backward's use, or the forward's */
+	int uses = a->has_dy ? fos_use_of_override(a->resolved) : FOS_USE_FORWARD;
+	fos_wops wo = {fosd_wcache_scratch(&c->srv->wc, c->lane), NULL, NULL};
+	if ((rc = fos_qweight_make_uses(be, w, n, k, &a->opts, uses, &qw, &e))) {
 		r = fosd_fail_be(s, code, rc, "quantizing w", &e);
 		goto out;
 	}
@@ -379,7 +402,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
 		goto out;
 	}
-	if ((rc = fos_linear_forward(be, x, m, &qw, &a->opts, bias, y, a->has_dy ? &saved : NULL, &e))) {
+	if ((rc = fos_linear_forward_w(be, x, m, &qw, &wo, &a->opts, bias, y, a->has_dy ? &saved : NULL, &e))) {
 		r = fosd_fail_be(s, code, rc, "forward", &e);
 		goto out;
 	}
@@ -393,7 +416,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
-		if ((rc = fos_linear_backward(be, &saved, &qw, dy, dx, dw, db, &e))) {
+		if ((rc = fos_linear_backward_w(be, &saved, &qw, &wo, dy, dx, dw, db, &e))) {
 			r = fosd_fail_be(s, code, rc, "backward", &e);
 			goto out;
 		}
@@ -412,6 +435,7 @@ out:
 		fos_saved_free(be, &saved);
 	if (have_qw)
 		fos_qweight_free(be, &qw);
+	fosd_wcache_scratch_seen(&c->srv->wc, c->lane);
 	void *bufs[] = {x, w, bias, dy, y, dx, dw, db};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		fosd_dev_free(c, bufs[i]);
