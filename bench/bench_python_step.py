@@ -9,20 +9,30 @@ the GPU) three ways, timed in the same run:
     baseline: quantize W, forward, backward), the ratio the target is stated against;
   * torch.nn.Linear in bf16 (cuBLAS): forward, backward, SGD update.
 
-The fosd rows come twice: CUDA tensors as device tensors (the default: fosd reads and writes them
-in place) and through host memory (a client with device_tensors=False).
+The fosd rows come four ways: CUDA tensors as device tensors through the client's request
+channel (the defaults of fosd.connect on ipc://), the same with the channel polling up to 1 ms
+for each reply (channel_spin_us=1000, as bench_devmem's channels), over the socket
+(channel=False), and through host memory (device_tensors=False). Where the time goes is shown by two more rows of
+the forward + backward on an unchanged weight: Client.forward + Client.backward called directly
+(the package without fosd.torch and autograd), and libfos's fos_forward + fos_backward called
+through ctypes on device buffers allocated once (no package at all): the floor of a Python client.
 Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps after --warmup.
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
-object. Usage (from the repository root on the GPU host):
+object; --profile N prints cProfile's top functions (by own time) of N layer steps to stderr.
+Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
-      [--steps S] [--warmup W] [--no-bias] [--json]
+      [--steps S] [--warmup W] [--no-bias] [--json] [--profile N]
 --build names the folder with fosd, libfos.so and bench/bench_linear_step (default $FOS_BUILD or
 build); without --server a cuda fosd from there is started on a private ipc socket.
 """
 
 import argparse
+import cProfile
+import ctypes
+import io
 import json
 import os
+import pstats
 import shutil
 import signal
 import statistics
@@ -88,6 +98,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-bias", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", type=int, default=0)
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     os.environ.setdefault("FOSD_LIBFOS", os.path.join(build, "libfos.so"))
@@ -112,8 +123,12 @@ def main():
         proc, url = start_fosd(build, tmp)
     try:
         client = fosd.connect(url, timeout=120)
+        socket_client = fosd.connect(url, timeout=120, channel=False)
+        spin_client = fosd.connect(url, timeout=120, channel_spin_us=1000)
         host_client = fosd.connect(url, timeout=120, device_tensors=False)
         health = client.health()
+        if not client.channel:
+            log("no request channel: %s" % client.channel_off_reason)
         g = torch.Generator(device=dev).manual_seed(0)
         x = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
         dy = torch.randn(M, N, device=dev, generator=g).to(torch.bfloat16)
@@ -126,8 +141,10 @@ def main():
                     p.grad = None
 
         # fosd.torch.Linear on the GPU: CUDA tensors as device tensors (fosd reads and writes them
-        # in place), then through host memory (device_tensors=False), both in this run
-        for c, how in ((client, "device tensors"), (host_client, "host memory")):
+        # in place) through the request channel and over the socket, then through host memory
+        # (device_tensors=False), all in this run
+        for c, how in ((client, "device tensors"), (spin_client, "device tensors, channel spin 1000 us"),
+                       (socket_client, "device tensors, socket"), (host_client, "host memory")):
             layer = ft.Linear(K, N, bias=bias, client=c, device=dev)
             params = [p for p in layer.parameters()]
 
@@ -149,10 +166,67 @@ def main():
             puts = layer.puts
             rows["fosd.torch.Linear fwd+bwd (%s)" % how] = median_ms(fosd_fwd_bwd, a.steps, a.warmup, sync)
             assert layer.puts == puts, "the weight was put again without a change"
+            if a.profile and c is client:
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(a.profile):
+                    fosd_step()
+                sync()
+                pr.disable()
+                out = io.StringIO()
+                pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
+                log("cProfile of %d fosd.torch.Linear steps (device tensors):\n%s" % (a.profile, out.getvalue()))
             layer = params = None  # frees its fosd weight and GPU memory
         if not client.device_tensors_sent:
             log("no CUDA tensor went as a device tensor: %s" % client.device_off_reason)
         host_client.close()
+        socket_client.close()
+        spin_client.close()
+
+        # the same forward + backward without fosd.torch: Client calls, then bare libfos calls
+        w = (torch.randn(N, K, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+        b = torch.randn(N, device=dev, generator=g).to(torch.bfloat16) if bias else None
+        client.put_weight("bench.py.w", w)
+
+        def client_fwd_bwd():
+            y, ctx = client.forward("bench.py.w", x, bias=b, save_context=True)
+            client.backward(ctx, dy)
+
+        log("timing Client.forward + Client.backward (device tensors)")
+        rows["Client.forward+backward (device tensors)"] = median_ms(client_fwd_bwd, a.steps, a.warmup, sync)
+        lib, h = client._lib, client._h()
+        from fosd import _lib
+
+        def dev_tensor(t):
+            d = _lib.Tensor()
+            d.dtype, d.ndim, d.mem = _lib.DTYPE_BF16, t.dim(), _lib.MEM_CUDA
+            for i, n_ in enumerate(t.shape):
+                d.shape[i] = n_
+            d.data, d.size = t.data_ptr(), t.numel() * 2
+            return d
+
+        bufs = [torch.empty(M, N, device=dev, dtype=torch.bfloat16), torch.empty(M, K, device=dev, dtype=torch.bfloat16),
+                torch.empty(N, K, device=dev, dtype=torch.bfloat16)] + \
+            ([torch.empty(N, device=dev, dtype=torch.bfloat16)] if bias else [])
+        tx, tdy, tb = dev_tensor(x), dev_tensor(dy), dev_tensor(b) if bias else None
+        ty, tdx, tdw = (dev_tensor(t) for t in bufs[:3])
+        tdb = dev_tensor(bufs[3]) if bias else None
+        fo = _lib.ForwardOpts(0, 0, 0, 1)
+        st = _lib.Status()
+        P = ctypes.byref
+
+        def libfos_fwd_bwd():
+            ctx = _lib.ContextStruct()
+            rc = lib.fos_forward(h, b"bench.py.w", P(tx), P(tb) if bias else None, P(fo), P(ty), P(ctx), P(st))
+            if not rc:
+                rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(tdx), P(tdw), P(tdb) if bias else None, P(st))
+            if rc:
+                raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
+        log("timing fos_forward + fos_backward through ctypes (device buffers allocated once)")
+        rows["libfos fwd+bwd via ctypes (device buffers)"] = median_ms(libfos_fwd_bwd, a.steps, a.warmup, sync)
+        client.drop_weight("bench.py.w")
+        bufs = w = b = None
 
         log("timing torch.nn.Linear")
         # torch.nn.Linear in bf16
@@ -205,7 +279,7 @@ def main():
     print("| what | shape | ms (median of %d) | / in-process | / torch bf16 |" % a.steps)
     print("| --- | --- | --- | --- | --- |")
     for name, ms in rows.items():
-        b = base_fb if "fwd+bwd" in name else base
+        b = base_fb if "fwd+bwd" in name or "forward+backward" in name else base
         print("| %s | %s | %.3f | %s | %.2fx |" % (name, shape, ms, "%.2fx" % (ms / b) if b else "n/a", ms / tref))
     if a.json:
         print(json.dumps({"shape": [M, N, K], "bias": bias, "fosd": health, "torch": torch.__version__,

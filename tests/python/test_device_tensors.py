@@ -100,6 +100,79 @@ def test_device_refusal_falls_back_to_host(monkeypatch):
     assert p.device_sent == 0
 
 
+def test_device_tensor_of_a_non_contiguous_input(monkeypatch):
+    """A non-contiguous tensor goes as its one contiguous copy: the fos_tensor names that copy's
+    bytes in the logical (row-major) order with the array's shape, and the copy lives until the
+    libfos call has returned. CPU tensors stand in for CUDA ones (no GPU needed)."""
+    torch = pytest.importorskip("torch")
+    import gc
+    import types
+    from fosd._arrays import Arr
+    from fosd._plane import Plane
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda dev=None: types.SimpleNamespace(synchronize=lambda: None))
+    p = Plane(None, None, False)
+    p.device = True
+    monkeypatch.setattr(p, "_shareable", lambda addr, nbytes: True)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(48, 32, generator=g).to(torch.bfloat16)
+    xt = x.t().contiguous().t()  # x's values, column-major
+    assert not xt.is_contiguous() and torch.equal(xt, x)
+    a = Arr(xt, "x")
+    a.cuda = True
+    t, keep = p.device_tensor(a, _lib.DTYPE_BF16)
+    assert (t.mem, t.ndim, t.shape[0], t.shape[1], t.size) == (_lib.MEM_CUDA, 2, 48, 32, 48 * 32 * 2)
+    assert t.data == keep.data_ptr() and keep.is_contiguous()
+    want = x.contiguous().view(torch.int16).numpy().tobytes()
+    assert bytes((ctypes.c_uint8 * t.size).from_address(t.data)) == want
+    del t, keep
+    seen = []
+
+    def fn(ins, outs):
+        gc.collect()  # the copy is kept by the call, not by this function's frame
+        tt = ins[0].contents
+        seen.append((tt.mem, tuple(tt.shape), bytes((ctypes.c_uint8 * tt.size).from_address(tt.data))))
+        return _lib.OK, _lib.Status()
+
+    assert p.call([(a, _lib.DTYPE_BF16)], [], fn) == []
+    assert seen == [(_lib.MEM_CUDA, (48, 32), want)]
+    assert p.device_sent == 1
+
+
+def test_channel_by_default(server):
+    """An ipc:// client with shared memory opens a request channel at connect; channel=False, and a
+    client without shared memory, do not; a call whose results must come inline (shm=False here, a
+    reply past the channel's area) closes the channel and still gives the right result."""
+    with fosd.connect(server.url) as c:
+        assert c.channel is True and c.channel_off_reason is None, c.channel_off_reason
+        before = c.stats()["channel_requests"]
+        c.health()
+        assert c.stats()["channel_requests"] >= before + 2
+    with pytest.raises(fosd.Error) as e:
+        fosd.connect(server.url, channel_spin_us=2000000)
+    assert e.value.code == "INVALID_ARGUMENT" and "spin" in e.value.message, e.value.message
+    with fosd.connect(server.url, channel_spin_us=200) as c:
+        assert c.channel is True
+    with fosd.connect(server.url, channel=False) as c:
+        assert c.channel is False and "channel=False" in c.channel_off_reason
+    with fosd.connect(server.url, shm=False) as c:
+        assert c.channel is False and "no shared memory" in c.channel_off_reason
+    with fosd.connect(server.url, shm=False, channel=True) as c:
+        assert c.channel is True
+        small = np.ones((16, 16), dtype=np.float32)
+        assert c.linear(small, small)["y"].shape == (16, 16)
+        assert c.channel is True  # 512 bytes of Y fit
+        g = np.random.default_rng(3)
+        x = g.standard_normal((1024, 32)).astype(np.float32)
+        w = g.standard_normal((1024, 32)).astype(np.float32)
+        y = c.linear(x, w)["y"]  # 2 MiB of Y inline: past the channel's reply area
+        assert c.channel is False and "reply area" in c.channel_off_reason
+        with fosd.connect(server.url) as r:  # through a region, with a channel
+            assert r.channel is True
+            assert np.array_equal(r.linear(x, w)["y"].view(np.uint32), y.view(np.uint32))
+            assert r.channel is True
+
+
 # ---- on a GPU ---------------------------------------------------------------------------------
 
 def _cuda_torch():
@@ -156,7 +229,8 @@ def test_cuda_tensors_in_place_same_bits(cuda_server, shm):
         # a non-contiguous CUDA input (one contiguous copy on the GPU), a float32 one (host path)
         xt = x.t().contiguous().to(dev).t()
         assert not xt.is_contiguous()
-        _same(c.linear(xt, w.to(dev))["y"], cpu["y"], "non-contiguous x")
+        _same(c.linear(xt, w.to(dev), bias=b.to(dev))["y"], cpu["y"], "non-contiguous x")
+        _same(c.linear(xt, w.to(dev))["y"], c.linear(x, w)["y"], "non-contiguous x, no bias")
         _same(c.linear(x.float().to(dev), w.to(dev), bias=b.to(dev))["y"], c.linear(x, w, bias=b)["y"], "float32 x")
         c.put_weight("dev.w", w.to(dev))
         y1, c1 = c.forward("dev.w", x, bias=b, save_context=True)

@@ -31,6 +31,21 @@ def _torch():
     return sys.modules.get("torch")
 
 
+_TORCH_ELEMS = None
+
+
+def _torch_elems():
+    """torch dtype -> element kind (made once torch is in use)."""
+    global _TORCH_ELEMS
+    if _TORCH_ELEMS is None:
+        t = _torch()
+        e = {t.bfloat16: "bf16", t.float32: "f32", t.float64: "f32", t.float16: "f32", t.uint8: "u8"}
+        if getattr(t, "float8_e4m3fn", None) is not None:
+            e[t.float8_e4m3fn] = "e4m3"
+        _TORCH_ELEMS = e
+    return _TORCH_ELEMS
+
+
 def is_torch(x):
     t = _torch()
     return t is not None and isinstance(x, t.Tensor)
@@ -57,25 +72,22 @@ class Arr:
 
     def __init__(self, x, what):
         if is_torch(x):
-            t = _torch()
             self.torch = True
             dt = x.dtype
-            if dt == t.bfloat16:
-                self.elem = "bf16"
-            elif dt == t.float32 or dt == t.float64 or dt == t.float16:
-                self.elem = "f32"
-            elif dt == t.uint8:
-                self.elem = "u8"
-            elif getattr(t, "float8_e4m3fn", None) is not None and dt == t.float8_e4m3fn:
-                self.elem = "e4m3"
-            else:
+            elem = _torch_elems().get(dt)
+            if elem is None:
                 raise Error(_lib.INVALID_ARGUMENT, "%s: torch dtype %s is not supported (bfloat16, "
                             "float32, uint8 or float8_e4m3fn)" % (what, dt))
-            self.device = x.device
-            self.cuda = x.device.type == "cuda"
-            if self.cuda is False and x.device.type != "cpu":
+            self.elem = elem
+            dev = self.device = x.device
+            kind = dev.type
+            self.cuda = kind == "cuda"
+            if not self.cuda and kind != "cpu":
                 raise Error(_lib.INVALID_ARGUMENT, "%s: tensors on %s are not supported (cpu or cuda)"
-                            % (what, x.device))
+                            % (what, dev))
+            self.obj = x
+            self.shape = tuple(x.shape)
+            return
         else:
             if not isinstance(x, np.ndarray):
                 x = np.asarray(x)

@@ -27,6 +27,13 @@ out in one of these ways and returns the results:
     does every call after fosd refused a device tensor's memory (see Plane.call): the bits are
     the same either way.
 
+Request channel (the Client opens one by default on ipc://, fos_channel_open): a call's request
+and reply messages then go through shared memory instead of the socket. Its results are in regions
+or device memory, so replies are small; a call whose results must come inline in the reply (no
+region could be had, or a result of unknown shape) and might not fit the channel's reply area
+closes the channel first (channel_off_reason says so) and takes the socket: fosd would have run
+it and answered that the reply did not fit, and libfos would run it again over the socket.
+
 A region that a CUDA tensor's bytes pass through is also page-locked for this process
 (cudaHostRegister through torch, once per region), so those copies run at DMA speed.
 
@@ -53,22 +60,35 @@ _NO_REPLY = (_lib.DEADLINE_EXCEEDED, _lib.UNAVAILABLE, _lib.CANCELLED)
 # through host memory (Plane.call)
 _DEVICE_REFUSALS = (_lib.FAILED_PRECONDITION, _lib.INVALID_ARGUMENT, 13, _lib.PERMISSION_DENIED)  # 13: INTERNAL
 _DEVICE_WORDS = re.compile(r"CUDA IPC|device tensor|peer credentials|fosd runs on GPU")
+# a reply's bytes besides its inline results (header, shapes, status message)
+_REPLY_SLACK = 16384
+
+
+_TORCH_DTYPES = None
+
+
+def _torch_mod():
+    return sys.modules["torch"]
+
+
+def _torch_dtypes():
+    """wire dtype -> torch dtype of a device tensor's elements (made once torch is in use)."""
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        t = _torch_mod()
+        _TORCH_DTYPES = {_lib.DTYPE_BF16: t.bfloat16, _lib.DTYPE_F32: t.float32, _lib.DTYPE_U8: t.uint8}
+    return _TORCH_DTYPES
 
 
 def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+_SHAPE = _lib.c_i64 * 2
+
+
 def _tensor(dtype, shape, addr, nbytes, mem=_lib.MEM_HOST):
-    t = _lib.Tensor()
-    t.dtype = dtype
-    t.ndim = len(shape)
-    for i, d in enumerate(shape):
-        t.shape[i] = d
-    t.data = addr or None
-    t.size = nbytes
-    t.mem = mem
-    return t
+    return _lib.Tensor(dtype, len(shape), _SHAPE(*shape), addr or None, nbytes, mem)
 
 
 class _Region:
@@ -124,6 +144,7 @@ class Plane:
         self._lib = lib
         self._handle = handle
         self._mu = threading.Lock()
+        self._tls = threading.local()
         self._free = []
         self.shm = bool(use_shm)
         self.shm_off_reason = None if use_shm else "not an ipc:// connection"
@@ -132,6 +153,21 @@ class Plane:
         self.device = None if use_device else False
         self.device_off_reason = None if use_device else "turned off (device_tensors=False)"
         self.device_sent = 0  # tensors passed in place (inputs and outputs)
+        self.channel_off_reason = None  # set by the Client, and by _inline_reply
+
+    # ---- the request channel (see the module comment) ----
+
+    def _inline_reply(self, nbytes):
+        """Before a call whose results come inline, nbytes of them (None: not known): closes the
+        channel when the reply might not fit its reply area."""
+        cap = self._lib.fos_channel_bytes(self._handle)
+        if not cap or (nbytes is not None and nbytes + _REPLY_SLACK <= cap):
+            return
+        st = _lib.Status()
+        self._lib.fos_channel_close(self._handle, ctypes.byref(st))
+        self.channel_off_reason = ("closed: a call's results (%s) came inline in the reply, past the "
+                                   "channel's reply area of %d bytes" % (
+                                       "%d bytes" % nbytes if nbytes is not None else "of unknown size", cap))
 
     # ---- device tensors (see the module comment) ----
 
@@ -146,7 +182,9 @@ class Plane:
         return self.device
 
     def _shareable(self, addr, nbytes):
-        st = _lib.Status()
+        st = self._tls.__dict__.get("st")
+        if st is None:
+            st = self._tls.st = _lib.Status()  # one per thread: the check's message, if any
         rc = self._lib.fos_cuda_check(self._handle, addr, nbytes, ctypes.byref(st))
         if rc != _lib.OK:
             self.device_off_reason = st.message.decode("utf-8", "replace")  # the last refusal
@@ -155,40 +193,40 @@ class Plane:
 
     def device_tensor(self, arr, wire):
         """(fos_tensor naming arr's CUDA memory, keepalive), or None for the host path."""
-        if not arr.torch or not arr.cuda or not arr.numel() or not self._device_on():
+        if not arr.torch or not arr.cuda or not self._device_on():
             return None
-        t = sys.modules["torch"]
+        nbytes = arr.numel() * _lib.DTYPE_BYTES[wire]
+        if not nbytes:
+            return None
         x = arr.obj.detach()
         if wire in (_lib.DTYPE_U8, _lib.DTYPE_E4M3):
             if x.element_size() != 1:
                 return None
-            if x.dtype != t.uint8:
-                x = x.view(t.uint8)
-        elif x.dtype != {_lib.DTYPE_BF16: t.bfloat16, _lib.DTYPE_F32: t.float32}[wire]:
+            u8 = _torch_dtypes()[_lib.DTYPE_U8]
+            if x.dtype != u8:
+                x = x.view(u8)
+        elif x.dtype != _torch_dtypes()[wire]:
             return None  # converted on the host path (fosd's rounding of NaNs)
         if not x.is_contiguous():
-            x = x.contiguous()
-        nbytes = arr.numel() * _lib.DTYPE_BYTES[wire]
-        if not self._shareable(x.data_ptr(), nbytes):
+            x = x.contiguous()  # one copy on its GPU, kept alive by the caller until the reply
+        addr = x.data_ptr()
+        if not self._shareable(addr, nbytes):
             return None
-        return _tensor(wire, arr.shape, x.data_ptr(), nbytes, _lib.MEM_CUDA), x
+        return _tensor(wire, arr.shape, addr, nbytes, _lib.MEM_CUDA), x
 
     def device_output(self, out):
         """(fos_tensor of a new CUDA tensor for out, finisher returning it), or None."""
         ref = out.ref
         if out.shape is None or not ref.torch or not self._device_on():
             return None
-        n = 1
-        for d in out.shape:
-            n *= d
-        if not n:
-            return None
-        t = sys.modules["torch"]
-        y = t.empty(out.shape, dtype=out._torch_dtype(), device=ref.device)
         nbytes = out.nbytes()
-        if not self._shareable(y.data_ptr(), nbytes):
+        if not nbytes:
             return None
-        return _tensor(0, (), y.data_ptr(), nbytes, _lib.MEM_CUDA), (lambda: y)
+        y = _torch_mod().empty(out.shape, dtype=out._torch_dtype(), device=ref.device)
+        addr = y.data_ptr()
+        if not self._shareable(addr, nbytes):
+            return None
+        return _tensor(0, (), addr, nbytes, _lib.MEM_CUDA), (lambda: y)
 
     # ---- the region pool ----
 
@@ -267,7 +305,8 @@ class Plane:
         finish = [None] * len(outputs)
         keep = []
         host_in, host_out = [], []
-        devices = set()  # the GPUs of device tensors: their current streams are synchronized
+        devices = []  # the GPUs of device tensors: their current streams are synchronized
+        n_dev = 0
         for i, (a, wire) in enumerate(inputs):
             if a is None:
                 continue
@@ -275,27 +314,32 @@ class Plane:
             if d is not None:
                 ins[i] = d[0]
                 keep.append(d[1])
-                devices.add(a.device)
+                n_dev += 1
+                if a.device not in devices:
+                    devices.append(a.device)
             else:
                 host_in.append(i)
         for j, o in enumerate(outputs):
             if o is None:
                 continue
-            d = self.device_output(o) if o.ref is not None and o.ref.cuda and use_device else None
+            ref = o.ref
+            d = self.device_output(o) if ref is not None and ref.cuda and use_device else None
             if d is not None:
                 outs[j], finish[j] = d
-                devices.add(o.ref.device)
+                n_dev += 1
+                if ref.device not in devices:
+                    devices.append(ref.device)
             else:
                 host_out.append(j)
         if devices:
-            t = sys.modules["torch"]
+            streams = _torch_mod().cuda.current_stream
             for dev in devices:
-                t.cuda.current_stream(dev).synchronize()
-        n_dev = sum(1 for x in ins if x is not None and x.mem == _lib.MEM_CUDA) + \
-            sum(1 for x in outs if x is not None and x.mem == _lib.MEM_CUDA)
-        total = sum(_align(inputs[i][0].numel() * _lib.DTYPE_BYTES[inputs[i][1]]) for i in host_in)
-        total += sum(_align(outputs[j].nbytes()) for j in host_out if outputs[j].shape is not None)
-        region = self._take(total) if self.shm and total else None
+                streams(dev).synchronize()
+        region = None
+        if host_in or host_out:
+            total = sum(_align(inputs[i][0].numel() * _lib.DTYPE_BYTES[inputs[i][1]]) for i in host_in)
+            total += sum(_align(outputs[j].nbytes()) for j in host_out if outputs[j].shape is not None)
+            region = self._take(total) if self.shm and total else None
         rc, st = 0, None
         try:
             if region is not None:
@@ -330,10 +374,16 @@ class Plane:
                     addr, fin = o.host_target()
                     outs[j] = _tensor(0, (), addr, o.nbytes())
                     finish[j] = fin
+            inline = 0  # result bytes that come inline in the reply (None: not known)
             for j in host_out:
                 if outs[j] is None:  # shape unknown: libfos allocates
                     outs[j] = _tensor(0, (), 0, 0)
                     finish[j] = "malloc"
+                    inline = None
+                elif region is None and inline is not None:
+                    inline += outs[j].size
+            if inline is None or inline:
+                self._inline_reply(inline)
             rc, st = fn([ctypes.pointer(t) if t is not None else None for t in ins],
                         [ctypes.pointer(t) if t is not None else None for t in outs])
             results = []
@@ -346,7 +396,7 @@ class Plane:
                 elif rc or (t.size == 0 and t.ndim == 0):
                     results.append(None)  # failed, or the reply has no such result (db)
                 else:
-                    got = tuple(t.shape[i] for i in range(t.ndim))
+                    got = tuple(t.shape[:t.ndim])
                     if got != o.shape:
                         rc, st = _lib.DATA_LOSS, _lib.Status()
                         st.message = ("the reply's result %d has shape %s, expected %s"

@@ -5,6 +5,11 @@ raises fosd.Error on any status but OK. Arrays are numpy arrays or torch tensors
 which dtypes and what results come back as); shapes are as fosd's (PROTOCOL.md): X (M, K), W (N, K),
 Y and dY (M, N), bias (N,).
 
+Transport: an ipc:// client with shared memory (the default there) opens a request channel at
+connect (fos_channel_open), so its calls skip the socket; fosd.connect(channel=False) keeps them on
+the socket, and a fosd that cannot give one leaves them there (channel_off_reason says why). The
+results of a call are in regions or device memory, so its reply fits the channel (_plane.py).
+
 Contexts: forward(..., save_context=True) returns a Context besides Y. A Context that is garbage
 collected while still saved on fosd is released there (a finalizer), so a dropped autograd graph
 does not leave contexts behind. backward(ctx, dy, x=X) recomputes an expired context from X.
@@ -141,7 +146,7 @@ class Client:
     """A connection to fosd (see fosd.connect)."""
 
     def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
-                 reput_weights=False, shm=None, channel=False, device_tensors=True):
+                 reput_weights=False, shm=None, channel=None, channel_spin_us=0, device_tensors=True):
         self._lib = _lib.load()
         self.url = url or os.environ.get("FOS_SERVER") or DEFAULT_URL
         if token is None:
@@ -162,8 +167,21 @@ class Client:
         self._weight_n = {}
         self._wmu = threading.Lock()
         self._fin = weakref.finalize(self, _close_handle, self._lib, self._plane, self._box)
-        if channel:
-            self.open_channel()
+        if channel is None:  # the default: a channel where results go into regions (ipc://)
+            if self._plane.shm:
+                st = _lib.Status()
+                rc = self._lib.fos_channel_open(h, 0, int(channel_spin_us), ctypes.byref(st))
+                if rc == _lib.INVALID_ARGUMENT:  # channel_spin_us out of range
+                    self.close()
+                    check(rc, st)
+                if rc != _lib.OK:
+                    self._plane.channel_off_reason = _s(st.message)  # calls take the socket
+            else:
+                self._plane.channel_off_reason = "no shared memory (%s)" % self._plane.shm_off_reason
+        elif channel:
+            self.open_channel(spin_us=channel_spin_us)
+        else:
+            self._plane.channel_off_reason = "turned off (channel=False)"
 
     @staticmethod
     def _ms(timeout):
@@ -260,13 +278,28 @@ class Client:
         return True
 
     def open_channel(self, nbytes=0, spin_us=0):
-        """A request channel (fos_channel_open): same-host requests skip the socket."""
+        """A request channel (fos_channel_open): same-host requests skip the socket. nbytes: the
+        channel's size (0: libfos's 4 MiB); spin_us: how long each side polls before it sleeps
+        (0: fosd's default)."""
         st = _lib.Status()
         check(self._lib.fos_channel_open(self._h(), nbytes, spin_us, ctypes.byref(st)), st)
+        self._plane.channel_off_reason = None
 
     def close_channel(self):
         st = _lib.Status()
         check(self._lib.fos_channel_close(self._h(), ctypes.byref(st)), st)
+        self._plane.channel_off_reason = "closed (close_channel)"
+
+    @property
+    def channel(self):
+        """True while the connection has a request channel open (see channel_off_reason)."""
+        h = self._box[0]
+        return h is not None and self._lib.fos_channel_bytes(h) > 0
+
+    @property
+    def channel_off_reason(self):
+        """Why the connection has no request channel (None: it has one, or never asked)."""
+        return self._plane.channel_off_reason
 
     # ---- health, stats, regions ----
 
@@ -396,6 +429,13 @@ class Client:
         bname = self._name(name)
         with self._wmu:
             n = self._weight_n.get(name)
+        if n is None:  # a weight another client put: its N from the list, so Y has a buffer
+            try:
+                self.list_weights()
+            except Error:
+                pass
+            with self._wmu:
+                n = self._weight_n.get(name)
         h = self._h()
 
         def fn(i, o):
@@ -543,6 +583,9 @@ def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *
     tenant's secret (default $FOS_TOKEN). timeout: seconds for the connect and every call.
     tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (libfos puts a weight of this
     client again when fosd lost it), shm (tensors through shared memory; default: on for ipc://),
-    channel (open a request channel), device_tensors (CUDA tensors read and written by fosd in
-    place when it runs on their GPU; default on)."""
+    channel (a request channel, so that calls skip the socket: True opens one or raises, False
+    never; default None: opened whenever shm is on, and the socket is used when fosd cannot
+    give one, channel_off_reason saying why), channel_spin_us (how long a call on the channel polls
+    for its reply before it sleeps, at most 1000000; 0: fosd's default, 50), device_tensors (CUDA
+    tensors read and written by fosd in place when it runs on their GPU; default on)."""
     return Client(url, token, timeout, tls_ca, server_name, **kw)
