@@ -159,13 +159,17 @@ def main():
                 for p in params:
                     p.grad = None
 
-            log("fosd %s on %s; timing fosd.torch.Linear, CUDA tensors as %s" % (
-                health["backend"], health["device"], how))
+            log("fosd %s on %s; timing fosd.torch.Linear, CUDA tensors as %s (channel: %s)" % (
+                health["backend"], health["device"], how, "yes" if c.channel else c.channel_off_reason))
+            st0 = c.stats()
             rows["fosd.torch.Linear step (%s)" % how] = median_ms(fosd_step, a.steps, a.warmup, sync)
             fosd_fwd_bwd()  # puts the last update
             puts = layer.puts
             rows["fosd.torch.Linear fwd+bwd (%s)" % how] = median_ms(fosd_fwd_bwd, a.steps, a.warmup, sync)
             assert layer.puts == puts, "the weight was put again without a change"
+            st1 = c.stats()
+            log("  fosd: %d device tensors, %d of them staged (copied: not aligned), %d channel requests" % tuple(
+                st1.get(k, 0) - st0.get(k, 0) for k in ("device_tensors", "device_staged", "channel_requests")))
             if a.profile and c is client:
                 pr = cProfile.Profile()
                 pr.enable()
