@@ -15,7 +15,8 @@ for each reply (channel_spin_us=1000, as bench_devmem's channels), over the sock
 (channel=False), and through host memory (device_tensors=False). Where the time goes is shown by two more rows of
 the forward + backward on an unchanged weight: Client.forward + Client.backward called directly
 (the package without fosd.torch and autograd), and libfos's fos_forward + fos_backward called
-through ctypes on device buffers allocated once (no package at all): the floor of a Python client.
+through ctypes on device buffers allocated once (no package at all): the floor of a Python client;
+and Client.put_weight of a device W alone, against the in-process quantization of W (put_ms).
 Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps after --warmup.
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
 object; --profile N prints cProfile's top functions (by own time) of N layer steps to stderr.
@@ -198,6 +199,13 @@ def main():
 
         log("timing Client.forward + Client.backward (device tensors)")
         rows["Client.forward+backward (device tensors)"] = median_ms(client_fwd_bwd, a.steps, a.warmup, sync)
+        versions = iter(range(2, 1 << 30))
+
+        def client_put():
+            client.put_weight("bench.py.w", w, version=next(versions))
+
+        log("timing Client.put_weight (device W, a new version each time)")
+        rows["Client.put_weight (device W)"] = median_ms(client_put, a.steps, a.warmup, sync)
         lib, h = client._lib, client._h()
         from fosd import _lib
 
@@ -273,9 +281,11 @@ def main():
     if inproc:
         rows["in-process step (bench_linear_step)"] = inproc["step_ms"]
         rows["in-process fwd+bwd (bench_linear_step)"] = inproc["fwd_bwd_ms"]
+        rows["in-process put (bench_linear_step)"] = inproc["put_ms"]
 
     base = rows.get("in-process step (bench_linear_step)")
     base_fb = rows.get("in-process fwd+bwd (bench_linear_step)")
+    base_put = rows.get("in-process put (bench_linear_step)")
     tref = rows["torch.nn.Linear bf16 step"]
     print("# bench_python_step: %s, bias %s, fosd %s on %s, torch %s, python %s, %s UTC" % (
         shape, bias, health["backend"], health["device"], torch.__version__, sys.version.split()[0],
@@ -283,7 +293,7 @@ def main():
     print("| what | shape | ms (median of %d) | / in-process | / torch bf16 |" % a.steps)
     print("| --- | --- | --- | --- | --- |")
     for name, ms in rows.items():
-        b = base_fb if "fwd+bwd" in name or "forward+backward" in name else base
+        b = base_fb if "fwd+bwd" in name or "forward+backward" in name else base_put if "put" in name else base
         print("| %s | %s | %.3f | %s | %.2fx |" % (name, shape, ms, "%.2fx" % (ms / b) if b else "n/a", ms / tref))
     if a.json:
         print(json.dumps({"shape": [M, N, K], "bias": bias, "fosd": health, "torch": torch.__version__,
