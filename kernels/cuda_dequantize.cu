@@ -1,8 +1,8 @@
 /* cuda_dequantize.cu: the CUDA backend's dequantize (codes, scale bytes and amax to bf16 or f32:
  * e2m1 value * (e4m3 scale * amax / D), NUMERICS.md section 6) and decode (value * scale byte, no
- * amax: the bf16 operand the GEMMs read) ops. One thread per 1x16 block; per tensor (and for decode)
- * the 16 outputs of each of the 256 scale bytes are tabled per CTA, row-scaled tensors compute them
- * from their row's amax. */
+ * amax: the bf16 operand the GEMMs read) ops. One thread per 16 bytes of output (half a 1x16 block
+ * of bf16, a quarter of f32); per tensor (and for decode) the 16 outputs of each of the 256 scale
+ * bytes are tabled per CTA, row-scaled tensors compute them from their row's amax. */
 #include "cuda_internal.cuh"
 #include "fos_format.h"
 
@@ -10,12 +10,16 @@
 
 /* OUT: 0 bf16 dequantize, 1 fp32 dequantize, 2 bf16 decode (value * scale, no amax). Per tensor
  * (and decode) the 16 outputs of each of the 256 scale bytes are tabled per CTA; row-scaled
- * computes them. */
+ * computes them. Each thread writes one 16-byte piece of output: E = 8 bf16 (half a 1x16 block)
+ * or 4 floats (a quarter), so that a warp's stores cover 512 contiguous bytes; consecutive threads
+ * read consecutive E / 2 bytes of codes. */
 template <int OUT>
 __global__ void __launch_bounds__(FCU_QT) k_dequant(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
-						const float *__restrict__ amax, int row_scaled, int nblk, int bpr,
+						const float *__restrict__ amax, int row_scaled, int64_t nblk, int bpr,
 						float d, void *__restrict__ out)
 {
+	constexpr int E = OUT == 1 ? 4 : 8; /* outputs per thread */
+	constexpr int P = 16 / E;           /* threads per block */
 	__shared__ uint32_t tab[256 * 16]; /* every scale byte, sign bit included (no OOB on 0x80..0xFF) */
 	const float rd = FOS_DIV(1.0f, d);
 	const bool tabled = OUT == 2 || !row_scaled;
@@ -29,38 +33,33 @@ __global__ void __launch_bounds__(FCU_QT) k_dequant(const uint8_t *__restrict__ 
 		}
 		__syncthreads();
 	}
-	for (int b = blockIdx.x * FCU_QT + threadIdx.x; b < nblk; b += gridDim.x * FCU_QT) {
-		const uint64_t cw = reinterpret_cast<const uint64_t *>(codes)[b];
+	const int64_t items = nblk * P;
+	for (int64_t it = (int64_t)blockIdx.x * FCU_QT + threadIdx.x; it < items; it += (int64_t)gridDim.x * FCU_QT) {
+		const int64_t b = it / P;
+		/* this piece's E codes: E / 2 bytes at byte offset part * E / 2 of the block's 8 */
+		const uint32_t cw = OUT == 1 ? (uint32_t)reinterpret_cast<const uint16_t *>(codes)[it]
+					     : reinterpret_cast<const uint32_t *>(codes)[it];
 		const uint32_t sf = scales[b];
-		uint32_t v[16];
+		uint32_t v[E];
 		if (tabled) {
 			const uint32_t *row = tab + sf * 16;
 #pragma unroll
-			for (int j = 0; j < 16; j++)
-				v[j] = row[(uint32_t)(cw >> (4 * j)) & 15u];
+			for (int j = 0; j < E; j++)
+				v[j] = row[(cw >> (4 * j)) & 15u];
 		} else {
 			const float a = amax[b / bpr];
 			const float dec = FOS_MUL(FOS_MUL(fos_e4m3_to_f32(sf), a), rd); /* fos_dec_scale */
 #pragma unroll
-			for (int j = 0; j < 16; j++) {
-				const float f = FOS_MUL(fos_e2m1_value((uint32_t)(cw >> (4 * j)) & 15u), dec);
+			for (int j = 0; j < E; j++) {
+				const float f = FOS_MUL(fos_e2m1_value((cw >> (4 * j)) & 15u), dec);
 				v[j] = OUT == 1 ? __float_as_uint(f) : fos_f32_to_bf16(f);
 			}
 		}
-		if (OUT == 1) {
-			uint4 *o = reinterpret_cast<uint4 *>(static_cast<float *>(out) + 16 * (int64_t)b);
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-				o[j] = make_uint4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
-		} else {
-			uint32_t w[8];
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				w[j] = v[2 * j] | (v[2 * j + 1] << 16);
-			uint4 *o = reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + 16 * (int64_t)b);
-			o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-			o[1] = make_uint4(w[4], w[5], w[6], w[7]);
-		}
+		uint4 *o = reinterpret_cast<uint4 *>(out) + it;
+		if (OUT == 1)
+			*o = make_uint4(v[0], v[1], v[2], v[3]);
+		else
+			*o = make_uint4(v[0] | (v[1] << 16), v[2] | (v[3] << 16), v[4] | (v[5] << 16), v[6] | (v[7] << 16));
 	}
 }
 
@@ -89,17 +88,22 @@ static int fcu_deq(fos_backend *be, const fos_qtensor *q, int out, void *dst, fo
 		return fos_seterr(err, FOS_EINVAL, "dequantize output pointer not 16-byte aligned");
 	if ((rc = fcu_enter(be, err)))
 		return rc;
-	const int nblk = (int)(q->rows * q->cols / 16), bpr = (int)(q->cols / 16);
+	const int64_t nblk = q->rows * q->cols / 16;
+	const int bpr = (int)(q->cols / 16);
+	const int64_t items = nblk * (out == 1 ? 4 : 2); /* 16-byte output pieces (k_dequant's E) */
 	const float d = fos_bound_d(q->bound);
 	cudaStream_t st = fcu(be)->st;
+	/* 4 CTAs an SM (half the occupancy allows): each CTA fills its 16 KiB table once, so fewer CTAs
+	 * walking more pieces each spend less of the pass on tables */
+	const unsigned grid = fcu_grid(be, items, FCU_QT, 4);
 	if (out == 0)
-		k_dequant<0><<<fcu_grid_for(be, k_dequant<0>, nblk, FCU_QT), FCU_QT, 0, st>>>(q->codes, q->scales, q->amax,
+		k_dequant<0><<<grid, FCU_QT, 0, st>>>(q->codes, q->scales, q->amax,
 										      q->row_scaled, nblk, bpr, d, dst);
 	else if (out == 1)
-		k_dequant<1><<<fcu_grid_for(be, k_dequant<1>, nblk, FCU_QT), FCU_QT, 0, st>>>(q->codes, q->scales, q->amax,
+		k_dequant<1><<<grid, FCU_QT, 0, st>>>(q->codes, q->scales, q->amax,
 										      q->row_scaled, nblk, bpr, d, dst);
 	else
-		k_dequant<2><<<fcu_grid_for(be, k_dequant<2>, nblk, FCU_QT), FCU_QT, 0, st>>>(q->codes, q->scales, q->amax,
+		k_dequant<2><<<grid, FCU_QT, 0, st>>>(q->codes, q->scales, q->amax,
 										      q->row_scaled, nblk, bpr, d, dst);
 	return fcu_launched(err, "dequantize kernel launch");
 }
