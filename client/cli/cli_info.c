@@ -50,6 +50,12 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		fos_close(c);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
+	/* a cuda fosd's GPU, as NVIDIA's tools write it (device tensors must be on it) */
+	uint8_t u[16];
+	char gpu[48] = "";
+	if (!fos_server_gpu_uuid(c, u, &st))
+		snprintf(gpu, sizeof gpu, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+			 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 	fos_close(c);
 	if (g->json && !g->quiet) {
 		cli_jw w;
@@ -60,6 +66,8 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		cli_jw_str(&w, "version", h.version);
 		cli_jw_str(&w, "backend", h.backend);
 		cli_jw_str(&w, "device", h.device);
+		if (gpu[0])
+			cli_jw_str(&w, "gpu_uuid", gpu);
 		cli_jw_u64(&w, "uptime_ms", h.uptime_ms);
 		cli_jw_u64(&w, "max_message_bytes", h.max_message_bytes);
 		cli_jw_end(&w, '}');
@@ -67,6 +75,8 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		char mb[32];
 		printf("fosd %s at %s: %s\n", h.version, g->server, h.draining ? "DRAINING (shutting down)" : "serving");
 		printf("  backend:     %s (%s)\n", h.backend, h.device);
+		if (gpu[0])
+			printf("  gpu:         %s\n", gpu);
 		printf("  uptime:      %.1f s\n", (double)h.uptime_ms / 1000.0);
 		printf("  max message: %s\n", cli_human_bytes(h.max_message_bytes, mb, sizeof mb));
 	}
