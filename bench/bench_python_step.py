@@ -10,21 +10,30 @@ the GPU) three ways, timed in the same run:
   * torch.nn.Linear in bf16 (cuBLAS): forward, backward, SGD update.
 
 The fosd rows come four ways: CUDA tensors as device tensors through the client's request
-channel (the defaults of fosd.connect on ipc://), the same with the channel polling up to 1 ms
-for each reply (channel_spin_us=1000, as bench_devmem's channels), over the socket
-(channel=False), and through host memory (device_tensors=False). Where the time goes is shown by two more rows of
-the forward + backward on an unchanged weight: Client.forward + Client.backward called directly
-(the package without fosd.torch and autograd), and libfos's fos_forward + fos_backward called
-through ctypes on device buffers allocated once (no package at all): the floor of a Python client;
-and Client.put_weight of a device W alone, against the in-process quantization of W (put_ms).
+channel (the defaults of fosd.connect on ipc://: a client of a GPU fosd polls up to
+fosd.client.DEVICE_SPIN_US for each reply), the same with libfos's default polling (channel_spin_us=50,
+spin_us=0: each side sleeps on a futex after 50 us), over the socket (channel=False), and through
+host memory (device_tensors=False). Where the time goes is shown by more rows of the forward +
+backward on an unchanged weight: Client.forward + Client.backward called directly (the package
+without fosd.torch and autograd); libfos's fos_forward + fos_backward called through ctypes on
+device buffers allocated once (no package at all): the floor of a Python client; the same with
+what the package adds per call besides Python (results from torch.empty, fos_cuda_check of every
+tensor, the current stream synchronized); the same with 150 us of busy CPU before each call (the
+time of Python between calls; the row subtracts it), which shows what fosd's side of the channel
+costs when its polling for the next request has ended (fosd's --channel-spin-us; this script's
+--fosd-channel-spin-us); and Client.put_weight of a device W alone, against the in-process
+quantization of W (put_ms).
 Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps after --warmup.
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
 object; --profile N prints cProfile's top functions (by own time) of N layer steps to stderr.
 Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
-      [--steps S] [--warmup W] [--no-bias] [--json] [--profile N]
+      [--steps S] [--warmup W] [--no-bias] [--json] [--profile N] [--fosd-channel-spin-us US]
 --build names the folder with fosd, libfos.so and bench/bench_linear_step (default $FOS_BUILD or
-build); without --server a cuda fosd from there is started on a private ipc socket.
+build); without --server a cuda fosd from there is started on a private ipc socket (with
+--channel-spin-us US when --fosd-channel-spin-us is given). --cpu runs every row on CPU tensors
+with a cpu fosd (small shapes: a check of this script where there is no GPU; its times are not
+the GPU's).
 """
 
 import argparse
@@ -41,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -67,11 +77,13 @@ def median_ms(fn, steps, warmup, sync):
     return statistics.median(ts)
 
 
-def start_fosd(build, sock_dir):
+def start_fosd(build, sock_dir, chan_spin_us=None, backend="cuda"):
     url = "ipc://%s/fosd.sock" % sock_dir
     log = open(os.path.join(sock_dir, "fosd.log"), "wb")
-    p = subprocess.Popen([os.path.join(build, "fosd"), "--backend", "cuda", "--listen", url],
-                         stdout=log, stderr=subprocess.STDOUT)
+    argv = [os.path.join(build, "fosd"), "--backend", backend, "--listen", url]
+    if chan_spin_us is not None:
+        argv += ["--channel-spin-us", str(chan_spin_us)]
+    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     import fosd
     t0 = time.monotonic()
     while True:
@@ -88,6 +100,25 @@ def start_fosd(build, sock_dir):
             time.sleep(0.05)
 
 
+def profile(what, fn, n, sync):
+    """cProfile's top functions (own time) of n calls of fn, to stderr."""
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    sync()
+    pr.disable()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
+    log("cProfile of %d %s:\n%s" % (n, what, out.getvalue()))
+
+
+def busy_us(us):
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.environ.get("FOS_BUILD") or os.path.join(REPO, "build"))
@@ -100,6 +131,8 @@ def main():
     ap.add_argument("--no-bias", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", type=int, default=0)
+    ap.add_argument("--fosd-channel-spin-us", type=int)
+    ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     os.environ.setdefault("FOSD_LIBFOS", os.path.join(build, "libfos.so"))
@@ -107,11 +140,24 @@ def main():
     import torch
     import fosd
     import fosd.torch as ft
+    from fosd import _lib
 
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_python_step: torch sees no CUDA GPU")
-    dev = torch.device("cuda")
-    sync = torch.cuda.synchronize
+    if a.cpu:
+        dev = torch.device("cpu")
+
+        def sync():
+            pass
+
+        def stream(d):
+            return types.SimpleNamespace(synchronize=sync)
+        mem = _lib.MEM_HOST
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("bench_python_step: torch sees no CUDA GPU")
+        dev = torch.device("cuda")
+        sync = torch.cuda.synchronize
+        stream = torch.cuda.current_stream
+        mem = _lib.MEM_CUDA
     M, N, K, bias = a.m, a.n, a.k, not a.no_bias
     shape = "%dx%dx%d" % (M, N, K)
     rows = {}
@@ -121,11 +167,11 @@ def main():
         url = a.server
     else:
         tmp = tempfile.mkdtemp(prefix="fosd-bench-")
-        proc, url = start_fosd(build, tmp)
+        proc, url = start_fosd(build, tmp, a.fosd_channel_spin_us, "cpu" if a.cpu else "cuda")
     try:
         client = fosd.connect(url, timeout=120)
         socket_client = fosd.connect(url, timeout=120, channel=False)
-        spin_client = fosd.connect(url, timeout=120, channel_spin_us=1000)
+        spin_client = fosd.connect(url, timeout=120, channel_spin_us=50, spin_us=0)
         host_client = fosd.connect(url, timeout=120, device_tensors=False)
         health = client.health()
         if not client.channel:
@@ -144,7 +190,7 @@ def main():
         # fosd.torch.Linear on the GPU: CUDA tensors as device tensors (fosd reads and writes them
         # in place) through the request channel and over the socket, then through host memory
         # (device_tensors=False), all in this run
-        for c, how in ((client, "device tensors"), (spin_client, "device tensors, channel spin 1000 us"),
+        for c, how in ((client, "device tensors"), (spin_client, "device tensors, channel spin 50 us"),
                        (socket_client, "device tensors, socket"), (host_client, "host memory")):
             layer = ft.Linear(K, N, bias=bias, client=c, device=dev)
             params = [p for p in layer.parameters()]
@@ -163,24 +209,20 @@ def main():
             log("fosd %s on %s; timing fosd.torch.Linear, CUDA tensors as %s (channel: %s)" % (
                 health["backend"], health["device"], how, "yes" if c.channel else c.channel_off_reason))
             st0 = c.stats()
+            checks0 = c._plane.device_checks
             rows["fosd.torch.Linear step (%s)" % how] = median_ms(fosd_step, a.steps, a.warmup, sync)
             fosd_fwd_bwd()  # puts the last update
             puts = layer.puts
             rows["fosd.torch.Linear fwd+bwd (%s)" % how] = median_ms(fosd_fwd_bwd, a.steps, a.warmup, sync)
             assert layer.puts == puts, "the weight was put again without a change"
             st1 = c.stats()
-            log("  fosd: %d device tensors, %d of them staged (copied: not aligned), %d channel requests" % tuple(
-                st1.get(k, 0) - st0.get(k, 0) for k in ("device_tensors", "device_staged", "channel_requests")))
+            log("  fosd: %d device tensors, %d of them staged (copied: not aligned), %d channel requests, "
+                "%d device mappings now (%d MiB); the client asked fos_cuda_check %d times" % (
+                    tuple(st1.get(k, 0) - st0.get(k, 0) for k in ("device_tensors", "device_staged", "channel_requests"))
+                    + (st1.get("device_mappings", 0), st1.get("device_mapped_bytes", 0) >> 20,
+                       c._plane.device_checks - checks0)))
             if a.profile and c is client:
-                pr = cProfile.Profile()
-                pr.enable()
-                for _ in range(a.profile):
-                    fosd_step()
-                sync()
-                pr.disable()
-                out = io.StringIO()
-                pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
-                log("cProfile of %d fosd.torch.Linear steps (device tensors):\n%s" % (a.profile, out.getvalue()))
+                profile("fosd.torch.Linear steps (device tensors)", fosd_step, a.profile, sync)
             layer = params = None  # frees its fosd weight and GPU memory
         if not client.device_tensors_sent:
             log("no CUDA tensor went as a device tensor: %s" % client.device_off_reason)
@@ -199,6 +241,8 @@ def main():
 
         log("timing Client.forward + Client.backward (device tensors)")
         rows["Client.forward+backward (device tensors)"] = median_ms(client_fwd_bwd, a.steps, a.warmup, sync)
+        if a.profile:
+            profile("Client.forward + Client.backward (device tensors)", client_fwd_bwd, a.profile, sync)
         versions = iter(range(2, 1 << 30))
 
         def client_put():
@@ -207,11 +251,10 @@ def main():
         log("timing Client.put_weight (device W, a new version each time)")
         rows["Client.put_weight (device W)"] = median_ms(client_put, a.steps, a.warmup, sync)
         lib, h = client._lib, client._h()
-        from fosd import _lib
 
         def dev_tensor(t):
             d = _lib.Tensor()
-            d.dtype, d.ndim, d.mem = _lib.DTYPE_BF16, t.dim(), _lib.MEM_CUDA
+            d.dtype, d.ndim, d.mem = _lib.DTYPE_BF16, t.dim(), mem
             for i, n_ in enumerate(t.shape):
                 d.shape[i] = n_
             d.data, d.size = t.data_ptr(), t.numel() * 2
@@ -237,6 +280,54 @@ def main():
 
         log("timing fos_forward + fos_backward through ctypes (device buffers allocated once)")
         rows["libfos fwd+bwd via ctypes (device buffers)"] = median_ms(libfos_fwd_bwd, a.steps, a.warmup, sync)
+
+        # what the package adds per call besides its Python: results from torch.empty, every tensor
+        # checked with fos_cuda_check, the current stream synchronized
+        def checked(t, nbytes):
+            if not a.cpu and lib.fos_cuda_check(h, t.data, nbytes, P(st)):
+                raise SystemExit("fos_cuda_check: %s" % st.message.decode())
+
+        def libfos_fwd_bwd_as_package():
+            y_ = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+            ty_ = dev_tensor(y_)
+            for t in (tx, tb, ty_) if bias else (tx, ty_):
+                checked(t, t.size)
+            stream(dev).synchronize()
+            ctx = _lib.ContextStruct()
+            rc = lib.fos_forward(h, b"bench.py.w", P(tx), P(tb) if bias else None, P(fo), P(ty_), P(ctx), P(st))
+            if rc:
+                raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+            outs = [torch.empty(M, K, device=dev, dtype=torch.bfloat16), torch.empty(N, K, device=dev, dtype=torch.bfloat16)] + \
+                ([torch.empty(N, device=dev, dtype=torch.bfloat16)] if bias else [])
+            touts = [dev_tensor(t) for t in outs] + ([] if bias else [None])
+            for t in [tdy] + touts[:3 if bias else 2]:
+                checked(t, t.size)
+            stream(dev).synchronize()
+            rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(touts[0]), P(touts[1]),
+                                  P(touts[2]) if bias else None, P(st))
+            if rc:
+                raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
+        log("timing fos_forward + fos_backward through ctypes with torch.empty results, fos_cuda_check, "
+            "stream synchronize")
+        rows["libfos fwd+bwd via ctypes (+ torch.empty results, fos_cuda_check, stream sync)"] = median_ms(
+            libfos_fwd_bwd_as_package, a.steps, a.warmup, sync)
+
+        gap_us = 150
+
+        def libfos_fwd_bwd_gaps():
+            busy_us(gap_us)
+            ctx = _lib.ContextStruct()
+            rc = lib.fos_forward(h, b"bench.py.w", P(tx), P(tb) if bias else None, P(fo), P(ty), P(ctx), P(st))
+            busy_us(gap_us)
+            if not rc:
+                rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(tdx), P(tdw), P(tdb) if bias else None, P(st))
+            if rc:
+                raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
+        log("timing fos_forward + fos_backward through ctypes, %d us of busy CPU before each" % gap_us)
+        rows["libfos fwd+bwd via ctypes (device buffers, %d us busy before each call, subtracted)" % gap_us] = \
+            median_ms(libfos_fwd_bwd_gaps, a.steps, a.warmup, sync) - 2 * gap_us / 1000
         client.drop_weight("bench.py.w")
         bufs = w = b = None
 

@@ -139,6 +139,146 @@ def test_device_tensor_of_a_non_contiguous_input(monkeypatch):
     assert p.device_sent == 1
 
 
+class _CheckLib:
+    """A stand-in libfos for Plane: fos_cuda_check says yes and counts the times it was asked."""
+
+    def __init__(self):
+        self.checks = []
+
+    def fos_cuda_check(self, handle, addr, nbytes, st):
+        self.checks.append((addr, nbytes))
+        return _lib.OK
+
+
+def test_device_checks_kept_per_allocation(monkeypatch):
+    """fos_cuda_check is asked once per (address, bytes): a second call with the same tensor asks
+    nothing; a call refused for its device memory after a kept answer forgets the answers, asks
+    again and is made again in place (device tensors stay on); refused again, it takes the host
+    path once and device tensors go off. CPU tensors stand in for CUDA ones (no GPU needed)."""
+    torch = pytest.importorskip("torch")
+    import types
+    from fosd._arrays import Arr
+    from fosd._plane import Plane
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda dev=None: types.SimpleNamespace(synchronize=lambda: None))
+    lib = _CheckLib()
+    p = Plane(lib, None, False)
+    p.device = True
+    x = torch.ones(8, 16, dtype=torch.bfloat16)
+    a = Arr(x, "x")
+    a.cuda = True
+    key = (x.data_ptr(), x.numel() * 2)
+    seen = []
+
+    def fn_refusing(times):
+        left = [times]
+
+        def fn(ins, outs):
+            t = ins[0].contents
+            seen.append(t.mem)
+            st = _lib.Status()
+            if t.mem == _lib.MEM_CUDA and left[0] > 0:
+                left[0] -= 1
+                st.message = b"tensor x: cannot open the CUDA IPC memory handle: invalid argument"
+                return 13, st
+            return _lib.OK, st
+        return fn
+
+    assert p.call([(a, _lib.DTYPE_BF16)], [], fn_refusing(0)) == []
+    assert p.call([(a, _lib.DTYPE_BF16)], [], fn_refusing(0)) == []
+    assert lib.checks == [key] and p.device_checks == 1 and seen == [_lib.MEM_CUDA] * 2
+    seen.clear()
+    assert p.call([(a, _lib.DTYPE_BF16)], [], fn_refusing(1)) == []  # a kept answer, refused: asked anew
+    assert lib.checks == [key, key] and seen == [_lib.MEM_CUDA, _lib.MEM_CUDA]
+    assert p.device is True and p.device_sent == 3
+    seen.clear()
+    assert p.call([(a, _lib.DTYPE_BF16)], [], fn_refusing(2)) == []  # refused with a fresh answer too
+    assert seen == [_lib.MEM_CUDA, _lib.MEM_CUDA, _lib.MEM_HOST] and lib.checks == [key] * 3
+    assert p.device is False and "CUDA IPC" in p.device_off_reason
+    p.device = True
+    seen.clear()
+    with pytest.raises(fosd.Error):  # a fresh answer refused: straight to the host path, which fails too
+        p.forget_checks()
+        p.call([(a, _lib.DTYPE_BF16)], [], lambda ins, outs: (seen.append(ins[0].contents.mem) or 13,
+                                                              _plane_status("CUDA IPC handle refused")))
+    assert seen == [_lib.MEM_CUDA, _lib.MEM_HOST]
+
+
+def _plane_status(msg):
+    st = _lib.Status()
+    st.message = msg.encode()
+    return st
+
+
+def test_client_of_a_gpu_fosd_polls_for_replies(server, monkeypatch):
+    """A client of a fosd that reports a GPU (a stand-in: fos_server_gpu_uuid says yes) with device
+    tensors on polls for its replies for DEVICE_SPIN_US and asks its channel for as much; explicit
+    values, $FOS_SPIN_US, device_tensors=False and a cpu fosd keep libfos's defaults."""
+    from fosd import client as fclient
+    real = _lib.load()
+    calls = []
+
+    class Lib:
+        def __init__(self, gpu):
+            self.gpu = gpu
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def fos_server_gpu_uuid(self, h, uuid, st):
+            return _lib.OK if self.gpu else real.fos_server_gpu_uuid(h, uuid, st)
+
+        def fos_set_spin(self, h, us):
+            calls.append(("spin", us))
+            real.fos_set_spin(h, us)
+
+        def fos_channel_open(self, h, nbytes, us, st):
+            calls.append(("channel", us))
+            return real.fos_channel_open(h, nbytes, us, st)
+
+    def connect(gpu, **kw):
+        calls.clear()
+        monkeypatch.setattr(_lib, "load", lambda: Lib(gpu))
+        with fosd.connect(server.url, **kw) as c:
+            assert c.channel is True, c.channel_off_reason
+            assert c.linear(np.ones((16, 16), dtype=np.float32), np.ones((16, 16), dtype=np.float32))["y"].shape == (16, 16)
+        return list(calls)
+
+    monkeypatch.delenv("FOS_SPIN_US", raising=False)
+    d = fclient.DEVICE_SPIN_US
+    assert d >= 1000
+    assert connect(True) == [("spin", d), ("channel", d)]
+    assert connect(True, spin_us=0, channel_spin_us=50) == [("spin", 0), ("channel", 50)]
+    assert connect(True, device_tensors=False) == [("channel", 0)]
+    assert connect(False) == [("channel", 0)]
+    monkeypatch.setenv("FOS_SPIN_US", "10")
+    assert connect(True) == [("channel", d)]
+    monkeypatch.delenv("FOS_SPIN_US")
+    monkeypatch.setattr(_lib, "load", lambda: Lib(True))
+    with pytest.raises(fosd.Error) as e:
+        fosd.connect(server.url, spin_us=-1)
+    assert e.value.code == "INVALID_ARGUMENT" and "spin_us" in e.value.message
+
+
+def test_quantize_amax_in_per_tensor_and_row_scaled(client):
+    """The host-memory counterpart of the GPU test's amax checks: quantize given the amax quantize
+    returned (one value; one a row with row_scaled) gives the same codes, scales and amax; an amax
+    of the other kind is refused INVALID_ARGUMENT naming amax, and the client keeps working."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(22)
+    x = torch.randn(64, 128, generator=g).to(torch.bfloat16)
+    quantized = {rs: client.quantize(x, row_scaled=rs) for rs in (False, True)}
+    assert quantized[False][2].shape == (1,) and quantized[True][2].shape == (64,)
+    for rs, q in quantized.items():
+        again = client.quantize(x, amax=q[2], row_scaled=rs)
+        for a, b, k in zip(again, q, ("codes", "scales", "amax")):
+            assert np.array_equal(bits(a), bits(b)), "%s%s" % (k, " (row-scaled)" if rs else "")
+        with pytest.raises(fosd.Error) as e:
+            client.quantize(x, amax=quantized[not rs][2], row_scaled=rs)
+        assert e.value.code == "INVALID_ARGUMENT" and "amax" in e.value.message, e.value.message
+    assert client.quantize(x)[0].shape == (64, 64)
+
+
 def test_channel_by_default(server):
     """An ipc:// client with shared memory opens a request channel at connect; channel=False, and a
     client without shared memory, do not; a call whose results must come inline (shm=False here, a
@@ -232,15 +372,20 @@ def test_cuda_tensors_in_place_same_bits(cuda_server, shm):
         _same(c.linear(xt, w.to(dev), bias=b.to(dev))["y"], cpu["y"], "non-contiguous x")
         _same(c.linear(xt, w.to(dev))["y"], c.linear(x, w)["y"], "non-contiguous x, no bias")
         _same(c.linear(x.float().to(dev), w.to(dev), bias=b.to(dev))["y"], c.linear(x, w, bias=b)["y"], "float32 x")
-        c.put_weight("dev.w", w.to(dev))
-        y1, c1 = c.forward("dev.w", x, bias=b, save_context=True)
-        y2, c2 = c.forward("dev.w", x.to(dev), bias=b.to(dev), save_context=True)
-        _same(y2, y1, "forward y")
-        for r1, r2, k in zip(c.backward(c1, dy), c.backward(c2, dy.to(dev)), ("dx", "dw", "db")):
-            assert r2.device.type == "cuda"
-            _same(r2, r1, "backward " + k)
+        wname = "dev.w.%s" % ("shm" if shm else "inline")  # the cuda fosd is shared by both runs
+        c.put_weight(wname, w.to(dev))
+        try:
+            y1, c1 = c.forward(wname, x, bias=b, save_context=True)
+            y2, c2 = c.forward(wname, x.to(dev), bias=b.to(dev), save_context=True)
+            _same(y2, y1, "forward y")
+            for r1, r2, k in zip(c.backward(c1, dy), c.backward(c2, dy.to(dev)), ("dx", "dw", "db")):
+                assert r2.device.type == "cuda"
+                _same(r2, r1, "backward " + k)
+        finally:
+            c.drop_weight(wname)
+        quantized = {}
         for rs in (False, True):
-            q1 = c.quantize(x, row_scaled=rs)
+            q1 = quantized[rs] = c.quantize(x, row_scaled=rs)
             q2 = c.quantize(x.to(dev), row_scaled=rs)
             for a, bb, k in zip(q2, q1, ("codes", "scales", "amax")):
                 assert a.device.type == "cuda"
@@ -248,9 +393,12 @@ def test_cuda_tensors_in_place_same_bits(cuda_server, shm):
             for dt in ("bf16", "float32"):
                 _same(c.dequantize(*q2, row_scaled=rs, dtype=dt), c.dequantize(*q1, row_scaled=rs, dtype=dt),
                       "dequantize " + dt)
-        q3 = c.quantize(x.to(dev), amax=q1[2].to(dev))
-        _same(q3[0], c.quantize(x, amax=q1[2])[0], "quantize with amax in")
-        c.drop_weight("dev.w")
+        # an amax given: one value, and one a row with row_scaled (what quantize gave for each)
+        for rs, q1 in quantized.items():
+            q3 = c.quantize(x.to(dev), amax=q1[2].to(dev), row_scaled=rs)
+            for a, bb, k in zip(q3, c.quantize(x, amax=q1[2], row_scaled=rs), ("codes", "scales", "amax")):
+                _same(a, bb, "quantize with amax in%s: %s" % (" (row-scaled)" if rs else "", k))
+            _same(q3[0], q1[0], "quantize with its own amax in%s" % (" (row-scaled)" if rs else ""))
         st = c.stats()
         assert st["device_tensors"] >= c.device_tensors_sent
         assert st["device_mappings"] >= 1

@@ -100,14 +100,20 @@ class StatsBuffer(ctypes.Structure):
 
 class WeightConfig(ctypes.Structure):
     _fields_ = [("weight_block", c_int), ("err_mode", c_int), ("bound", c_int), ("pin", c_int),
-                ("drop_master", c_int), ("eager_columnwise", c_int)]
+                ("drop_master", c_int), ("eager_columnwise", c_int), ("uses", c_int)]
+
+
+# fos_weight_config.uses bits (FOS_WEIGHT_USE_*), by name
+WEIGHT_USES = {"forward": 1, "quantized": 2, "high_precision": 4, "dequantized": 8}
 
 
 class WeightInfo(ctypes.Structure):
     _fields_ = [("name", c_char * (NAME_MAX + 1)), ("version", c_u64), ("n", c_i64), ("k", c_i64),
                 ("weight_block", c_int), ("err_mode", c_int), ("bound", c_int), ("bytes", c_u64),
                 ("pinned", c_int), ("has_master", c_int), ("has_columnwise", c_int),
-                ("uses", c_u64), ("idle_ms", c_u64)]
+                ("uses", c_u64), ("idle_ms", c_u64), ("weight_uses", c_int),
+                ("codes_bytes", c_u64), ("columnwise_bytes", c_u64), ("master_bytes", c_u64),
+                ("decoded_tier_bytes", c_u64)]
 
 
 class ForwardOpts(ctypes.Structure):

@@ -22,7 +22,11 @@ out in one of these ways and returns the results:
     CUDA tensor is allocated on that GPU (torch.empty) and written there by fosd: device_output().
     Before sending, the current stream of each GPU involved is synchronized (the work producing
     the inputs, and the last uses of the outputs' memory, are complete); fosd's writes are
-    complete when the reply comes. Anything else (a cpu fosd, another GPU, memory of PyTorch's
+    complete when the reply comes. Whether memory can be shared is asked of libfos
+    (fos_cuda_check, which asks the driver) once per (address, bytes): the answer "yes" is kept
+    (at most CHECKS_MAX of them), since torch's caching allocator hands the same blocks out again;
+    a call that fosd or libfos refuses for its device memory after such a kept answer forgets them
+    all and is made again with fresh checks before anything takes the host path. Anything else (a cpu fosd, another GPU, memory of PyTorch's
     expandable_segments allocator, which CUDA IPC cannot share) takes the paths above, and so
     does every call after fosd refused a device tensor's memory (see Plane.call): the bits are
     the same either way.
@@ -54,6 +58,8 @@ from ._errors import Error, check
 ALIGN = 256
 MIN_REGION = 1 << 20
 POOL_MAX = 4
+# (address, bytes) of device memory found shareable, kept (see the module comment)
+CHECKS_MAX = 4096
 # codes after which fosd may still be working on the request (the region must not be reused)
 _NO_REPLY = (_lib.DEADLINE_EXCEEDED, _lib.UNAVAILABLE, _lib.CANCELLED)
 # fosd's refusals of a device tensor's memory (PROTOCOL.md "Device tensors"): the call is made again
@@ -139,6 +145,12 @@ def _destroy(lib, r):
     lib.fos_region_destroy(r.ptr, ctypes.byref(st))
 
 
+def _device_refusal(e):
+    """Whether e is fosd's or libfos's refusal of a call's device memory (see Plane.call)."""
+    return getattr(e, "_device", False) and e.code_number in _DEVICE_REFUSALS and \
+        _DEVICE_WORDS.search(e.message) is not None
+
+
 class Plane:
     def __init__(self, lib, handle, use_shm, use_device=True):
         self._lib = lib
@@ -153,6 +165,8 @@ class Plane:
         self.device = None if use_device else False
         self.device_off_reason = None if use_device else "turned off (device_tensors=False)"
         self.device_sent = 0  # tensors passed in place (inputs and outputs)
+        self._shared = {}  # (address, bytes) -> True: fos_cuda_check said yes
+        self.device_checks = 0  # fos_cuda_check calls made (the driver asked)
         self.channel_off_reason = None  # set by the Client, and by _inline_reply
 
     # ---- the request channel (see the module comment) ----
@@ -182,14 +196,26 @@ class Plane:
         return self.device
 
     def _shareable(self, addr, nbytes):
+        key = (addr, nbytes)
+        if key in self._shared:
+            self._tls.cached = True  # this call relies on a kept answer (see call)
+            return True
         st = self._tls.__dict__.get("st")
         if st is None:
             st = self._tls.st = _lib.Status()  # one per thread: the check's message, if any
+        self.device_checks += 1
         rc = self._lib.fos_cuda_check(self._handle, addr, nbytes, ctypes.byref(st))
         if rc != _lib.OK:
             self.device_off_reason = st.message.decode("utf-8", "replace")  # the last refusal
             return False
+        if len(self._shared) >= CHECKS_MAX:
+            self._shared.clear()
+        self._shared[key] = True
         return True
+
+    def forget_checks(self):
+        """Forgets the kept answers of fos_cuda_check (memory released, or refused)."""
+        self._shared.clear()
 
     def device_tensor(self, arr, wire):
         """(fos_tensor naming arr's CUDA memory, keepalive), or None for the host path."""
@@ -198,17 +224,17 @@ class Plane:
         nbytes = arr.numel() * _lib.DTYPE_BYTES[wire]
         if not nbytes:
             return None
-        x = arr.obj.detach()
+        x = arr.obj
         if wire in (_lib.DTYPE_U8, _lib.DTYPE_E4M3):
             if x.element_size() != 1:
                 return None
             u8 = _torch_dtypes()[_lib.DTYPE_U8]
             if x.dtype != u8:
-                x = x.view(u8)
+                x = x.detach().view(u8)
         elif x.dtype != _torch_dtypes()[wire]:
             return None  # converted on the host path (fosd's rounding of NaNs)
         if not x.is_contiguous():
-            x = x.contiguous()  # one copy on its GPU, kept alive by the caller until the reply
+            x = x.detach().contiguous()  # one copy on its GPU, kept alive by the caller until the reply
         addr = x.data_ptr()
         if not self._shareable(addr, nbytes):
             return None
@@ -226,7 +252,7 @@ class Plane:
         addr = y.data_ptr()
         if not self._shareable(addr, nbytes):
             return None
-        return _tensor(0, (), addr, nbytes, _lib.MEM_CUDA), (lambda: y)
+        return _tensor(0, (), addr, nbytes, _lib.MEM_CUDA), y
 
     # ---- the region pool ----
 
@@ -287,19 +313,30 @@ class Plane:
         IPC handle: another IPC namespace, a container without the GPU's device files; no peer
         credentials) is made again through host memory; when that succeeds, device tensors are
         off for this client from then on (device_off_reason says why). Such refusals come before
-        fosd runs anything, so the op runs once."""
+        fosd runs anything, so the op runs once. When some of the call's device memory was known
+        shareable from kept answers (see the module comment), it is first made again with fresh
+        ones."""
         try:
             return self._call(inputs, outputs, fn, True)
         except Error as e:
-            if not getattr(e, "_device", False) or e.code_number not in _DEVICE_REFUSALS or \
-                    not _DEVICE_WORDS.search(e.message):
+            if not _device_refusal(e):
                 raise
-            results = self._call(inputs, outputs, fn, False)
-            self.device = False
-            self.device_off_reason = e.message
-            return results
+            err = e
+        if err._cached:
+            self.forget_checks()
+            try:
+                return self._call(inputs, outputs, fn, True)
+            except Error as e:
+                if not _device_refusal(e):
+                    raise
+                err = e
+        results = self._call(inputs, outputs, fn, False)
+        self.device = False
+        self.device_off_reason = err.message
+        return results
 
     def _call(self, inputs, outputs, fn, use_device):
+        self._tls.cached = False
         ins = [None] * len(inputs)
         outs = [None] * len(outputs)
         finish = [None] * len(outputs)
@@ -325,7 +362,7 @@ class Plane:
             ref = o.ref
             d = self.device_output(o) if ref is not None and ref.cuda and use_device else None
             if d is not None:
-                outs[j], finish[j] = d
+                outs[j], finish[j] = d  # the result itself (see the results below)
                 n_dev += 1
                 if ref.device not in devices:
                     devices.append(ref.device)
@@ -403,13 +440,15 @@ class Plane:
                                       % (j, got, o.shape)).encode()
                         results.append(None)
                     else:
-                        results.append(finish[j]())
+                        f = finish[j]
+                        results.append(f() if callable(f) else f)
         finally:
             if region is not None:
                 self._give(region, rc not in _NO_REPLY)
         if rc:
             e = Error(rc, st.message.decode("utf-8", "replace"))
             e._device = bool(devices)  # device tensors were sent: call() may retry through host memory
+            e._cached = self._tls.cached  # ... and were known shareable from kept answers
             raise e
         self.device_sent += n_dev
         return results

@@ -10,6 +10,12 @@ connect (fos_channel_open), so its calls skip the socket; fosd.connect(channel=F
 the socket, and a fosd that cannot give one leaves them there (channel_off_reason says why). The
 results of a call are in regions or device memory, so its reply fits the channel (_plane.py).
 
+Waiting for replies: a client of a fosd on a GPU with device tensors on (a trainer, whose thread
+waits for each result anyway) polls for each reply for up to DEVICE_SPIN_US before it sleeps
+(fos_set_spin; unless $FOS_SPIN_US says otherwise) and asks its channel for the same polling
+(fosd polls for the next request for at most its own channel_spin_us): a call then ends when
+fosd's reply is written, not a futex wake-up later. Other clients keep libfos's defaults.
+
 Contexts: forward(..., save_context=True) returns a Context besides Y. A Context that is garbage
 collected while still saved on fosd is released there (a finalizer), so a dropped autograd graph
 does not leave contexts behind. backward(ctx, dy, x=X) recomputes an expired context from X.
@@ -26,6 +32,8 @@ from ._errors import Error, check
 from ._plane import Plane
 
 DEFAULT_URL = "ipc:///tmp/fosd.sock"
+# microseconds a client of a GPU fosd polls for a reply (and asks its channel to), see the top
+DEVICE_SPIN_US = 2000
 BF16, F32, U8, E4M3 = _lib.DTYPE_BF16, _lib.DTYPE_F32, _lib.DTYPE_U8, _lib.DTYPE_E4M3
 
 
@@ -73,7 +81,8 @@ class WeightInfo:
     """A weight in fosd's cache (put_weight, list_weights)."""
 
     __slots__ = ("name", "version", "n", "k", "weight_block", "err", "bound", "bytes", "pinned",
-                 "has_master", "has_columnwise", "uses", "idle_ms")
+                 "has_master", "has_columnwise", "uses", "idle_ms", "weight_uses", "codes_bytes",
+                 "columnwise_bytes", "master_bytes", "decoded_tier_bytes")
 
     def __init__(self, s):
         self.name = _s(s.name)
@@ -86,6 +95,10 @@ class WeightInfo:
         self.pinned, self.has_master, self.has_columnwise = (bool(s.pinned), bool(s.has_master),
                                                              bool(s.has_columnwise))
         self.uses, self.idle_ms = s.uses, s.idle_ms
+        # what it was put for, and its bytes by part (PROTOCOL.md "Weight uses")
+        self.weight_uses = tuple(u for u, b in _lib.WEIGHT_USES.items() if s.weight_uses & b)
+        self.codes_bytes, self.columnwise_bytes = s.codes_bytes, s.columnwise_bytes
+        self.master_bytes, self.decoded_tier_bytes = s.master_bytes, s.decoded_tier_bytes
 
     def __repr__(self):
         return "WeightInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -146,7 +159,8 @@ class Client:
     """A connection to fosd (see fosd.connect)."""
 
     def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
-                 reput_weights=False, shm=None, channel=None, channel_spin_us=0, device_tensors=True):
+                 reput_weights=False, shm=None, channel=None, channel_spin_us=None, device_tensors=True,
+                 spin_us=None):
         self._lib = _lib.load()
         self.url = url or os.environ.get("FOS_SERVER") or DEFAULT_URL
         if token is None:
@@ -167,6 +181,19 @@ class Client:
         self._weight_n = {}
         self._wmu = threading.Lock()
         self._fin = weakref.finalize(self, _close_handle, self._lib, self._plane, self._box)
+        # a trainer's client (fosd on a GPU, device tensors on) polls for its replies: see the top
+        trainer = bool(device_tensors) and \
+            self._lib.fos_server_gpu_uuid(h, None, ctypes.byref(_lib.Status())) == _lib.OK
+        if spin_us is None and trainer and not os.environ.get("FOS_SPIN_US"):
+            spin_us = DEVICE_SPIN_US
+        if spin_us is not None:
+            try:
+                self.set_spin(spin_us)
+            except Error:
+                self.close()
+                raise
+        if channel_spin_us is None:
+            channel_spin_us = DEVICE_SPIN_US if trainer else 0
         if channel is None:  # the default: a channel where results go into regions (ipc://)
             if self._plane.shm:
                 st = _lib.Status()
@@ -234,7 +261,11 @@ class Client:
         self._lib.fos_set_timeout(self._h(), self._ms(seconds))
 
     def set_spin(self, spin_us):
-        self._lib.fos_set_spin(self._h(), int(spin_us))
+        """How long each call polls for its reply before it sleeps (microseconds, 0: it sleeps at
+        once; a call on a channel polls for the larger of this and the channel's spin)."""
+        if isinstance(spin_us, bool) or not isinstance(spin_us, int) or spin_us < 0:
+            raise Error(_lib.INVALID_ARGUMENT, "spin_us must be a non-negative integer, got %r" % (spin_us,))
+        self._lib.fos_set_spin(self._h(), spin_us)
 
     @property
     def reput_count(self):
@@ -271,6 +302,7 @@ class Client:
         the client closes. Returns False when no device tensor of that allocation was sent."""
         addr = tensor.data_ptr() if hasattr(tensor, "data_ptr") else int(tensor)
         st = _lib.Status()
+        self._plane.forget_checks()  # the memory may be freed and allocated anew
         rc = self._lib.fos_cuda_release(self._h(), addr, ctypes.byref(st))
         if rc == _lib.NOT_FOUND:
             return False
@@ -366,12 +398,26 @@ class Client:
     # ---- the weight cache ----
 
     def put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, *,
-                   pin=False, drop_master=False, eager_columnwise=False):
-        """Quantizes w (N, K) once and caches it as (name, version); returns its WeightInfo."""
+                   pin=False, drop_master=False, eager_columnwise=False, uses=None):
+        """Quantizes w (N, K) once and caches it as (name, version); returns its WeightInfo.
+
+        uses: what the weight serves, names out of "forward", "quantized", "high_precision",
+        "dequantized" (None: all); it keeps only what they need (PROTOCOL.md "Weight uses")."""
         a = _arr(w, "w", 2)
+        ubits = 0
+        if uses is not None:
+            if isinstance(uses, str):
+                uses = uses.split(",")
+            for u in uses:
+                if u not in _lib.WEIGHT_USES or ubits & _lib.WEIGHT_USES[u]:
+                    raise Error(_lib.INVALID_ARGUMENT, "uses: %r is not one of %s (each once)"
+                                % (u, ", ".join(_lib.WEIGHT_USES)))
+                ubits |= _lib.WEIGHT_USES[u]
+            if not ubits:
+                raise Error(_lib.INVALID_ARGUMENT, "uses is empty")
         cfg = _lib.WeightConfig(_opt(_lib.BLOCKS, weight_block, "weight_block"),
                                 _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(pin)),
-                                int(bool(drop_master)), int(bool(eager_columnwise)))
+                                int(bool(drop_master)), int(bool(eager_columnwise)), ubits)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise Error(_lib.INVALID_ARGUMENT, "version must be a non-negative integer, got %r" % (version,))
         info = _lib.WeightInfo()
@@ -585,7 +631,11 @@ def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *
     client again when fosd lost it), shm (tensors through shared memory; default: on for ipc://),
     channel (a request channel, so that calls skip the socket: True opens one or raises, False
     never; default None: opened whenever shm is on, and the socket is used when fosd cannot
-    give one, channel_off_reason saying why), channel_spin_us (how long a call on the channel polls
-    for its reply before it sleeps, at most 1000000; 0: fosd's default, 50), device_tensors (CUDA
-    tensors read and written by fosd in place when it runs on their GPU; default on)."""
+    give one, channel_off_reason saying why), channel_spin_us (how long both sides of the channel
+    poll before they sleep, at most 1000000, fosd's side at most its channel_spin_us; 0: fosd's
+    default, 50; default None: DEVICE_SPIN_US for a fosd on a GPU with device tensors on, else 0),
+    device_tensors (CUDA tensors read and written by fosd in place when it runs on their GPU;
+    default on), spin_us (how long every call polls for its reply before it sleeps, see
+    Client.set_spin; default None: DEVICE_SPIN_US for a fosd on a GPU with device tensors on unless
+    $FOS_SPIN_US is set, else libfos's $FOS_SPIN_US or 0)."""
     return Client(url, token, timeout, tls_ca, server_name, **kw)
