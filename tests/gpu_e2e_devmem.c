@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "fos.h"
 #include "fos_wire.h"
 #include "support_assert.h"
+#include "support_raw.h"
 #include "support_server.h"
 
 extern char **environ;
@@ -162,24 +162,11 @@ static void out_to(req *r, const char *result, dbuf *d, size_t off, uint64_t cap
 
 static Fos__Response *call(Fos__Request *rq, req *r)
 {
-	static uint64_t id = 100;
-	rq->id = ++id;
 	if (r && r->nso) {
 		rq->n_shm_outputs = (size_t)r->nso;
 		rq->shm_outputs = r->sop;
 	}
-	nng_msg *m, *rep;
-	assert_int_equal(fosw_msg_build(&rq->base, NULL, &m, NULL), 0);
-	assert_int_equal(nng_sendmsg(g_sock, m, 0), 0);
-	assert_int_equal(nng_recvmsg(g_sock, &rep, 0), 0);
-	const uint8_t *hdr, *data;
-	size_t hlen, dlen;
-	char why[256];
-	assert_int_equal(fosw_split(nng_msg_body(rep), nng_msg_len(rep), &hdr, &hlen, &data, &dlen, why, sizeof why), 0);
-	Fos__Response *resp = fos__response__unpack(NULL, hlen, hdr);
-	assert_non_null(resp);
-	nng_msg_free(rep);
-	return resp;
+	return traw_call(g_sock, rq, NULL, NULL, 0);
 }
 
 static Fos__Response *call_ok(Fos__Request *rq, req *r)
@@ -192,14 +179,7 @@ static Fos__Response *call_ok(Fos__Request *rq, req *r)
 
 static void expect_code(Fos__Request *rq, req *r, int code, const char *needle)
 {
-	Fos__Response *resp = call(rq, r);
-	int got = resp->status ? resp->status->code : 0;
-	const char *msg = resp->status && resp->status->message ? resp->status->message : "";
-	if (got != code)
-		fail_msg("got %s (%s), expected %s", fos_code_name(got), msg, fos_code_name(code));
-	if (needle && !strstr(msg, needle))
-		fail_msg("'%s' does not mention '%s'", msg, needle);
-	fos__response__free_unpacked(resp, NULL);
+	traw_check(call(rq, r), code, needle);
 }
 
 
@@ -241,8 +221,7 @@ static int setup(void **state)
 	setenv("FOS_TEST_BACKEND", "cuda", 1);
 	if (tsrv_start(&g_srv, NULL))
 		return -1;
-	if (nng_req0_open(&g_sock) || nng_socket_set_ms(g_sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE) ||
-	    nng_dial(g_sock, g_srv.url, NULL, 0))
+	if (traw_open(&g_sock, g_srv.url))
 		return -1;
 	Fos__Request rq = FOS__REQUEST__INIT;
 	Fos__HealthRequest hr = FOS__HEALTH_REQUEST__INIT;
@@ -577,10 +556,8 @@ static void test_quantize_dequantize(void **state)
 /* The child: maps 256 MiB, runs a forward on it over its own connection, exits without closing. */
 static int child_main(const char *url)
 {
-	nng_socket s;
-	if (nng_req0_open(&s) || nng_dial(s, url, NULL, 0))
+	if (traw_open(&g_sock, url))
 		return 2;
-	g_sock = s;
 	Fos__Request hq = FOS__REQUEST__INIT;
 	Fos__HealthRequest hr = FOS__HEALTH_REQUEST__INIT;
 	hq.op_case = FOS__REQUEST__OP_HEALTH;

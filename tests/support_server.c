@@ -375,3 +375,18 @@ int tsrv_tcp_connect(int port, int timeout_s)
 	}
 	return fd;
 }
+
+int tsrv_put_weight_bf16(const tsrv *s, const char *name, int64_t n, int64_t k, const uint16_t *w)
+{
+	fos_client *c;
+	fos_status st;
+	int rc = fos_connect(s->url, NULL, 20000, &c, &st);
+	if (!rc) {
+		fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, n, k, w);
+		rc = fos_put_weight(c, name, 1, &tw, NULL, NULL, &st);
+		fos_close(c);
+	}
+	if (rc)
+		fprintf(stderr, "tsrv_put_weight_bf16 %s: %s: %s\n", name, fos_code_name(rc), st.message);
+	return rc ? -1 : 0;
+}

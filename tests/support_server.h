@@ -62,6 +62,10 @@ int tsrv_ref_quantize(const void *x, int dtype, int64_t rows, int64_t cols, cons
 int tsrv_ref_dequantize(const uint8_t *codes, const uint8_t *scales, const float *amax, int64_t rows, int64_t cols,
 			int bound, int row_scaled, int out_dtype, void *out);
 
+/* Connects to s's fosd, puts the bf16 weight name (version 1, n rows by k columns) from w and
+ * closes the connection. Returns 0, or -1 with the status printed to stderr. */
+int tsrv_put_weight_bf16(const tsrv *s, const char *name, int64_t n, int64_t k, const uint16_t *w);
+
 /* Milliseconds since an arbitrary start (CLOCK_MONOTONIC). */
 uint64_t tsrv_now_ms(void);
 

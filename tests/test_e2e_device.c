@@ -16,11 +16,11 @@
 #include <string.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "fos.h"
 #include "fos_wire.h"
 #include "support_assert.h"
+#include "support_raw.h"
 #include "support_server.h"
 
 #define M 32
@@ -38,15 +38,7 @@ static int setup(void **state)
 		return -1;
 	tsrv_fill_bf16(g_w, N * K, 21, 0.05f);
 	tsrv_fill_bf16(g_x, M * K, 22, 1.0f);
-	fos_client *c;
-	fos_status st;
-	if (fos_connect(g_srv.url, NULL, 20000, &c, &st))
-		return -1;
-	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
-	int rc = fos_put_weight(c, "w", 1, &tw, NULL, NULL, &st);
-	fos_close(c);
-	if (rc || nng_req0_open(&g_sock) ||
-	    nng_socket_set_ms(g_sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE) || nng_dial(g_sock, g_srv.url, NULL, 0))
+	if (tsrv_put_weight_bf16(&g_srv, "w", N, K, g_w) || traw_open(&g_sock, g_srv.url))
 		return -1;
 	return 0;
 }
@@ -62,45 +54,14 @@ static int teardown(void **state)
 	return rc ? -1 : 0;
 }
 
-/* Sends rq (with pl's data section holding inline's bytes at offset 0, when pl is not NULL);
- * returns the reply (unpacked; free it) and checks its id. */
-static Fos__Response *call_data(Fos__Request *rq, const fosw_placer *pl, const void *inline_bytes, size_t n)
-{
-	static uint64_t id = 500;
-	rq->id = ++id;
-	nng_msg *m, *rep;
-	uint8_t *out = NULL;
-	assert_int_equal(fosw_msg_build(&rq->base, pl, &m, &out), 0);
-	if (pl)
-		memcpy(out, inline_bytes, n);
-	assert_int_equal(nng_sendmsg(g_sock, m, 0), 0);
-	assert_int_equal(nng_recvmsg(g_sock, &rep, 0), 0);
-	const uint8_t *hdr, *data;
-	size_t hlen, dlen;
-	char why[256];
-	assert_int_equal(fosw_split(nng_msg_body(rep), nng_msg_len(rep), &hdr, &hlen, &data, &dlen, why, sizeof why), 0);
-	Fos__Response *resp = fos__response__unpack(NULL, hlen, hdr);
-	assert_non_null(resp);
-	assert_int_equal(resp->id, rq->id);
-	nng_msg_free(rep);
-	return resp;
-}
-
 static Fos__Response *call(Fos__Request *rq)
 {
-	return call_data(rq, NULL, NULL, 0);
+	return traw_call(g_sock, rq, NULL, NULL, 0);
 }
 
 static void expect(Fos__Request *rq, int code, const char *needle)
 {
-	Fos__Response *r = call(rq);
-	int got = r->status ? r->status->code : 0;
-	const char *msg = r->status && r->status->message ? r->status->message : "";
-	if (got != code)
-		fail_msg("got %s (%s), expected %s", fos_code_name(got), msg, fos_code_name(code));
-	if (needle && !strstr(msg, needle))
-		fail_msg("message '%s' does not mention '%s'", msg, needle);
-	fos__response__free_unpacked(r, NULL);
+	traw_expect(g_sock, rq, code, needle);
 }
 
 typedef struct dev {
@@ -151,14 +112,7 @@ static void forward_with(Fos__Tensor *x, Fos__ShmOutput *so, int code, const cha
 		fosw_tensor_init(&xin, shape, &pl, FOS__DTYPE__DTYPE_BF16, 2, shape);
 		fr.x = &xin;
 	}
-	Fos__Response *r = call_data(&rq, x ? NULL : &pl, g_x, sizeof g_x);
-	int got = r->status ? r->status->code : 0;
-	const char *msg = r->status && r->status->message ? r->status->message : "";
-	if (got != code)
-		fail_msg("got %s (%s), expected %s", fos_code_name(got), msg, fos_code_name(code));
-	if (needle && !strstr(msg, needle))
-		fail_msg("message '%s' does not mention '%s'", msg, needle);
-	fos__response__free_unpacked(r, NULL);
+	traw_check(traw_call(g_sock, &rq, x ? NULL : &pl, g_x, sizeof g_x), code, needle);
 }
 
 /* The inline forward still gives the in-process reference's bytes. */

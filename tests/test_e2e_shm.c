@@ -23,13 +23,13 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "fos.h"
 #include "fos_wire.h"
 #include "shm.h"
 #include "support_server.h"
 #include "support_assert.h"
+#include "support_raw.h"
 
 #define M 128
 #define K 128
@@ -58,14 +58,7 @@ static int setup_server(void **state)
 	tsrv_fill_bf16(g_x, M * K, 12, 1.0f);
 	tsrv_fill_bf16(g_b, N, 13, 0.5f);
 	tsrv_fill_bf16(g_dy, M * N, 14, 0.1f);
-	fos_client *c;
-	fos_status st;
-	if (fos_connect(g_srv.url, NULL, 20000, &c, &st))
-		return -1;
-	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
-	int rc = fos_put_weight(c, "w", 1, &tw, NULL, NULL, &st);
-	fos_close(c);
-	return rc ? -1 : 0;
+	return tsrv_put_weight_bf16(&g_srv, "w", N, K, g_w);
 }
 
 static int teardown_server(void **state)
@@ -337,42 +330,12 @@ typedef struct raw {
 
 static void raw_open(raw *r)
 {
-	assert_int_equal(nng_req0_open(&r->sock), 0);
-	assert_int_equal(nng_socket_set_ms(r->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE), 0);
-	assert_int_equal(nng_dial(r->sock, g_srv.url, NULL, 0), 0);
-}
-
-/* Sends rq (no data section) and returns the reply's code, with its message in msg. */
-static int raw_call(raw *r, Fos__Request *rq, char *msg, size_t msgsz)
-{
-	static uint64_t id = 1000;
-	rq->id = ++id;
-	nng_msg *m, *rep;
-	assert_int_equal(fosw_msg_build(&rq->base, NULL, &m, NULL), 0);
-	assert_int_equal(nng_sendmsg(r->sock, m, 0), 0);
-	assert_int_equal(nng_recvmsg(r->sock, &rep, 0), 0);
-	const uint8_t *hdr, *data;
-	size_t hlen, dlen;
-	char why[256];
-	assert_int_equal(fosw_split(nng_msg_body(rep), nng_msg_len(rep), &hdr, &hlen, &data, &dlen, why, sizeof why), 0);
-	Fos__Response *resp = fos__response__unpack(NULL, hlen, hdr);
-	assert_non_null(resp);
-	assert_int_equal(resp->id, rq->id);
-	int code = resp->status ? resp->status->code : 0;
-	snprintf(msg, msgsz, "%s", resp->status && resp->status->message ? resp->status->message : "");
-	fos__response__free_unpacked(resp, NULL);
-	nng_msg_free(rep);
-	return code;
+	assert_int_equal(traw_open(&r->sock, g_srv.url), 0);
 }
 
 static void expect(raw *r, Fos__Request *rq, int code, const char *needle)
 {
-	char msg[600];
-	int got = raw_call(r, rq, msg, sizeof msg);
-	if (got != code)
-		fail_msg("got %s (%s), expected %s", fos_code_name(got), msg, fos_code_name(code));
-	if (needle && !strstr(msg, needle))
-		fail_msg("message '%s' does not mention '%s'", msg, needle);
+	traw_expect(r->sock, rq, code, needle);
 }
 
 static void expect_register(raw *r, const char *name, const char *key, uint64_t size, int code, const char *needle)
@@ -594,9 +557,7 @@ static void test_tenants(void **state)
 	if (tsrv_start(&s2, args))
 		fail_msg("cannot start fosd with a tokens file");
 	raw r;
-	assert_int_equal(nng_req0_open(&r.sock), 0);
-	assert_int_equal(nng_socket_set_ms(r.sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE), 0);
-	assert_int_equal(nng_dial(r.sock, s2.url, NULL, 0), 0);
+	assert_int_equal(traw_open(&r.sock, s2.url), 0);
 	int fd = memfd_create("fos-test-tenant", MFD_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, M * K * 2), 0);

@@ -298,14 +298,7 @@ static int setup(void **state)
 	const char *args[] = {"--workers", "2", NULL};
 	if (tsrv_start(&g_srv, args))
 		return -1;
-	fos_client *c;
-	fos_status st;
-	if (fos_connect(g_srv.url, NULL, 20000, &c, &st))
-		return -1;
-	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
-	int rc = fos_put_weight(c, "w", 1, &tw, NULL, NULL, &st);
-	fos_close(c);
-	return rc ? -1 : 0;
+	return tsrv_put_weight_bf16(&g_srv, "w", N, K, g_w);
 }
 
 static int teardown(void **state)
