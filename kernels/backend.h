@@ -207,6 +207,16 @@ struct fos_backend {
 	int (*grad_pair)(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax,
 			 uint16_t *dec_rows, uint16_t *dec_cols_t, fos_err *err);
 
+	/* ---- a second stream (optional; cpu: NULL) ---- */
+	/* side_begin: the work queued from now until side_end runs on the instance's side stream,
+	 * after everything queued before side_begin; side_end: back to the main stream, which does not
+	 * wait; side_join: the main stream waits for the side work (call it before using what the side
+	 * work wrote, and before the op ends). Work of other ops may run beside it meanwhile: only
+	 * speed depends on this, never the bytes. Used by linear.c to decode W beside X's quantize. */
+	int (*side_begin)(fos_backend *be, fos_err *err);
+	int (*side_end)(fos_backend *be, fos_err *err);
+	int (*side_join)(fos_backend *be, fos_err *err);
+
 	/* ---- memory and events of other processes on the same GPU (optional; cpu: all NULL) ---- */
 	/* Maps the allocation a 64-byte CUDA IPC memory handle exports: *base its start here, *size its
 	 * bytes (the whole allocation, from the driver); ipc_close unmaps it. A handle is opened at most

@@ -107,6 +107,42 @@ static int fcu_sync(fos_backend *be, fos_err *err)
 	return rc;
 }
 
+/* backend.h side_begin / side_end / side_join: st points at the side stream while side work is
+ * queued, so every op queues there unchanged; fork and join are events between the two. */
+static int fcu_side_begin(fos_backend *be, fos_err *err)
+{
+	struct fcu_impl *im = fcu(be);
+	if (im->main_st)
+		return fos_seterr(err, FOS_EINVAL, "side_begin: side work is already being queued");
+	int rc = fcu_enter(be, err);
+	if (!rc)
+		rc = fcu_check(cudaEventRecord(im->fork_ev, im->st), err, "cudaEventRecord (fork)");
+	if (!rc)
+		rc = fcu_check(cudaStreamWaitEvent(im->side, im->fork_ev, 0), err, "cudaStreamWaitEvent (fork)");
+	if (!rc) {
+		im->main_st = im->st;
+		im->st = im->side;
+	}
+	return rc;
+}
+
+static int fcu_side_end(fos_backend *be, fos_err *err)
+{
+	struct fcu_impl *im = fcu(be);
+	if (!im->main_st)
+		return fos_seterr(err, FOS_EINVAL, "side_end without side_begin");
+	int rc = fcu_check(cudaEventRecord(im->join_ev, im->side), err, "cudaEventRecord (join)");
+	im->st = im->main_st;
+	im->main_st = 0;
+	return rc;
+}
+
+static int fcu_side_join(fos_backend *be, fos_err *err)
+{
+	struct fcu_impl *im = fcu(be);
+	return fcu_check(cudaStreamWaitEvent(im->st, im->join_ev, 0), err, "cudaStreamWaitEvent (join)");
+}
+
 static void fcu_destroy(fos_backend *be)
 {
 	if (!be)
@@ -123,6 +159,16 @@ static void fcu_destroy(fos_backend *be)
 				cudaEventDestroy(im->ev[i]);
 		if (im->lt)
 			cublasLtDestroy(im->lt);
+		if (im->main_st) /* side work never ended: st is the side stream */
+			im->st = im->main_st;
+		if (im->side) {
+			cudaStreamSynchronize(im->side);
+			cudaStreamDestroy(im->side);
+		}
+		if (im->fork_ev)
+			cudaEventDestroy(im->fork_ev);
+		if (im->join_ev)
+			cudaEventDestroy(im->join_ev);
 		if (im->st)
 			cudaStreamDestroy(im->st);
 		pthread_mutex_destroy(&im->mu);
@@ -192,11 +238,20 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->colsum = fcu_colsum;
 	be->replay = fcu_replay;
 	be->grad_pair = fcu_grad_pair;
+	be->side_begin = fcu_side_begin;
+	be->side_end = fcu_side_end;
+	be->side_join = fcu_side_join;
 	fcu_ipc_install(be, (const unsigned char *)prop.uuid.bytes);
 
 	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");
 	if (!rc)
 		rc = fcu_check(cudaStreamCreateWithFlags(&im->st, cudaStreamNonBlocking), err, "cudaStreamCreate");
+	if (!rc)
+		rc = fcu_check(cudaStreamCreateWithFlags(&im->side, cudaStreamNonBlocking), err, "cudaStreamCreate (side)");
+	if (!rc)
+		rc = fcu_check(cudaEventCreateWithFlags(&im->fork_ev, cudaEventDisableTiming), err, "cudaEventCreate");
+	if (!rc)
+		rc = fcu_check(cudaEventCreateWithFlags(&im->join_ev, cudaEventDisableTiming), err, "cudaEventCreate");
 	if (!rc)
 		rc = fcu_lt_check(cublasLtCreate(&im->lt), err, "cublasLtCreate");
 	for (int i = 0; !rc && i < FCU_NEVENTS; i++)

@@ -56,6 +56,9 @@ struct fcu_impl {
 	int use_graphs;     /* replay records and launches graphs (default 1; $FOS_CUDA_GRAPHS=0: off) */
 	unsigned long long graph_recorded, graph_launched, graph_failed;
 	cudaEvent_t ev[FCU_NEVENTS];
+	cudaStream_t side;       /* the side stream (backend.h side_begin) */
+	cudaStream_t main_st;    /* while side work is queued: the main stream (st is then side) */
+	cudaEvent_t fork_ev, join_ev;
 };
 
 static inline struct fcu_impl *fcu(fos_backend *be)

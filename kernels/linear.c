@@ -364,6 +364,39 @@ static int wop_get(fos_backend *be, const fos_qweight *qw, const fos_wops *wo, i
 	return FOS_OK;
 }
 
+/* The rowwise decoded W a forward's GEMM reads, as wop_get gives it; when W is decoded now and the
+ * backend has a side stream, the decode is queued there, beside the X quantize that follows (*side
+ * 1: the caller calls side_join before the GEMM, and before freeing *own, whatever happens). */
+static int wop_get_beside(fos_backend *be, const fos_qweight *qw, const fos_wops *wo, const uint16_t **out,
+			  void **own, int *side, fos_err *err)
+{
+	const uint16_t *have = wo ? wo->wdec : 0;
+	*side = 0;
+	*own = 0;
+	if (!have && be->side_begin && be->side_end && be->side_join) {
+		int rc = be->side_begin(be, err);
+		if (rc)
+			return rc;
+		*side = 1;
+		rc = wop_get(be, qw, wo, 0, have, out, own, err);
+		fos_err e2;
+		int rc2 = be->side_end(be, rc ? &e2 : err);
+		return rc ? rc : rc2;
+	}
+	return wop_get(be, qw, wo, 0, have, out, own, err);
+}
+
+/* After the X quantize of a forward whose W came from wop_get_beside: the main stream waits for
+ * the decode. rc: the forward's status so far (kept when not OK). */
+static int wop_join(fos_backend *be, int side, int rc, fos_err *err)
+{
+	if (!side)
+		return rc;
+	fos_err e2;
+	int rj = be->side_join(be, rc ? &e2 : err);
+	return rc ? rc : rj;
+}
+
 /* FOS_EINVAL naming the use qw was not made for, when it lacks use. */
 static int need_use(const fos_qweight *qw, int use, const char *what, fos_err *err)
 {
@@ -436,11 +469,17 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 	uint16_t *xdec = 0;
 	void *xblk = 0, *wown = 0;
 	const uint16_t *wdec;
-	int rc = wop_get(be, a->qw, a->wo, 0, a->wo ? a->wo->wdec : 0, &wdec, &wown, err);
-	if (rc)
+	int side;
+	int rc = wop_get_beside(be, a->qw, a->wo, &wdec, &wown, &side, err);
+	if (rc) {
+		rc = wop_join(be, side, rc, err);
+		if (wown)
+			be->free(be, wown);
 		return rc;
+	}
 	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
 	rc = quantize_once(be, a->x, a->m, a->qw->k, &c, &xq, &xdec, &xblk, err);
+	rc = wop_join(be, side, rc, err);
 	if (!rc) {
 		fos_gemm_epi epi = {xq.amax, dinv, a->qw->q.amax, dinv, 0, a->bias};
 		if (o->row_scaled) {
@@ -515,13 +554,19 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 	uint16_t *xdec = 0;
 	void *xblk = 0, *wown = 0; /* xq and xdec in one allocation, unless saved keeps xq */
 	const uint16_t *wdec;
-	if ((rc = wop_get(be, qw, wo, 0, wo ? wo->wdec : 0, &wdec, &wown, err)))
+	int side;
+	if ((rc = wop_get_beside(be, qw, wo, &wdec, &wown, &side, err))) {
+		rc = wop_join(be, side, rc, err);
+		if (wown)
+			be->free(be, wown);
 		return rc;
+	}
 	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
 	if (ovr == FOS_OVR_DEQUANTIZED)
 		rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
 	else
 		rc = quantize_once(be, x, m, k, &c, &xq, &xdec, &xblk, err);
+	rc = wop_join(be, side, rc, err);
 	if (rc) {
 		if (wown)
 			be->free(be, wown);
