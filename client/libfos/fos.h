@@ -146,8 +146,9 @@ typedef struct fos_op_stats {
 	uint64_t run_count;
 	double run_mean_us;
 	uint64_t run_p50_us, run_p90_us, run_p99_us, run_p999_us, run_max_us;
-	/* of run_count, how many fosd ran at once on the thread that received them (a small forward,
-	 * quantize or dequantize with nothing queued and a lane free) */
+	/* of run_count, how many fosd ran at once on the thread that received them (over the socket a
+	 * small forward, quantize or dequantize with nothing queued and a lane free; through a request
+	 * channel any request with nothing queued) */
 	uint64_t ran_at_once;
 } fos_op_stats;
 
