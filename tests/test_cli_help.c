@@ -100,7 +100,7 @@ static const cmd_help helps[] = {
 	 {"--version", "--weight-block", "--err", "--bound", "--pin", "--drop-master", "--eager-columnwise", "--json",
 	  "--help", NULL},
 	 {"NAME", "W.npy", "16x16", "1x16", "mae", "mse", "256", "448", "ALREADY_EXISTS", "(N, K)", NULL}},
-	{"drop-weight", {"--help", NULL}, {"NAME", "NOT_FOUND", NULL}},
+	{"drop-weight", {"--json", "--help", NULL}, {"NAME", "NOT_FOUND", NULL}},
 	{"list-weights", {"--json", "--help", NULL}, {"order of their names", "pages", NULL}},
 	{"forward",
 	 {"--out", "--context-out", "--version", "--override", "--row-scaled", "--bias", "--help", NULL},

@@ -3,7 +3,8 @@
  * --json report that is checked for sanity (counts add up, percentiles ordered, bytes per request as
  * worked out by hand, the run's weight dropped afterwards); the text report; failed requests give a
  * non-zero exit with the failures counted by status code; the live progress line appears on a
- * terminal (and not elsewhere); Ctrl-C stops a run early and still reports. */
+ * terminal (and not elsewhere, nor with --quiet, which prints no report either: a failed run is
+ * then its error line and exit status); Ctrl-C stops a run early and still reports. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -215,6 +216,13 @@ static void test_failures_exit_nonzero(void **state)
 	th_result r;
 	th_run(&r, "--server", small.url, "load", "--op", "linear", "--m", "128", "--n", "128", "--k", "128",
 	       "--requests", "5", "--warmup", "0", "--json", NULL);
+	/* --quiet: the failure is the error line and the exit status, no report */
+	th_result rq;
+	th_run(&rq, "--quiet", "--server", small.url, "load", "--op", "linear", "--m", "128", "--n", "128", "--k", "128",
+	       "--requests", "3", "--warmup", "0", NULL);
+	th_expect_fail(&rq, 1, "load: 3 of 3 requests failed; first: RESOURCE_EXHAUSTED");
+	if (rq.out[0])
+		fail_msg("--quiet printed the report of a failing run: [%s]", rq.out);
 	int status = tsrv_stop(&small, SIGTERM, 10000);
 	tsrv_cleanup(&small);
 	assert_int_equal(status, 0);
@@ -330,6 +338,19 @@ static void test_progress_line_on_a_terminal(void **state)
 	char out[16384];
 	th_slurp(th_p("tty.out"), out, sizeof out);
 	assert_non_null(strstr(out, "requests:    48 measured: 48 ok"));
+	/* --quiet on a terminal: no progress line, no report */
+	const char *qargs[] = {"load", "--op", "quantize", "--m", "128", "--k", "128", "--rate", "40", "--duration",
+			       "1200ms", "--warmup", "0", "--quiet", NULL}; /* past the first progress tick */
+	pid = spawn_fos(qargs, "ttyq.out", 1, &master);
+	assert_true(pid >= 0);
+	read_all(master, tty, sizeof tty, 20000);
+	close(master);
+	assert_int_equal(wait_exit(pid, 10000), 0);
+	if (tty[0])
+		fail_msg("--quiet wrote to the terminal: [%s]", tty);
+	th_slurp(th_p("ttyq.out"), out, sizeof out);
+	if (out[0])
+		fail_msg("--quiet printed a report: [%s]", out);
 	/* not a terminal: no progress line (the harness gives stderr a file) */
 	th_result r;
 	th_run(&r, "load", "--op", "quantize", "--m", "128", "--k", "128", "--duration", "600ms", "--warmup", "0", NULL);

@@ -3,7 +3,10 @@
  * nothing with --quiet (the files still written), one JSON object with --json (parsed with
  * cli_json_parse, its "outputs" naming the files written with their shapes); global options
  * accepted after the command too (--server, --timeout, --json, --quiet), a missing value there a
- * usage error; `fos --version`; the context file's trailing newline; and the error for an ipc
+ * usage error; the weight commands (put-weight, also --safetensors, drop-weight, list-weights) and
+ * `fos load` under the global --json and --quiet, before or after the command (a JSON object, or
+ * nothing on success; errors still on stderr); `fos --version`; the context file's trailing
+ * newline; and the error for an ipc
  * socket this user may not use, which says "permission denied" and names the group to join
  * instead of suggesting fosd is not running. */
 #include <setjmp.h>
@@ -260,6 +263,147 @@ static void test_global_flags_after_command(void **state)
 	assert_non_null(strstr(r.out, "may come before or after the command"));
 }
 
+/* weights[] of a list-weights --json object: the entry named name, or NULL. */
+static const cli_jv *find_weight(const cli_jv *j, const char *name)
+{
+	const cli_jv *ws = cli_json_get(j, "weights");
+	if (!ws || ws->type != CLI_JARR)
+		fail_msg("no array \"weights\"");
+	for (size_t i = 0; i < ws->n; i++)
+		if (!strcmp(jstr(&ws->items[i], "name"), name))
+			return &ws->items[i];
+	return NULL;
+}
+
+/* A .safetensors file with one BF16 (16, 32) tensor named name (8-byte header length, the JSON
+ * header, the data). */
+static void save_safetensors(const char *path, const char *name)
+{
+	char hdr[256];
+	int h = snprintf(hdr, sizeof hdr, "{\"%s\":{\"dtype\":\"BF16\",\"shape\":[16,32],\"data_offsets\":[0,1024]}}",
+			 name);
+	unsigned char len[8] = {0};
+	for (int i = 0; i < 8; i++)
+		len[i] = (unsigned char)((uint64_t)h >> (8 * i));
+	uint16_t w[16 * 32];
+	tsrv_fill_bf16(w, 16 * 32, 4, 0.1f);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(len, 1, 8, f), 8);
+	assert_int_equal(fwrite(hdr, 1, (size_t)h, f), (size_t)h);
+	assert_int_equal(fwrite(w, 1, sizeof w, f), sizeof w);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void test_weights_json_quiet(void **state)
+{
+	(void)state;
+	th_result r;
+	cli_jv j;
+	/* put-weight: --json before the command is the weight's object (the same as put-weight --json) */
+	th_run(&r, "--json", "put-weight", "wq.a", th_p("w.npy"), srv_flag(), NULL);
+	expect_json(&r, NULL, &j);
+	assert_string_equal(jstr(&j, "name"), "wq.a");
+	assert_int_equal(jint(&j, "version"), 1);
+	const cli_jv *sh = cli_json_get(&j, "shape");
+	assert_true(sh && sh->n == 2 && sh->items[0].num == 48 && sh->items[1].num == 64);
+	cli_json_free(&j);
+	th_run(&r, "put-weight", "wq.a", th_p("w.npy"), "--version", "2", srv_flag(), "--json", NULL);
+	expect_json(&r, NULL, &j);
+	assert_int_equal(jint(&j, "version"), 2);
+	cli_json_free(&j);
+	th_run(&r, "put-weight", "wq.a", th_p("w.npy"), "--version", "3", "--json", srv_flag(), NULL);
+	expect_json(&r, NULL, &j);
+	assert_int_equal(jint(&j, "version"), 3);
+	cli_json_free(&j);
+	th_run(&r, "put-weight", "wq.b", th_p("w.npy"), srv_flag(), NULL);
+	expect_one_line(&r, "cached wq.b version 1: (48, 64), 16x16 blocks, mae, bound 256", NULL);
+	th_run(&r, "--quiet", "put-weight", "wq.b", th_p("w.npy"), "--version", "2", srv_flag(), NULL);
+	expect_silent(&r);
+	th_run(&r, "put-weight", "wq.b", th_p("w.npy"), "--version", "3", srv_flag(), "--quiet", "--json", NULL);
+	expect_silent(&r); /* --quiet wins */
+	th_run(&r, "--quiet", "put-weight", "wq.b", th_p("w.npy"), "--version", "3", srv_flag(), NULL);
+	th_expect_fail(&r, 1, "ALREADY_EXISTS"); /* errors still show */
+
+	/* list-weights: --json either side, nothing with --quiet */
+	th_run(&r, "list-weights", srv_flag(), "--quiet", NULL);
+	expect_silent(&r);
+	th_run(&r, "--json", "list-weights", srv_flag(), NULL);
+	expect_json(&r, NULL, &j);
+	assert_string_equal(jstr(&j, "server"), g_srv.url);
+	const cli_jv *a = find_weight(&j, "wq.a"), *b = find_weight(&j, "wq.b");
+	assert_true(a && b);
+	assert_int_equal(jint(a, "version"), 3); /* the --quiet puts happened */
+	assert_int_equal(jint(b, "version"), 3);
+	cli_json_free(&j);
+	th_run(&r, "list-weights", srv_flag(), NULL);
+	th_expect_ok(&r);
+	assert_non_null(strstr(r.out, "wq.b"));
+
+	/* drop-weight: a summary line, a JSON object naming the weight, or nothing */
+	th_run(&r, "drop-weight", "wq.a", srv_flag(), "--json", NULL);
+	expect_json(&r, "drop-weight", &j);
+	assert_string_equal(jstr(&j, "where"), "fosd");
+	assert_string_equal(jstr(&j, "server"), g_srv.url);
+	assert_string_equal(jstr(&j, "weight"), "wq.a");
+	cli_json_free(&j);
+	th_run(&r, "--quiet", "drop-weight", "wq.b", srv_flag(), NULL);
+	expect_silent(&r);
+	th_run(&r, "--quiet", "drop-weight", "wq.b", srv_flag(), NULL);
+	th_expect_fail(&r, 1, "NOT_FOUND");
+	th_run(&r, "put-weight", "wq.c", th_p("w.npy"), srv_flag(), "--quiet", NULL);
+	expect_silent(&r);
+	th_run(&r, "drop-weight", "wq.c", srv_flag(), NULL);
+	expect_one_line(&r, "dropped wq.c", g_srv.url, NULL);
+	th_run(&r, "--json", "list-weights", srv_flag(), NULL);
+	expect_json(&r, NULL, &j);
+	assert_null(find_weight(&j, "wq.a"));
+	assert_null(find_weight(&j, "wq.b"));
+	assert_null(find_weight(&j, "wq.c"));
+	cli_json_free(&j);
+
+	/* put-weight --safetensors */
+	save_safetensors(th_p("one.safetensors"), "wq.st");
+	th_run(&r, "--json", "put-weight", "--safetensors", th_p("one.safetensors"), srv_flag(), NULL);
+	expect_json(&r, NULL, &j);
+	assert_string_equal(jstr(&j, "safetensors"), th_p("one.safetensors"));
+	const cli_jv *ws = cli_json_get(&j, "weights");
+	assert_true(ws && ws->n == 1);
+	assert_string_equal(jstr(&ws->items[0], "name"), "wq.st");
+	assert_int_equal(jint(&j, "skipped"), 0);
+	cli_json_free(&j);
+	th_run(&r, "put-weight", "--safetensors", th_p("one.safetensors"), "--version", "2", srv_flag(), "--quiet", NULL);
+	expect_silent(&r);
+	th_run(&r, "--quiet", "drop-weight", "wq.st", srv_flag(), NULL);
+	expect_silent(&r);
+}
+
+static void test_load_json_quiet(void **state)
+{
+	(void)state;
+	th_result r;
+	cli_jv j;
+	/* --json before the command: the report as JSON (as load --json) */
+	th_run(&r, "--json", "load", "--op", "quantize", "--m", "16", "--k", "64", "--requests", "5", "--warmup", "0",
+	       srv_flag(), NULL);
+	expect_json(&r, NULL, &j);
+	assert_string_equal(jstr(&j, "op"), "quantize");
+	const cli_jv *mv = cli_json_path(&j, "requests.measured"), *ok = cli_json_path(&j, "requests.ok");
+	assert_true(mv && ok && mv->num == 5 && ok->num == 5);
+	cli_json_free(&j);
+	/* --quiet: no report; with --json too */
+	th_run(&r, "load", "--op", "forward", "--m", "16", "--n", "32", "--k", "64", "--requests", "5", "--warmup", "0",
+	       srv_flag(), "--quiet", NULL);
+	expect_silent(&r);
+	th_run(&r, "--quiet", "load", "--op", "quantize", "--m", "16", "--k", "64", "--requests", "5", "--warmup", "0",
+	       "--json", srv_flag(), NULL);
+	expect_silent(&r);
+	/* the forward's weight was dropped at the end all the same */
+	th_run(&r, "list-weights", srv_flag(), NULL);
+	th_expect_ok(&r);
+	assert_null(strstr(r.out, "fos-load-"));
+}
+
 static void test_version(void **state)
 {
 	(void)state;
@@ -315,6 +459,8 @@ int main(void)
 		cmocka_unit_test(test_quantize_dequantize),
 		cmocka_unit_test(test_linear_forward_backward),
 		cmocka_unit_test(test_global_flags_after_command),
+		cmocka_unit_test(test_weights_json_quiet),
+		cmocka_unit_test(test_load_json_quiet),
 		cmocka_unit_test(test_version),
 		cmocka_unit_test(test_permission_denied),
 	};

@@ -832,6 +832,9 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 		.footer = "Report: requests (measured, ok, failed), throughput in requests/s and GB/s of\n"
 			  "tensor bytes moved (request + reply), latency min/p50/p90/p99/p99.9/max/mean, and\n"
 			  "failures by status code.\n"
+			  "With --quiet: no progress line and no report, only the exit status (and the error\n"
+			  "line on stderr when it is not 0); --json (before or after the command): the report\n"
+			  "as one JSON object.\n"
 			  "Exit status: 0 every request succeeded; 1 any request failed (or setup failed, or\n"
 			  "interrupted, or fosd unavailable); 2 bad command line.",
 	};
@@ -842,6 +845,11 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 			    1000000000ull, 1, 0, 0, g->server, 0, 0, 0};
 	if (load_parse(flags, &cfg, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
+	/* the global --json and --quiet count as well (given before the command too): with --quiet the
+	 * run shows no progress line and no report, only the exit status and an error line */
+	cfg.json |= g->json;
+	if (g->quiet)
+		cfg.progress = 0;
 
 	static load_run run;
 	static cli_load_result res;
@@ -900,8 +908,9 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	}
 	if (load_execute(r, &res, &err))
 		goto fail;
-	cli_load_report(&cfg, &res, stdout);
-	fflush(stdout);
+	if (!g->quiet)
+		cli_load_report(&cfg, &res, stdout);
+	int unwritten = fflush(stdout) || ferror(stdout);
 	if (res.unavailable) {
 		cli_fail(CLI_EXIT_FAIL, "load: fosd is unavailable (draining or gone): stopped after %llu requests; for %.1f s "
 					"every request and Health probe failed, the last: %s",
@@ -919,6 +928,8 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 			 (unsigned long long)(res.measured + res.warmup), res.first_error);
 	else if (!res.ok)
 		cli_fail(CLI_EXIT_FAIL, "load: no request completed in the measured window");
+	else if (unwritten)
+		cli_fail(CLI_EXIT_FAIL, "load: cannot write to stdout");
 	else
 		code = CLI_EXIT_OK;
 	goto done;

@@ -2,7 +2,8 @@
  * weight once and cache it under a name and version, or every tensor of a .safetensors checkpoint
  * under its tensor name), `fos drop-weight` and `fos list-weights`. A checkpoint's tensors are all
  * checked (dtype, shape, name) before the first is sent, and nothing is printed on stdout unless
- * all of them were cached. */
+ * all of them were cached. All three follow the global --json and --quiet (given before or after
+ * the command): one JSON object, or nothing at all on success with --quiet. */
 #include "cli.h"
 #include "safetensors.h"
 
@@ -60,13 +61,15 @@ static void cli_weight_json(cli_jw *w, const char *key, const fos_weight_info *w
 
 /* ---- put-weight ------------------------------------------------------------------------------- */
 
-static void cli_weight_line(const fos_weight_info *info)
+/* The `cached ...` line of one weight (cli_summary: none with --quiet or --json). */
+static void cli_weight_line(const cli_global *g, const fos_weight_info *info)
 {
 	char bb[32];
-	printf("cached %s version %llu: (%lld, %lld), %s blocks, %s, bound %d, %s%s\n", info->name,
-	       (unsigned long long)info->version, (long long)info->n, (long long)info->k,
-	       cli_block_name(info->weight_block, 1), cli_errmode_name(info->err_mode), info->bound ? info->bound : 256,
-	       cli_human_bytes(info->bytes, bb, sizeof bb), info->pinned ? ", pinned" : "");
+	cli_summary(g, "cached %s version %llu: (%lld, %lld), %s blocks, %s, bound %d, %s%s", info->name,
+		    (unsigned long long)info->version, (long long)info->n, (long long)info->k,
+		    cli_block_name(info->weight_block, 1), cli_errmode_name(info->err_mode),
+		    info->bound ? info->bound : 256, cli_human_bytes(info->bytes, bb, sizeof bb),
+		    info->pinned ? ", pinned" : "");
 }
 
 /* Whether argv (before a "--") has --safetensors: the form without positional arguments. */
@@ -112,7 +115,7 @@ static int cli_safet_select(const safet_file *f, const char *match, size_t **sel
 
 /* put-weight --safetensors: every selected tensor as the weight of its name. */
 static int cli_put_safetensors(const cli_global *g, const char *path, const char *match, uint64_t version,
-			       const fos_weight_config *cfg, int json)
+			       const fos_weight_config *cfg)
 {
 	fos_err err = {0, ""};
 	safet_file f;
@@ -146,7 +149,7 @@ static int cli_put_safetensors(const cli_global *g, const char *path, const char
 			goto out;
 		}
 	}
-	if (json) {
+	if (g->json && !g->quiet) {
 		cli_jw jw;
 		cli_jw_init(&jw, stdout, 1);
 		cli_jw_obj(&jw, NULL);
@@ -159,11 +162,11 @@ static int cli_put_safetensors(const cli_global *g, const char *path, const char
 		cli_jw_end(&jw, '}');
 	} else {
 		for (size_t i = 0; i < nsel; i++)
-			cli_weight_line(&infos[i]);
-		printf("cached %zu weight%s from %s (%zu tensor%s not matched)\n", nsel, nsel == 1 ? "" : "s", path,
-		       f.n - nsel, f.n - nsel == 1 ? "" : "s");
+			cli_weight_line(g, &infos[i]);
+		cli_summary(g, "cached %zu weight%s from %s (%zu tensor%s not matched)", nsel, nsel == 1 ? "" : "s", path,
+			    f.n - nsel, f.n - nsel == 1 ? "" : "s");
 	}
-	ex = fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "put-weight: cannot write to stdout") : CLI_EXIT_OK;
+	ex = cli_flush_stdout("put-weight");
 out:
 	if (c)
 		fos_close(c);
@@ -275,8 +278,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 				 .eager_columnwise = flags[PF_EAGER].given,
 				 .uses = uses};
 	if (safet)
-		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg,
-					   flags[PF_JSON].given);
+		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg);
 	const char *name = cmd.pos[0], *wp = cmd.pos[1];
 	npy_array w = {0};
 	if (cli_load_bf16(wp, 2, "(N, K)", &w, &err) || cli_check_nonempty(&w, wp, &err)) {
@@ -300,35 +302,42 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		cli_status_err(&st, what, &err);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
-	if (flags[PF_JSON].given) {
+	if (g->json && !g->quiet) {
 		cli_jw jw;
 		cli_jw_init(&jw, stdout, 1);
 		cli_weight_json(&jw, NULL, &info);
 	} else {
-		cli_weight_line(&info);
+		cli_weight_line(g, &info);
 	}
-	return fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "put-weight: cannot write to stdout") : CLI_EXIT_OK;
+	return cli_flush_stdout("put-weight");
 }
 
 /* ---- drop-weight ------------------------------------------------------------------------------ */
 
+enum { DWF_JSON, DWF_COUNT };
+
 int cli_drop_weight_main(const cli_global *g, int argc, char **argv)
 {
+	cli_flag flags[DWF_COUNT] = {
+		[DWF_JSON] = {"--json", NULL, "print one JSON object naming the weight dropped:\n"
+					      "{\"command\": \"drop-weight\", \"where\": \"fosd\", \"server\": URL,\n"
+					      "\"weight\": NAME}", 0, 0},
+	};
 	static const char *const pos_names[] = {"NAME"};
 	static const char *const pos_help[] = {"the cached weight to remove (forwards and contexts already\n"
 					       "using it finish with it)"};
 	cli_cmd cmd = {
 		.name = "drop-weight",
-		.synopsis = "NAME",
+		.synopsis = "NAME [--json]",
 		.summary = "Remove a weight from fosd's cache.",
-		CLI_CMD_POS(pos_names, pos_help),
+		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.footer = "Exit status: 0 dropped; 1 no such weight (NOT_FOUND) or fosd error; 2 bad command line.",
 	};
 	fos_err err = {0, ""};
-	int rc = cli_parse(&cmd, argc, argv, &err);
-	if (rc == CLI_HELP_SHOWN)
-		return CLI_EXIT_OK;
-	if (rc || cli_check_weight_name(cmd.pos[0], &err))
+	int rc = cli_parse_main(&cmd, argc, argv, &err);
+	if (rc >= 0)
+		return rc;
+	if (cli_check_weight_name(cmd.pos[0], &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
 	fos_client *c;
 	if (cli_connect(g, &c, &err))
@@ -342,8 +351,15 @@ int cli_drop_weight_main(const cli_global *g, int argc, char **argv)
 		cli_status_err(&st, what, &err);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
-	printf("dropped %s\n", cmd.pos[0]);
-	return fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "drop-weight: cannot write to stdout") : CLI_EXIT_OK;
+	if (g->json && !g->quiet) {
+		cli_jw jw;
+		cli_json_begin(&jw, g, "drop-weight", 0, NULL);
+		cli_jw_str(&jw, "weight", cmd.pos[0]);
+		cli_jw_end(&jw, '}');
+	} else {
+		cli_summary(g, "dropped %s from fosd at %s", cmd.pos[0], g->server);
+	}
+	return cli_flush_stdout("drop-weight");
 }
 
 /* ---- list-weights ----------------------------------------------------------------------------- */
@@ -376,7 +392,9 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 		cli_status_err(&st, "list-weights", &err);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
-	if (flags[LWF_JSON].given) {
+	if (g->quiet) {
+		/* nothing on success */
+	} else if (g->json) {
 		cli_jw w;
 		cli_jw_init(&w, stdout, 1);
 		cli_jw_obj(&w, NULL);
@@ -411,5 +429,5 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 		}
 	}
 	free(list);
-	return fflush(stdout) ? cli_fail(CLI_EXIT_FAIL, "list-weights: cannot write to stdout") : CLI_EXIT_OK;
+	return cli_flush_stdout("list-weights");
 }
