@@ -28,6 +28,8 @@
 #include "libfos_internal.h"
 #include "support_assert.h"
 #include "support_server.h"
+#include "support_stats.h"
+#include "support_trust.h"
 
 extern char **environ;
 
@@ -128,24 +130,7 @@ static void same_dev(const void *d, const void *h, size_t n, const char *what)
 
 static fos_client *conn(void)
 {
-	fos_client *c = NULL;
-	fos_status st;
-	int rc = fos_connect(g_srv.url, NULL, 60000, &c, &st);
-	if (rc)
-		fail_msg("connect %s: %s: %s", g_srv.url, fos_code_name(rc), st.message);
-	return c;
-}
-
-static uint64_t stat_of(fos_client *c, const char *name)
-{
-	fos_stats_snapshot *s;
-	fos_status st;
-	ASSERT_OK(fos_stats_take(c, &s, &st), st);
-	uint64_t v = 0;
-	if (fos_stats_get(s, name, &v))
-		fail_msg("Stats has no %s", name);
-	fos_stats_free(s);
-	return v;
+	return tt_connect_ms(g_srv.url, NULL, 60000);
 }
 
 /* Polls until Stats name == want (up to 10 s); returns the last value. */
@@ -153,7 +138,7 @@ static uint64_t wait_stat(fos_client *c, const char *name, uint64_t want)
 {
 	uint64_t v = 0;
 	for (int i = 0; i < 200; i++) {
-		if ((v = stat_of(c, name)) == want)
+		if ((v = tstat(c, name)) == want)
 			break;
 		usleep(50000);
 	}
@@ -209,7 +194,7 @@ static void every_op(fos_client *c, const char *tag)
 	snprintf(wd, sizeof wd, "%s.wd", tag);
 	uint16_t *dW = dcopy(g_w, sizeof g_w), *dX = dcopy(g_x, sizeof g_x), *dDY = dcopy(g_dy, sizeof g_dy),
 		 *dB = dcopy(g_b, sizeof g_b);
-	uint64_t dev_before = stat_of(c, "device_tensors");
+	uint64_t dev_before = tstat(c, "device_tensors");
 	int sent = 0;
 
 	/* PutWeight: W from device memory equals W from host memory (same forward through both) */
@@ -322,8 +307,8 @@ static void every_op(fos_client *c, const char *tag)
 		}
 	}
 	/* fosd counted them (device_tensors: read or written in place) */
-	assert_true(stat_of(c, "device_tensors") >= dev_before + (uint64_t)sent);
-	assert_true(stat_of(c, "device_mappings") >= 1);
+	assert_true(tstat(c, "device_tensors") >= dev_before + (uint64_t)sent);
+	assert_true(tstat(c, "device_mappings") >= 1);
 
 	void *all[] = {dW, dX, dDY, dB, dY, dGX, dGW, dGB, dQC, dQS, dQA};
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
@@ -350,9 +335,9 @@ static void test_every_op_channel(void **state)
 	fos_client *c = conn();
 	fos_status st;
 	ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
-	uint64_t before = stat_of(c, "channel_requests");
+	uint64_t before = tstat(c, "channel_requests");
 	every_op(c, "chan");
-	assert_true(stat_of(c, "channel_requests") > before + 20); /* the ops went through the channel */
+	assert_true(tstat(c, "channel_requests") > before + 20); /* the ops went through the channel */
 	ASSERT_OK(fos_channel_close(c, &st), st);
 	fos_close(c);
 }
@@ -437,8 +422,8 @@ static void test_release_closes(void **state)
 	fos_tensor y = fos_tensor_out();
 	ASSERT_OK(fos_linear(c, &dx, &dw, NULL, NULL, NULL, &y, NULL, NULL, NULL, &st), st);
 	free(y.data);
-	assert_int_equal(stat_of(c, "device_mappings"), m0 + 2);
-	assert_true(stat_of(c, "device_mapped_bytes") >= sizeof g_x + sizeof g_w);
+	assert_int_equal(tstat(c, "device_mappings"), m0 + 2);
+	assert_true(tstat(c, "device_mapped_bytes") >= sizeof g_x + sizeof g_w);
 	ASSERT_OK(fos_cuda_release(c, dX + 5, &st), st); /* any address inside the allocation */
 	assert_int_equal(wait_stat(c, "device_mappings", m0 + 1), m0 + 1);
 	ASSERT_CODE(fos_cuda_release(c, dX, &st), FOS_CODE_NOT_FOUND, st);
@@ -448,7 +433,7 @@ static void test_release_closes(void **state)
 	y = fos_tensor_out();
 	ASSERT_OK(fos_linear(c, &dx, &dw, NULL, NULL, NULL, &y, NULL, NULL, NULL, &st), st);
 	free(y.data);
-	assert_int_equal(stat_of(c, "device_mappings"), m0 + 2);
+	assert_int_equal(tstat(c, "device_mappings"), m0 + 2);
 	fos_close(c);
 	cudaFree(dX);
 	cudaFree(dW);
@@ -558,7 +543,7 @@ static void test_child_exit_releases(void **state)
 	cudaFree(dX);
 	cudaFree(dW);
 	cudaFree(dY);
-	uint64_t m0 = wait_stat(c, "device_mappings", 0), b0 = stat_of(c, "device_mapped_bytes");
+	uint64_t m0 = wait_stat(c, "device_mappings", 0), b0 = tstat(c, "device_mapped_bytes");
 	size_t free0 = 0, total = 0;
 	cudaDeviceSynchronize();
 	assert_int_equal(cudaMemGetInfo(&free0, &total), 0);
@@ -575,7 +560,7 @@ static void test_child_exit_releases(void **state)
 	if (!WIFEXITED(status) || WEXITSTATUS(status))
 		fail_msg("the child failed (status 0x%x)", status);
 	assert_int_equal(wait_stat(c, "device_mappings", m0), m0);
-	assert_int_equal(stat_of(c, "device_mapped_bytes"), b0);
+	assert_int_equal(tstat(c, "device_mapped_bytes"), b0);
 	/* the child's 256 MiB are free again (fosd holds no mapping of them) */
 	size_t free1 = 0;
 	for (int i = 0; i < 100; i++) {

@@ -29,6 +29,7 @@
 #include "support_assert.h"
 #include "support_raw.h"
 #include "support_server.h"
+#include "support_trust.h"
 
 extern char **environ;
 
@@ -202,10 +203,7 @@ static void dev_stats(uint64_t *mappings, uint64_t *bytes, uint64_t *staged)
 
 static fos_client *lib(void)
 {
-	fos_client *c;
-	fos_status st;
-	ASSERT_OK(fos_connect(g_srv.url, NULL, 60000, &c, &st), st);
-	return c;
+	return tt_connect_ms(g_srv.url, NULL, 60000);
 }
 
 /* ---- setup ---------------------------------------------------------------------------------------- */

@@ -701,9 +701,14 @@ int tt_weight_check(fos_client *c, const tt_weight *tw, fos_status *st)
 
 fos_client *tt_connect(const char *url, const char *token)
 {
+	return tt_connect_ms(url, token, 20000);
+}
+
+fos_client *tt_connect_ms(const char *url, const char *token, int timeout_ms)
+{
 	fos_client *c = NULL;
 	fos_status st;
-	int rc = fos_connect(url, token, 20000, &c, &st);
+	int rc = fos_connect(url, token, timeout_ms, &c, &st);
 	if (rc)
 		fail_msg("connect %s: %s: %s", url, fos_code_name(rc), st.message);
 	return c;

@@ -117,8 +117,10 @@ int tt_weight_save_context(fos_client *c, const tt_weight *tw, fos_context *ctx,
 /* 1 when the caller's tenant has a weight of that name cached, 0 when not, -1 when the list fails. */
 int tt_weight_listed(fos_client *c, const char *name);
 
-/* Connects with a token (NULL: none), failing the test on error. */
+/* Connects with a token (NULL: none), failing the test on error; tt_connect's requests time out
+ * after 20 s, tt_connect_ms's after timeout_ms. */
 fos_client *tt_connect(const char *url, const char *token);
+fos_client *tt_connect_ms(const char *url, const char *token, int timeout_ms);
 
 /* 1 under AddressSanitizer (RLIMIT_AS tests cannot run). */
 int tt_under_asan(void);

@@ -30,6 +30,7 @@
 #include "support_server.h"
 #include "support_assert.h"
 #include "support_raw.h"
+#include "support_trust.h"
 
 #define M 128
 #define K 128
@@ -40,12 +41,7 @@ static uint16_t g_w[N * K], g_x[M * K], g_b[N], g_dy[M * N];
 
 static fos_client *connect_or_fail(void)
 {
-	fos_client *c = NULL;
-	fos_status st;
-	int rc = fos_connect(g_srv.url, NULL, 20000, &c, &st);
-	if (rc)
-		fail_msg("connect: %s: %s", fos_code_name(rc), st.message);
-	return c;
+	return tt_connect(g_srv.url, NULL);
 }
 
 static int setup_server(void **state)

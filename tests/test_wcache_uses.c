@@ -29,7 +29,9 @@
 #include "support_assert.h"
 #include "support_ref.h"
 #include "support_server.h"
+#include "support_stats.h"
 #include "support_trust.h"
+#include "support_wcache.h"
 
 static fos_backend *g_be;
 
@@ -57,22 +59,13 @@ static int teardown(void **state)
 
 static void *dput(const void *h, size_t n)
 {
-	void *d = ref_dev_put(g_be, h, n);
-	assert_non_null(d);
-	return d;
+	return twc_put(g_be, h, n);
 }
 
 static void *dget(const void *d, size_t n)
 {
-	void *h = malloc(n);
-	assert_non_null(h);
-	assert_int_equal(ref_dev_get(g_be, h, d, n), FOS_OK);
-	return h;
+	return twc_get(g_be, d, n);
 }
-
-static const int one_use[3] = {FOS_USE_QUANTIZED, FOS_USE_HIGH_PRECISION, FOS_USE_DEQUANTIZED};
-static const int overrides[3] = {FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION, FOS_OVR_DEQUANTIZED};
-static const char *const use_names[3] = {"quantized", "high_precision", "dequantized"};
 
 /* ---- layer level ----------------------------------------------------------------------------- */
 
@@ -123,99 +116,41 @@ static void test_bytes_per_use(void **state)
 	free(w);
 }
 
-/* The old cache's decoded operands: the `decoded` output of quantize (rowwise) and of the
- * columnwise quantize of W^T with W's amax. */
-static void old_operands(const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o, uint16_t **rowdec,
-			 uint16_t **coldec, fos_qtensor *qrow)
-{
-	fos_err e;
-	fos_qcfg c = {FOS_RECIPE_4OVER6, o->weight_block, o->err_mode, o->bound, 0};
-	void *wd = dput(w, (size_t)(n * k) * 2);
-	uint16_t *wt = malloc((size_t)(n * k) * 2);
-	assert_non_null(wt);
-	ref_transpose_u16(w, wt, n, k);
-	void *wtd = dput(wt, (size_t)(n * k) * 2);
-	fos_qtensor qcol;
-	assert_int_equal(fos_qtensor_alloc(g_be, qrow, n, k, 0, &e), FOS_OK);
-	assert_int_equal(fos_qtensor_alloc(g_be, &qcol, k, n, 0, &e), FOS_OK);
-	uint16_t *rd = g_be->alloc(g_be, (size_t)(n * k) * 2), *cd = g_be->alloc(g_be, (size_t)(n * k) * 2);
-	assert_true(rd && cd);
-	assert_int_equal(g_be->quantize(g_be, wd, FOS_BF16, n, k, &c, NULL, qrow, rd, &e), FOS_OK);
-	assert_int_equal(g_be->quantize(g_be, wtd, FOS_BF16, k, n, &c, qrow->amax, &qcol, cd, &e), FOS_OK);
-	*rowdec = rd;
-	*coldec = cd;
-	fos_qtensor_free(g_be, &qcol);
-	g_be->free(g_be, wd);
-	g_be->free(g_be, wtd);
-	free(wt);
-}
-
 static void test_decode_exact(void **state)
 {
 	(void)state;
 	const int64_t n = 64, k = 128;
 	uint16_t *w = malloc((size_t)(n * k) * 2);
 	assert_non_null(w);
-	for (int kind = 0; kind < 3; kind++) {
-		ref_gen_bf16(kind == 0 ? REF_RANDN : kind == 1 ? REF_HEAVY : REF_NEGZERO, n, k, 11 + (uint64_t)kind, w);
-		for (int wb = 0; wb < 2; wb++) {
-			fos_linear_opts o = fos_linear_opts_default();
-			o.weight_block = wb ? FOS_BLOCK_1X16 : FOS_BLOCK_16X16;
-			o.err_mode = kind == 2 ? FOS_ERR_MSE : FOS_ERR_MAE;
-			o.bound = kind == 1 ? 448 : 256;
-			uint16_t *rd, *cd;
-			fos_qtensor qrow;
-			old_operands(w, n, k, &o, &rd, &cd, &qrow);
-			void *wd = dput(w, (size_t)(n * k) * 2);
-			fos_qweight qw;
-			fos_err e;
-			assert_int_equal(fos_qweight_make_uses(g_be, wd, n, k, &o, FOS_USES_ALL, &qw, &e), FOS_OK);
-			uint16_t *d = g_be->alloc(g_be, (size_t)(n * k) * 2);
-			assert_int_equal(fos_qweight_decode(g_be, &qw, 0, d, &e), FOS_OK);
-			assert_memory_equal(d, rd, (size_t)(n * k) * 2);
-			assert_int_equal(fos_qweight_decode(g_be, &qw, 1, d, &e), FOS_OK);
-			assert_memory_equal(d, cd, (size_t)(n * k) * 2);
-			fos_qweight_free(g_be, &qw);
-			/* without the quantized use there are no columnwise codes to decode */
-			assert_int_equal(fos_qweight_make_uses(g_be, wd, n, k, &o, FOS_USE_FORWARD, &qw, &e), FOS_OK);
-			assert_int_equal(fos_qweight_decode(g_be, &qw, 1, d, &e), FOS_EINVAL);
-			assert_int_equal(fos_qweight_decode(g_be, &qw, 0, d, &e), FOS_OK);
-			assert_memory_equal(d, rd, (size_t)(n * k) * 2);
-			fos_qweight_free(g_be, &qw);
-			g_be->free(g_be, d);
-			g_be->free(g_be, rd);
-			g_be->free(g_be, cd);
-			g_be->free(g_be, wd);
-			fos_qtensor_free(g_be, &qrow);
-		}
+	for (int cs = 0; cs < 6; cs++) {
+		fos_linear_opts o;
+		twc_decode_case(cs, n, k, w, &o);
+		uint16_t *rd, *cd;
+		fos_qtensor qrow;
+		twc_old_operands(g_be, w, n, k, &o, &rd, &cd, &qrow);
+		void *wd = dput(w, (size_t)(n * k) * 2);
+		fos_qweight qw;
+		fos_err e;
+		assert_int_equal(fos_qweight_make_uses(g_be, wd, n, k, &o, FOS_USES_ALL, &qw, &e), FOS_OK);
+		uint16_t *d = g_be->alloc(g_be, (size_t)(n * k) * 2);
+		assert_int_equal(fos_qweight_decode(g_be, &qw, 0, d, &e), FOS_OK);
+		assert_memory_equal(d, rd, (size_t)(n * k) * 2);
+		assert_int_equal(fos_qweight_decode(g_be, &qw, 1, d, &e), FOS_OK);
+		assert_memory_equal(d, cd, (size_t)(n * k) * 2);
+		fos_qweight_free(g_be, &qw);
+		/* without the quantized use there are no columnwise codes to decode */
+		assert_int_equal(fos_qweight_make_uses(g_be, wd, n, k, &o, FOS_USE_FORWARD, &qw, &e), FOS_OK);
+		assert_int_equal(fos_qweight_decode(g_be, &qw, 1, d, &e), FOS_EINVAL);
+		assert_int_equal(fos_qweight_decode(g_be, &qw, 0, d, &e), FOS_OK);
+		assert_memory_equal(d, rd, (size_t)(n * k) * 2);
+		fos_qweight_free(g_be, &qw);
+		g_be->free(g_be, d);
+		g_be->free(g_be, rd);
+		g_be->free(g_be, cd);
+		g_be->free(g_be, wd);
+		fos_qtensor_free(g_be, &qrow);
 	}
 	free(w);
-}
-
-/* y of the old path: X quantized with its decoded output, the GEMM against rowdec. */
-static uint16_t *old_forward(const uint16_t *x, int64_t m, int64_t n, int64_t k, const fos_linear_opts *o,
-			     const fos_qtensor *qrow, const uint16_t *rowdec, const uint16_t *bias)
-{
-	fos_err e;
-	fos_qcfg c = {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled};
-	fos_qtensor xq;
-	assert_int_equal(fos_qtensor_alloc(g_be, &xq, m, k, o->row_scaled, &e), FOS_OK);
-	uint16_t *xdec = g_be->alloc(g_be, (size_t)(m * k) * 2), *y = g_be->alloc(g_be, (size_t)(m * n) * 2);
-	void *xd = dput(x, (size_t)(m * k) * 2);
-	assert_int_equal(g_be->quantize(g_be, xd, FOS_BF16, m, k, &c, NULL, &xq, xdec, &e), FOS_OK);
-	float dinv = 1.0f / (6.0f * (float)o->bound);
-	fos_gemm_epi epi = {xq.amax, dinv, qrow->amax, dinv, 0, bias};
-	if (o->row_scaled) {
-		epi.a_amax = 0;
-		epi.row_scale = xq.amax;
-	}
-	assert_int_equal(g_be->gemm(g_be, xdec, rowdec, m, n, k, &epi, y, &e), FOS_OK);
-	uint16_t *h = dget(y, (size_t)(m * n) * 2);
-	fos_qtensor_free(g_be, &xq);
-	g_be->free(g_be, xdec);
-	g_be->free(g_be, y);
-	g_be->free(g_be, xd);
-	return h;
 }
 
 static void test_forward_old_path(void **state)
@@ -234,11 +169,11 @@ static void test_forward_old_path(void **state)
 		o.row_scaled = rs;
 		uint16_t *rd, *cd;
 		fos_qtensor qrow;
-		old_operands(w, n, k, &o, &rd, &cd, &qrow);
+		twc_old_operands(g_be, w, n, k, &o, &rd, &cd, &qrow);
 		for (int mi = 0; mi < 3; mi++) {
 			int64_t m = ms[mi];
-			uint16_t *yo = old_forward(x, m, n, k, &o, &qrow, rd, bd);
 			void *xd = dput(x, (size_t)(m * k) * 2);
+			uint16_t *yo = twc_old_forward(g_be, xd, m, n, k, &o, &qrow, rd, bd);
 			uint16_t *yd = g_be->alloc(g_be, (size_t)(m * n) * 2);
 			for (int uses = 1; uses <= FOS_USES_ALL; uses++) {
 				fos_qweight qw;
@@ -276,54 +211,6 @@ static void test_forward_old_path(void **state)
 	free(w), free(x), free(b);
 }
 
-typedef struct lres {
-	uint16_t *y, *dx, *dw, *db;
-} lres;
-
-static void lres_free(lres *r)
-{
-	free(r->y), free(r->dx), free(r->dw), free(r->db);
-	memset(r, 0, sizeof *r);
-}
-
-/* Forward (saving) and backward of override ovr on a weight made for uses; rc of the first failing
- * step (0: r filled), e its message. */
-static int run_layer(const uint16_t *w, const uint16_t *x, const uint16_t *dy, const uint16_t *b, int64_t m,
-		     int64_t n, int64_t k, int ovr, int rs, int uses, int with_ws, lres *r, fos_err *e)
-{
-	fos_linear_opts o = fos_linear_opts_default();
-	o.override = ovr;
-	o.row_scaled = rs;
-	void *wd = dput(w, (size_t)(n * k) * 2), *xd = dput(x, (size_t)(m * k) * 2), *dyd = dput(dy, (size_t)(m * n) * 2);
-	void *bd = dput(b, (size_t)n * 2);
-	uint16_t *yd = g_be->alloc(g_be, (size_t)(m * n) * 2), *dxd = g_be->alloc(g_be, (size_t)(m * k) * 2);
-	uint16_t *dwd = g_be->alloc(g_be, (size_t)(n * k) * 2), *dbd = g_be->alloc(g_be, (size_t)n * 2);
-	fos_wscratch ws = {0, 0};
-	fos_wops wo = {&ws, NULL, NULL};
-	fos_qweight qw;
-	fos_saved sv;
-	memset(&sv, 0, sizeof sv);
-	int rc = fos_qweight_make_uses(g_be, wd, n, k, &o, uses, &qw, e);
-	if (!rc) {
-		rc = fos_linear_forward_w(g_be, xd, m, &qw, with_ws ? &wo : NULL, &o, bd, yd, &sv, e);
-		if (!rc)
-			rc = fos_linear_backward_w(g_be, &sv, &qw, with_ws ? &wo : NULL, dyd, dxd, dwd, dbd, e);
-		if (!rc) {
-			r->y = dget(yd, (size_t)(m * n) * 2);
-			r->dx = dget(dxd, (size_t)(m * k) * 2);
-			r->dw = dget(dwd, (size_t)(n * k) * 2);
-			r->db = dget(dbd, (size_t)n * 2);
-		}
-		fos_saved_free(g_be, &sv);
-		fos_qweight_free(g_be, &qw);
-	}
-	fos_wscratch_free(g_be, &ws);
-	void *bufs[] = {wd, xd, dyd, bd, yd, dxd, dwd, dbd};
-	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-		g_be->free(g_be, bufs[i]);
-	return rc;
-}
-
 static void test_overrides_by_use(void **state)
 {
 	(void)state;
@@ -335,31 +222,8 @@ static void test_overrides_by_use(void **state)
 	ref_gen_bf16(REF_RANDN, 128, k, 32, x);
 	ref_gen_bf16(REF_RANDN, 128, n, 33, dy);
 	ref_gen_bf16(REF_RANDN, 1, n, 34, b);
-	for (int mi = 0; mi < 2; mi++)
-		for (int i = 0; i < 3; i++) {
-			int64_t m = ms[mi];
-			int rs = overrides[i] == FOS_OVR_HIGH_PRECISION && mi == 1; /* row-scaled X: high_precision */
-			lres full = {0}, just = {0}, ws = {0}, none = {0};
-			fos_err e;
-			assert_int_equal(run_layer(w, x, dy, b, m, n, k, overrides[i], rs, FOS_USES_ALL, 0, &full, &e), FOS_OK);
-			assert_int_equal(run_layer(w, x, dy, b, m, n, k, overrides[i], rs, one_use[i], 0, &just, &e), FOS_OK);
-			assert_int_equal(run_layer(w, x, dy, b, m, n, k, overrides[i], rs, one_use[i], 1, &ws, &e), FOS_OK);
-			lres *rr[2] = {&just, &ws};
-			for (int j = 0; j < 2; j++) {
-				assert_memory_equal(rr[j]->y, full.y, (size_t)(m * n) * 2);
-				assert_memory_equal(rr[j]->dx, full.dx, (size_t)(m * k) * 2);
-				assert_memory_equal(rr[j]->dw, full.dw, (size_t)(n * k) * 2);
-				assert_memory_equal(rr[j]->db, full.db, (size_t)n * 2);
-			}
-			/* made for every use but this one: the forward that saves for it is refused */
-			int rc = run_layer(w, x, dy, b, m, n, k, overrides[i], rs, FOS_USES_ALL & ~one_use[i], 0, &none, &e);
-			assert_int_equal(rc, FOS_EINVAL);
-			char want[64];
-			snprintf(want, sizeof want, "use '%s'", use_names[i]);
-			if (!strstr(e.msg, want))
-				fail_msg("'%s' does not name %s", e.msg, want);
-			lres_free(&full), lres_free(&just), lres_free(&ws);
-		}
+	for (int mi = 0; mi < 2; mi++) /* at 128 rows, the high_precision override with row-scaled X */
+		twc_check_overrides(g_be, w, x, dy, b, ms[mi], n, k, mi == 1);
 	/* a backward on a weight without the context's use (the forward saved on a full weight) */
 	fos_linear_opts o = fos_linear_opts_default();
 	o.override = FOS_OVR_QUANTIZED;
@@ -388,17 +252,6 @@ static void test_overrides_by_use(void **state)
 /* ---- fosd ------------------------------------------------------------------------------------ */
 
 enum { SN = 64, SK = 128, SM = 32 };
-
-static uint64_t stat_of(fos_client *c, const char *name)
-{
-	fos_stats_snapshot *sn;
-	fos_status st;
-	uint64_t v = 0;
-	ASSERT_OK(fos_stats_take(c, &sn, &st), st);
-	assert_int_equal(fos_stats_get(sn, name, &v), FOS_CODE_OK);
-	fos_stats_free(sn);
-	return v;
-}
 
 static int put_uses(fos_client *c, const char *name, const uint16_t *w, int64_t n, int64_t k, int uses,
 		    fos_weight_info *info, fos_status *st)
@@ -456,7 +309,7 @@ static void test_fosd_uses(void **state)
 		y = fos_tensor_out();
 		ASSERT_CODE(fos_forward(c, "f", &tx, NULL, &fo, &y, &ctx, &st), FOS_CODE_FAILED_PRECONDITION, st);
 		char want[64];
-		snprintf(want, sizeof want, "use '%s'", use_names[i]);
+		snprintf(want, sizeof want, "use '%s'", twc_use_names[i]);
 		if (!strstr(st.message, want))
 			fail_msg("'%s' does not name %s", st.message, want);
 	}
@@ -476,7 +329,7 @@ static void test_fosd_uses(void **state)
 		fos_forward_opts fo = {0, wire_ovr[i], 0, 1};
 		fos_context ctx;
 		ASSERT_OK(fos_forward(c, name, &tx, NULL, &fo, &y, &ctx, &st), st);
-		o.override = overrides[i];
+		o.override = twc_overrides[i];
 		assert_int_equal(tsrv_ref_linear(x, w, NULL, dy, SM, SN, SK, &o, ry, rdx, rdw, NULL), 0);
 		ASSERT_SAME(y.data, ry, SM * SN, "y");
 		fos_tensor dx = fos_tensor_out(), dw = fos_tensor_out();
@@ -538,7 +391,7 @@ static void test_fosd_uses(void **state)
 	assert_int_equal(lu->master_bytes, (size_t)SN * SK * 2);
 	assert_int_equal(lu->weight_uses, FOS_WEIGHT_USE_HIGH_PRECISION);
 	free(l);
-	assert_int_equal(stat_of(c, "cache_bytes"), codes * 9 + 2 * (size_t)SN * SK * 2);
+	assert_int_equal(tstat(c, "cache_bytes"), codes * 9 + 2 * (size_t)SN * SK * 2);
 	fos_close(c);
 	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
 	tsrv_cleanup(&s);
@@ -568,7 +421,7 @@ static void test_fosd_decoded_tier(void **state)
 	fos_weight_info info;
 	ASSERT_OK(put_uses(c, "t1", w1, SN, SK, FOS_WEIGHT_USE_FORWARD, &info, &st), st);
 	ASSERT_OK(put_uses(c, "t2", w2, SN, SK, FOS_WEIGHT_USE_FORWARD, &info, &st), st);
-	assert_int_equal(stat_of(c, "decoded_tier_budget"), budget / 8);
+	assert_int_equal(tstat(c, "decoded_tier_budget"), budget / 8);
 	fos_linear_opts o = fos_linear_opts_default();
 	const uint16_t *ws[2] = {w1, w2};
 	const char *names[2] = {"t1", "t2"};
@@ -582,13 +435,13 @@ static void test_fosd_decoded_tier(void **state)
 				ASSERT_SAME(y.data, ry, SM * SN, "tier y");
 				free(y.data);
 			}
-			assert_int_equal(stat_of(c, "decoded_tier_entries"), 1);
-			assert_int_equal(stat_of(c, "decoded_tier_bytes"), copy);
+			assert_int_equal(tstat(c, "decoded_tier_entries"), 1);
+			assert_int_equal(tstat(c, "decoded_tier_bytes"), copy);
 		}
 	/* 6 copies made (each dropping the other's but the first), 6 reads */
-	assert_int_equal(stat_of(c, "decoded_tier_hits"), 6);
-	assert_int_equal(stat_of(c, "decoded_tier_drops"), 5);
-	assert_int_equal(stat_of(c, "cache_bytes"), 2 * codes); /* the tier is not in the cache's bytes */
+	assert_int_equal(tstat(c, "decoded_tier_hits"), 6);
+	assert_int_equal(tstat(c, "decoded_tier_drops"), 5);
+	assert_int_equal(tstat(c, "cache_bytes"), 2 * codes); /* the tier is not in the cache's bytes */
 	fos_weight_info *l;
 	size_t nl;
 	ASSERT_OK(fos_list_weights(c, &l, &nl, &st), st);
@@ -605,18 +458,18 @@ static void test_fosd_decoded_tier(void **state)
 	uint64_t need = fos_qweight_bytes_for(bn, SK, FOS_USE_HIGH_PRECISION, NULL);
 	assert_true(need > free_now && need <= free_now + copy);
 	ASSERT_OK(put_uses(c, "big", wb, bn, SK, FOS_WEIGHT_USE_HIGH_PRECISION, &info, &st), st);
-	assert_int_equal(stat_of(c, "decoded_tier_entries"), 0);
-	assert_int_equal(stat_of(c, "decoded_tier_drops"), 6);
-	assert_int_equal(stat_of(c, "cache_evictions"), 0);
-	assert_int_equal(stat_of(c, "cache_entries"), 3);
+	assert_int_equal(tstat(c, "decoded_tier_entries"), 0);
+	assert_int_equal(tstat(c, "decoded_tier_drops"), 6);
+	assert_int_equal(tstat(c, "cache_evictions"), 0);
+	assert_int_equal(tstat(c, "cache_entries"), 3);
 	/* no room for a copy now: the small forward decodes on demand, the same bits */
 	fos_tensor y = fos_tensor_out();
 	ASSERT_OK(fos_forward(c, "t1", &tx, NULL, NULL, &y, NULL, &st), st);
 	assert_int_equal(tsrv_ref_linear(x, w1, NULL, NULL, SM, SN, SK, &o, ry, NULL, NULL, NULL), 0);
 	ASSERT_SAME(y.data, ry, SM * SN, "on-demand y");
 	free(y.data);
-	assert_int_equal(stat_of(c, "decoded_tier_entries"), 0);
-	assert_true(stat_of(c, "scratch_bytes") >= copy);
+	assert_int_equal(tstat(c, "decoded_tier_entries"), 0);
+	assert_true(tstat(c, "scratch_bytes") >= copy);
 	fos_close(c);
 	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
 	tsrv_cleanup(&s);
@@ -655,20 +508,20 @@ static void test_fosd_quota_sizes(void **state)
 		ASSERT_OK(fos_forward(a, name, &tx, NULL, NULL, &y, NULL, &st), st);
 		free(y.data);
 	}
-	assert_int_equal(stat_of(a, "cache_evictions"), 0);
-	assert_int_equal(stat_of(a, "cache_bytes"), 3 * fwd);
-	assert_int_equal(stat_of(a, "decoded_tier_entries"), 3);
+	assert_int_equal(tstat(a, "cache_evictions"), 0);
+	assert_int_equal(tstat(a, "cache_bytes"), 3 * fwd);
+	assert_int_equal(tstat(a, "decoded_tier_entries"), 3);
 	/* a fourth evicts her least recently used one */
 	ASSERT_OK(put_uses(a, "q3", w, SN, SK, FOS_WEIGHT_USE_FORWARD, &info, &st), st);
-	assert_int_equal(stat_of(a, "cache_evictions"), 1);
-	assert_int_equal(stat_of(a, "cache_bytes"), 3 * fwd);
+	assert_int_equal(tstat(a, "cache_evictions"), 1);
+	assert_int_equal(tstat(a, "cache_bytes"), 3 * fwd);
 	assert_int_equal(tt_weight_listed(a, "q0"), 0);
-	assert_int_equal(stat_of(a, "decoded_tier_entries"), 2); /* q0's copy went with it */
+	assert_int_equal(tstat(a, "decoded_tier_entries"), 2); /* q0's copy went with it */
 	/* one put for quantized too no longer fits beside two others: two go */
 	ASSERT_OK(put_uses(a, "qq", w, SN, SK, FOS_WEIGHT_USE_FORWARD | FOS_WEIGHT_USE_QUANTIZED, &info, &st), st);
 	assert_int_equal(info.bytes, 2 * fwd);
-	assert_int_equal(stat_of(a, "cache_evictions"), 3);
-	assert_int_equal(stat_of(a, "cache_bytes"), 3 * fwd);
+	assert_int_equal(tstat(a, "cache_evictions"), 3);
+	assert_int_equal(tstat(a, "cache_bytes"), 3 * fwd);
 	fos_close(a);
 	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
 	tsrv_cleanup(&s);
