@@ -25,7 +25,8 @@ costs when its polling for the next request has ended (fosd's --channel-spin-us;
 quantization of W (put_ms).
 Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps after --warmup.
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
-object; --profile N prints cProfile's top functions (by own time) of N layer steps to stderr.
+object; --profile N prints cProfile's top functions (by own and by cumulative time) of N layer
+steps and of N Client forward + backward calls to stderr.
 Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
       [--steps S] [--warmup W] [--no-bias] [--json] [--profile N] [--fosd-channel-spin-us US]
@@ -100,17 +101,34 @@ def start_fosd(build, sock_dir, chan_spin_us=None, backend="cuda"):
             time.sleep(0.05)
 
 
-def profile(what, fn, n, sync):
-    """cProfile's top functions (own time) of n calls of fn, to stderr."""
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(n):
-        fn()
-    sync()
-    pr.disable()
-    out = io.StringIO()
-    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
-    log("cProfile of %d %s:\n%s" % (n, what, out.getvalue()))
+def profile(what, fn, n, sync, function=None):
+    """cProfile's top functions (own and cumulative time) of n calls of fn, to stderr; with
+    function (an autograd.Function), also of its backward, which autograd runs on its own thread
+    for CUDA tensors, out of the sight of a profiler of this thread before Python 3.12 (from 3.12
+    on cProfile sees every thread, and a second profiler cannot be enabled: function is ignored)."""
+    if sys.version_info >= (3, 12):
+        function = None
+    pr, bpr = cProfile.Profile(), cProfile.Profile()
+    orig = function.backward if function is not None else None
+    if function is not None:
+        function.backward = staticmethod(lambda ctx, *g: bpr.runcall(orig, ctx, *g))
+    try:
+        pr.enable()
+        for _ in range(n):
+            fn()
+        sync()
+        pr.disable()
+    finally:
+        if function is not None:
+            function.backward = staticmethod(orig)
+    for p, whose in ((pr, what), (bpr, "%s: %s.backward (autograd's thread)" % (what, getattr(function, "__name__", "")))):
+        if p is bpr and function is None:
+            continue
+        out = io.StringIO()
+        pstats.Stats(p, stream=out).sort_stats("tottime").print_stats(25)
+        pstats.Stats(p, stream=out).sort_stats("cumulative").print_stats(25)
+        log("cProfile of %d %s, by own time and by cumulative time (the libfos calls are the fn "
+            "functions of fosd/client.py):\n%s" % (n, whose, out.getvalue()))
 
 
 def busy_us(us):
@@ -222,7 +240,8 @@ def main():
                     + (st1.get("device_mappings", 0), st1.get("device_mapped_bytes", 0) >> 20,
                        c._plane.device_checks - checks0)))
             if a.profile and c is client:
-                profile("fosd.torch.Linear steps (device tensors)", fosd_step, a.profile, sync)
+                profile("fosd.torch.Linear steps (device tensors)", fosd_step, a.profile, sync,
+                        None if a.cpu else ft._LinearFn)
             layer = params = None  # frees its fosd weight and GPU memory
         if not client.device_tensors_sent:
             log("no CUDA tensor went as a device tensor: %s" % client.device_off_reason)
