@@ -26,6 +26,8 @@
 #include "fos.h"
 #include "libfos_internal.h"
 #include "support_server.h"
+#include "support_stats.h"
+#include "support_trust.h"
 #include "support_assert.h"
 
 #define M 32
@@ -282,12 +284,7 @@ static void fake_reset(void)
 
 static fos_client *conn(void)
 {
-	fos_client *c = NULL;
-	fos_status st;
-	int rc = fos_connect(g_srv.url, NULL, 20000, &c, &st);
-	if (rc)
-		fail_msg("connect %s: %s: %s", g_srv.url, fos_code_name(rc), st.message);
-	return c;
+	return tt_connect(g_srv.url, NULL);
 }
 
 static int setup(void **state)
@@ -334,19 +331,6 @@ static fos_client *conn_fake(void)
 	return c;
 }
 
-static uint64_t stat_of(fos_client *c, const char *name)
-{
-	fos_stats_snapshot *s;
-	fos_status st;
-	ASSERT_OK(fos_stats_take(c, &s, &st), st);
-	uint64_t v = 0;
-	int rc = fos_stats_get(s, name, &v);
-	fos_stats_free(s);
-	if (rc == FOS_CODE_NOT_FOUND)
-		return 0;
-	return v;
-}
-
 #define ASSERT_MSG(st, needle)                                                                          \
 	do {                                                                                            \
 		if (!strstr((st).message, (needle)))                                                    \
@@ -372,7 +356,7 @@ static void test_no_driver(void **state)
 	if (!strcmp(tsrv_backend_name(), "cpu"))
 		ASSERT_CODE(fos_server_gpu_uuid(c, u, &st), FOS_CODE_FAILED_PRECONDITION, st);
 
-	uint64_t before = stat_of(c, "ops.forward.requests");
+	uint64_t before = tstat_or0(c, "ops.forward.requests");
 	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dev);
 	assert_int_equal(tx.mem, FOS_MEM_CUDA);
 	assert_int_equal(tx.size, (size_t)M * K * 2);
@@ -386,7 +370,7 @@ static void test_no_driver(void **state)
 	fos_tensor yd = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dev);
 	ASSERT_CODE(fos_forward(c, "w", &hx, NULL, NULL, &yd, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
 	ASSERT_MSG(st, "tensor y");
-	assert_int_equal(stat_of(c, "ops.forward.requests"), before); /* nothing was sent */
+	assert_int_equal(tstat_or0(c, "ops.forward.requests"), before); /* nothing was sent */
 	ASSERT_CODE(fos_cuda_release(c, dev, &st), FOS_CODE_NOT_FOUND, st);
 	host_forward_ok(c);
 	fos_close(c);
@@ -599,7 +583,7 @@ static void test_refusals(void **state)
 	fake_reset();
 	fos_client *c = conn_fake();
 	fos_status st;
-	uint64_t before = stat_of(c, "ops.forward.requests");
+	uint64_t before = tstat_or0(c, "ops.forward.requests");
 	fos_tensor y = fos_tensor_out();
 
 	uint8_t *vmm = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
@@ -640,7 +624,7 @@ static void test_refusals(void **state)
 	ASSERT_CODE(fos_forward(c, "w", &tb, NULL, NULL, &y, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	ASSERT_MSG(st, "mem 7");
 
-	assert_int_equal(stat_of(c, "ops.forward.requests"), before); /* all refused before sending */
+	assert_int_equal(tstat_or0(c, "ops.forward.requests"), before); /* all refused before sending */
 	assert_null(y.data);
 	host_forward_ok(c);
 	fos_close(c);
@@ -665,6 +649,8 @@ static void test_other_gpu(void **state)
 	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
 	ASSERT_MSG(st, "fosd runs on GPU-5a5a5a5a-5a5a");
 	ASSERT_MSG(st, "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+	char text[41];
+	assert_string_equal(fos_gpu_uuid_str(other, text), "GPU-5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a");
 	/* a fresh Health says what fosd runs on again: a cpu fosd no GPU */
 	fos_health_info h;
 	ASSERT_OK(fos_health(c, &h, &st), st);
@@ -778,7 +764,7 @@ static void refused_by_fosd(fos_client *c)
 {
 	fos_status st;
 	uint8_t *p = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
-	uint64_t fp = stat_of(c, "ops.forward.codes.FAILED_PRECONDITION.count");
+	uint64_t fp = tstat_or0(c, "ops.forward.codes.FAILED_PRECONDITION.count");
 	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, p);
 	fos_tensor y = fos_tensor_out();
 	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
@@ -788,7 +774,7 @@ static void refused_by_fosd(fos_client *c)
 	fos_tensor yd = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, p + 65536);
 	ASSERT_CODE(fos_forward(c, "w", &hx, NULL, NULL, &yd, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
 	/* both answered by fosd */
-	assert_int_equal(stat_of(c, "ops.forward.codes.FAILED_PRECONDITION.count"), fp + 2);
+	assert_int_equal(tstat_or0(c, "ops.forward.codes.FAILED_PRECONDITION.count"), fp + 2);
 	/* quantize with device codes */
 	fos_tensor codes = fos_tensor_cuda(FOS_DTYPE_U8, M, K / 2, p + 131072);
 	fos_tensor scales = fos_tensor_out(), amax = fos_tensor_out();
@@ -818,10 +804,10 @@ static void test_cpu_fosd_refuses_channel(void **state)
 	fos_client *c = conn_fake();
 	fos_status st;
 	ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
-	uint64_t before = stat_of(c, "channel_requests");
+	uint64_t before = tstat_or0(c, "channel_requests");
 	refused_by_fosd(c);
 	/* the forwards, quantize, host forward and the Stats calls went through the channel */
-	assert_true(stat_of(c, "channel_requests") >= before + 4);
+	assert_true(tstat_or0(c, "channel_requests") >= before + 4);
 	ASSERT_OK(fos_channel_close(c, &st), st);
 	fos_close(c);
 }

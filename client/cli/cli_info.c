@@ -52,10 +52,9 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 	}
 	/* a cuda fosd's GPU, as NVIDIA's tools write it (device tensors must be on it) */
 	uint8_t u[16];
-	char gpu[48] = "";
+	char gpu[41] = "";
 	if (!fos_server_gpu_uuid(c, u, &st))
-		snprintf(gpu, sizeof gpu, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-			 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+		fos_gpu_uuid_str(u, gpu);
 	fos_close(c);
 	if (g->json && !g->quiet) {
 		cli_jw w;

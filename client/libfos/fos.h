@@ -492,6 +492,9 @@ int fos_server_gpu_uuid(fos_client *c, uint8_t uuid[16], fos_status *st);
 /* The 16-byte UUID of the GPU holding dev_ptr (the UUID CUDA's device properties give):
  * FAILED_PRECONDITION without a CUDA driver, INVALID_ARGUMENT when dev_ptr is not device memory. */
 int fos_cuda_ptr_uuid(const void *dev_ptr, uint8_t uuid[16], fos_status *st);
+/* A GPU's 16-byte UUID as NVIDIA's tools write it (NVIDIA_VISIBLE_DEVICES takes it): "GPU-" and
+ * 32 lowercase hex digits grouped 8-4-4-4-12, NUL-terminated in out (41 bytes). Returns out. */
+char *fos_gpu_uuid_str(const uint8_t uuid[16], char out[41]);
 /* Whether bytes of device memory at dev_ptr can go to this handle's fosd as a device tensor: OK
  * (the allocation is exported now, so a call finds it cached), or the status a call would fail
  * with, and also FAILED_PRECONDITION when fosd reports no GPU (a cpu fosd). For callers that fall

@@ -521,6 +521,31 @@ int fosc_out_describe(fos_tensor *out, const fosw_tensor *v)
 	return FOS_CODE_OK;
 }
 
+int fosc_out_ref_check(const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
+		       const char *bad, fosw_tensor *v, fos_status *st)
+{
+	Fos__Tensor tmp = *t;
+	if (t->shm)
+		tmp.shm = NULL;
+	else
+		tmp.cuda = NULL;
+	tmp.offset = 0;
+	static const uint8_t none;
+	int code;
+	char why[256];
+	if (bad || fosw_tensor_get(&tmp, &none, (size_t)t->length, what, v, NULL, &code, why, sizeof why))
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", bad ? bad : why);
+	return fosc_out_expect(v, what, dtype, exp_d0, exp_d1, st);
+}
+
+int fosc_out_fits(fos_tensor *out, const fosw_tensor *v, const char *what, fos_status *st)
+{
+	if (out->size < v->len)
+		return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "output %s needs %zu bytes, the buffer has %zu", what, v->len,
+				   out->size);
+	return fosc_out_describe(out, v);
+}
+
 int fosc_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
 	     fos_tensor *out, fos_status *st)
 {

@@ -190,7 +190,7 @@ static const char *cuerr(const fosc_cuda_api *a, int rc)
 	return buf;
 }
 
-static void uuid_text(const uint8_t u[16], char out[48])
+char *fos_gpu_uuid_str(const uint8_t u[16], char out[41])
 {
 	static const char hx[] = "0123456789abcdef";
 	int j = 0;
@@ -202,6 +202,7 @@ static void uuid_text(const uint8_t u[16], char out[48])
 		out[j++] = hx[u[i] & 15];
 	}
 	out[j] = 0;
+	return out;
 }
 
 /* ---- what a pointer is --------------------------------------------------------------------- */
@@ -414,11 +415,10 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 	memcpy(srv, c->srv_gpu, sizeof srv);
 	pthread_mutex_unlock(&c->cuda_mu);
 	if (known && !same) {
-		char a1[48], a2[48];
-		uuid_text(r->uuid, a1);
-		uuid_text(srv, a2);
+		char a1[41], a2[41];
 		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "tensor %s is in memory of %s; fosd runs on %s "
-				   "(device tensors must be on fosd's GPU)", what, a1, a2);
+				   "(device tensors must be on fosd's GPU)", what, fos_gpu_uuid_str(r->uuid, a1),
+				   fos_gpu_uuid_str(srv, a2));
 	}
 	return FOS_CODE_OK;
 }
@@ -479,19 +479,10 @@ int fosc_cuda_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *so, const 
 int fosc_cuda_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0,
 		  int64_t exp_d1, fos_tensor *out, fos_status *st)
 {
-	/* dtype, shape and length as for an inline result */
-	Fos__Tensor tmp = *t;
-	tmp.cuda = NULL;
-	tmp.offset = 0;
-	static const uint8_t none;
 	fosw_tensor v;
-	int code;
-	char why[256];
-	if (t->offset || t->shm ||
-	    fosw_tensor_get(&tmp, &none, (size_t)t->length, what, &v, NULL, &code, why, sizeof why))
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s",
-				   t->offset || t->shm ? "a device result with an offset or a region" : why);
-	if ((code = fosc_out_expect(&v, what, dtype, exp_d0, exp_d1, st)))
+	int code = fosc_out_ref_check(t, what, dtype, exp_d0, exp_d1,
+				      t->offset || t->shm ? "a device result with an offset or a region" : NULL, &v, st);
+	if (code)
 		return code;
 	if (!out || out->mem != FOS_MEM_CUDA)
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s names device memory, but its output is not a "
@@ -513,10 +504,7 @@ int fosc_cuda_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, i
 	if (!found || p != (uint64_t)(uintptr_t)out->data)
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s names device memory at offset %llu of an "
 				   "allocation, not its output buffer", what, (unsigned long long)cr->offset);
-	if (out->size < v.len)
-		return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "output %s needs %zu bytes, the buffer has %zu", what, v.len,
-				   out->size);
-	return fosc_out_describe(out, &v);
+	return fosc_out_fits(out, &v, what, st);
 }
 
 void fosc_cuda_health(fos_client *c, const ProtobufCBinaryData *uuid)

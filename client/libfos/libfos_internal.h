@@ -98,6 +98,14 @@ int fosc_out_expect(const fosw_tensor *v, const char *what, int dtype, int64_t e
 		    fos_status *st);
 /* Sets out's dtype, shape and size to v's (its data already there); returns OK. */
 int fosc_out_describe(fos_tensor *out, const fosw_tensor *v);
+/* A result whose bytes lie outside the reply (in a region of ours: t->shm; in our device memory:
+ * t->cuda): its dtype, shape and length checked as an inline result's (that one reference and
+ * the offset left out) into *v, then as fosc_out_expect does. bad, when not NULL, says why the
+ * reference itself is malformed. DATA_LOSS or OK. */
+int fosc_out_ref_check(const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0, int64_t exp_d1,
+		       const char *bad, fosw_tensor *v, fos_status *st);
+/* OUT_OF_RANGE when the buffer of output what is smaller than v, else fosc_out_describe. */
+int fosc_out_fits(fos_tensor *out, const fosw_tensor *v, const char *what, fos_status *st);
 /* Marks an output absent (ndim 0, size 0). */
 void fosc_out_none(fos_tensor *out);
 

@@ -320,17 +320,10 @@ void fosc_shm_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *st, const 
 int fosc_shm_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0,
 		 int64_t exp_d1, fos_tensor *out, fos_status *st)
 {
-	/* dtype, shape and length as for an inline result */
-	Fos__Tensor tmp = *t;
-	tmp.shm = NULL;
-	tmp.offset = 0;
-	static const uint8_t none;
 	fosw_tensor v;
-	int code;
-	char why[256];
-	if (t->offset || fosw_tensor_get(&tmp, &none, (size_t)t->length, what, &v, NULL, &code, why, sizeof why))
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "malformed reply: %s", t->offset ? "shm result with an offset" : why);
-	if ((code = fosc_out_expect(&v, what, dtype, exp_d0, exp_d1, st)) || !out)
+	int code = fosc_out_ref_check(t, what, dtype, exp_d0, exp_d1, t->offset ? "shm result with an offset" : NULL, &v,
+				      st);
+	if (code || !out)
 		return code;
 	fos_client *c = r->c;
 	const char *rn = t->shm->region ? t->shm->region : "";
@@ -345,10 +338,7 @@ int fosc_shm_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, in
 	if (!p || p != out->data)
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's %s names shm region '%s' offset %llu, not its output buffer",
 				   what, rn, (unsigned long long)t->shm->offset);
-	if (out->size < v.len)
-		return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "output %s needs %zu bytes, the buffer has %zu", what, v.len,
-				   out->size);
-	return fosc_out_describe(out, &v);
+	return fosc_out_fits(out, &v, what, st);
 }
 
 int fosc_shm_reregister(fos_client *c, fos_status *st)
