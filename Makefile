@@ -185,6 +185,13 @@ $(GPUTESTS): $(BUILD)/tests/gpu_%: $(BUILD)/obj/tests/gpu_%.o $(LIBTEST) $(ALL_L
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
+# bench/bench_nvfp4_gemm.cu: a CUDA program of its own (an experiment of issue 19), built on request
+# and only with CUDA=1: make BUILD=build-x build-x/bench/bench_nvfp4_gemm
+ifeq ($(CUDA),1)
+$(BUILD)/bench/bench_nvfp4_gemm: $(BUILD)/obj/bench/bench_nvfp4_gemm.cu.o $(LIBNUM)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+endif
 
 tests: all $(TESTS)
 benches: all $(BENCHES)
