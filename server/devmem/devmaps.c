@@ -140,34 +140,16 @@ void fosd_devmaps_destroy(fosd_devmaps *dm)
 		m = next;
 	}
 	dm->head = NULL;
-	free(dm->live);
-	dm->live = NULL;
+	fosd_pipeset_free(&dm->live);
 	pthread_mutex_destroy(&dm->mu);
 	pthread_mutex_destroy(&dm->open_mu);
-}
-
-static int live_locked(const fosd_devmaps *dm, uint32_t pipe)
-{
-	for (size_t i = 0; i < dm->n_live; i++)
-		if (dm->live[i] == pipe)
-			return 1;
-	return 0;
 }
 
 void fosd_devmaps_pipe_opened(fosd_devmaps *dm, uint32_t pipe)
 {
 	pthread_mutex_lock(&dm->mu);
-	if (dm->n_live == dm->cap_live) {
-		size_t cap = dm->cap_live ? 2 * dm->cap_live : 64;
-		uint32_t *p = realloc(dm->live, cap * sizeof *p);
-		if (!p) { /* without room the pipe is simply not live: its device tensors are refused */
-			pthread_mutex_unlock(&dm->mu);
-			return;
-		}
-		dm->live = p;
-		dm->cap_live = cap;
-	}
-	dm->live[dm->n_live++] = pipe;
+	/* without room the pipe is simply not live: its device tensors are refused */
+	fosd_pipeset_add(&dm->live, pipe);
 	pthread_mutex_unlock(&dm->mu);
 }
 
@@ -175,11 +157,7 @@ void fosd_devmaps_pipe_closed(fosd_devmaps *dm, uint32_t pipe)
 {
 	fosd_devmap *gone = NULL;
 	pthread_mutex_lock(&dm->mu);
-	for (size_t i = 0; i < dm->n_live; i++)
-		if (dm->live[i] == pipe) {
-			dm->live[i] = dm->live[--dm->n_live];
-			break;
-		}
+	fosd_pipeset_remove(&dm->live, pipe);
 	fosd_devmap *m = dm->head;
 	while (m) {
 		fosd_devmap *next = m->next;
@@ -333,7 +311,7 @@ fosd_devmap *fosd_devmaps_acquire(fosd_devmaps *dm, uint32_t pipe, const char *t
 	}
 	pthread_mutex_lock(&dm->mu);
 	fosd_devmap *dup = find_locked(dm, pipe, tenant, is_event, handle); /* a concurrent request */
-	if (dup || !live_locked(dm, pipe)) {
+	if (dup || !fosd_pipeset_has(&dm->live, pipe)) {
 		if (dup) {
 			dup->refs++;
 			dup->last_use = ++dm->tick;

@@ -33,6 +33,7 @@
 #include "backend.h"
 #include "fos.pb-c.h"
 #include "fos_wire.h"
+#include "pipeset.h"
 
 #define FOSD_DEV_HANDLE_BYTES 64
 #define FOSD_DEV_UUID_BYTES 16
@@ -51,8 +52,7 @@ typedef struct fosd_devmaps {
 	pthread_mutex_t open_mu;     /* guards opens and the backend's ipc_open / ipc_close */
 	struct fosd_devopen *opens;  /* each allocation opened once in the process (devmaps.c) */
 	fos_backend *be;           /* the server's backend; NULL unless it offers ipc_open */
-	uint32_t *live;            /* connections open now (mappings open only for those) */
-	size_t n_live, cap_live;
+	fosd_pipeset live;         /* connections open now (mappings open only for those) */
 	uint64_t count;            /* memory mappings of connections (and tenants) open */
 	uint64_t bytes;            /* the sizes of the allocations they open, each counted once */
 	uint64_t events;           /* events open */

@@ -128,36 +128,17 @@ void fosd_regions_destroy(fosd_regions *rg)
 		if (gone)
 			region_free(rg, r);
 	}
-	free(rg->live);
-	rg->live = NULL;
-	rg->n_live = rg->cap_live = 0;
+	fosd_pipeset_free(&rg->live);
 	pthread_mutex_destroy(&rg->mu);
-}
-
-static int live_locked(const fosd_regions *rg, uint32_t pipe)
-{
-	for (size_t i = 0; i < rg->n_live; i++)
-		if (rg->live[i] == pipe)
-			return 1;
-	return 0;
 }
 
 void fosd_regions_pipe_opened(fosd_regions *rg, uint32_t pipe)
 {
 	pthread_mutex_lock(&rg->mu);
-	if (rg->n_live == rg->cap_live) {
-		size_t cap = rg->cap_live ? rg->cap_live * 2 : 64;
-		uint32_t *a = realloc(rg->live, cap * sizeof *a);
-		if (!a) { /* without an entry the connection cannot register regions: no leak */
-			pthread_mutex_unlock(&rg->mu);
-			fosd_warn("shm: out of memory tracking connection %u", (unsigned)pipe);
-			return;
-		}
-		rg->live = a;
-		rg->cap_live = cap;
-	}
-	rg->live[rg->n_live++] = pipe;
+	int rc = fosd_pipeset_add(&rg->live, pipe);
 	pthread_mutex_unlock(&rg->mu);
+	if (rc) /* without an entry the connection cannot register regions: no leak */
+		fosd_warn("shm: out of memory tracking connection %u", (unsigned)pipe);
 }
 
 static fosd_region *find_locked(fosd_regions *rg, uint32_t pipe, const char *tenant, const char *name)
@@ -351,7 +332,7 @@ int fosd_regions_register(fosd_regions *rg, uint32_t pipe, const char *tenant, i
 	}
 	pthread_mutex_lock(&rg->mu);
 	int dup_now = find_locked(rg, pipe, tenant, name) != NULL; /* a concurrent request */
-	if (dup_now || !live_locked(rg, pipe)) {
+	if (dup_now || !fosd_pipeset_has(&rg->live, pipe)) {
 		pthread_mutex_unlock(&rg->mu);
 		r->refs = 0;
 		region_free(rg, r);
@@ -429,11 +410,7 @@ void fosd_regions_pipe_closed(fosd_regions *rg, uint32_t pipe)
 {
 	int released = 0;
 	pthread_mutex_lock(&rg->mu);
-	for (size_t i = 0; i < rg->n_live; i++)
-		if (rg->live[i] == pipe) {
-			rg->live[i] = rg->live[--rg->n_live];
-			break;
-		}
+	fosd_pipeset_remove(&rg->live, pipe);
 	pthread_mutex_unlock(&rg->mu);
 	for (;;) {
 		pthread_mutex_lock(&rg->mu);

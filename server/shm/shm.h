@@ -32,6 +32,7 @@
 #include "devmem.h"
 #include "fos_wire.h"
 #include "fos.pb-c.h"
+#include "pipeset.h"
 
 /* Limits */
 #define FOSD_SHM_MAX_PER_PIPE 64                /* regions one connection may register */
@@ -62,8 +63,7 @@ typedef struct fosd_regions {
 	uint64_t max_total;         /* FOSD_SHM_MAX_TOTAL, or less from the descriptor limit (fdlimit.c) */
 	uint64_t mapped;            /* bytes still mapped (registered or in use) */
 	uint64_t pinned;            /* bytes pinned */
-	uint32_t *live;             /* connections open now (regions register only on those) */
-	size_t n_live, cap_live;
+	fosd_pipeset live;          /* connections open now (regions register only on those) */
 	const fosd_pin_hook *pin;   /* NULL: no pinning */
 	int host_backend;           /* backend memory is host memory (cpu): copy straight in/out */
 } fosd_regions;
