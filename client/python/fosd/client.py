@@ -10,11 +10,12 @@ connect (fos_channel_open), so its calls skip the socket; fosd.connect(channel=F
 the socket, and a fosd that cannot give one leaves them there (channel_off_reason says why). The
 results of a call are in regions or device memory, so its reply fits the channel (_plane.py).
 
-Waiting for replies: a client of a fosd on a GPU with device tensors on (a trainer, whose thread
-waits for each result anyway) polls for each reply for up to DEVICE_SPIN_US before it sleeps
-(fos_set_spin; unless $FOS_SPIN_US says otherwise) and asks its channel for the same polling
-(fosd polls for the next request for at most its own channel_spin_us): a call then ends when
-fosd's reply is written, not a futex wake-up later. Other clients keep libfos's defaults.
+Waiting for replies: an ipc:// client of a fosd on a GPU with device tensors on (a trainer on
+fosd's host, whose thread waits for each result anyway) polls for each reply for up to
+DEVICE_SPIN_US before it sleeps (fos_set_spin; unless $FOS_SPIN_US says otherwise) and asks its
+channel for the same polling (fosd polls for the next request for at most its own
+channel_spin_us): a call then ends when fosd's reply is written, not a futex wake-up later.
+Other clients keep libfos's defaults.
 
 Contexts: forward(..., save_context=True) returns a Context besides Y. A Context that is garbage
 collected while still saved on fosd is released there (a finalizer), so a dropped autograd graph
@@ -182,7 +183,7 @@ class Client:
         self._wmu = threading.Lock()
         self._fin = weakref.finalize(self, _close_handle, self._lib, self._plane, self._box)
         # a trainer's client (fosd on a GPU, device tensors on) polls for its replies: see the top
-        trainer = bool(device_tensors) and \
+        trainer = bool(device_tensors) and self.url.startswith("ipc://") and \
             self._lib.fos_server_gpu_uuid(h, None, ctypes.byref(_lib.Status())) == _lib.OK
         if spin_us is None and trainer and not os.environ.get("FOS_SPIN_US"):
             spin_us = DEVICE_SPIN_US
@@ -403,6 +404,12 @@ class Client:
 
         uses: what the weight serves, names out of "forward", "quantized", "high_precision",
         "dequantized" (None: all); it keeps only what they need (PROTOCOL.md "Weight uses")."""
+        return WeightInfo(self._put_weight(name, w, version, weight_block, err, bound, pin, drop_master,
+                                           eager_columnwise, uses))
+
+    def _put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, pin=False,
+                    drop_master=False, eager_columnwise=False, uses=None):
+        """put_weight, returning libfos's fos_weight_info (fosd.torch's puts need none)."""
         a = _arr(w, "w", 2)
         ubits = 0
         if uses is not None:
@@ -432,7 +439,7 @@ class Client:
         self._plane.call([(a, _wire(a, "w", (BF16,)))], [], fn)
         with self._wmu:
             self._weight_n[name] = a.shape[0]
-        return WeightInfo(info)
+        return info
 
     @staticmethod
     def _name(name):
@@ -633,9 +640,10 @@ def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *
     never; default None: opened whenever shm is on, and the socket is used when fosd cannot
     give one, channel_off_reason saying why), channel_spin_us (how long both sides of the channel
     poll before they sleep, at most 1000000, fosd's side at most its channel_spin_us; 0: fosd's
-    default, 50; default None: DEVICE_SPIN_US for a fosd on a GPU with device tensors on, else 0),
+    default, 50; default None: DEVICE_SPIN_US for an ipc:// fosd on a GPU with device tensors on,
+    else 0),
     device_tensors (CUDA tensors read and written by fosd in place when it runs on their GPU;
     default on), spin_us (how long every call polls for its reply before it sleeps, see
-    Client.set_spin; default None: DEVICE_SPIN_US for a fosd on a GPU with device tensors on unless
-    $FOS_SPIN_US is set, else libfos's $FOS_SPIN_US or 0)."""
+    Client.set_spin; default None: DEVICE_SPIN_US for an ipc:// fosd on a GPU with device tensors
+    on unless $FOS_SPIN_US is set, else libfos's $FOS_SPIN_US or 0)."""
     return Client(url, token, timeout, tls_ca, server_name, **kw)

@@ -97,8 +97,7 @@ class _WeightSlot:
         key = self._key(w)
         # a new number for every try: a put whose reply was lost may have landed under the last one
         self.version += 1
-        self.client.put_weight(self.name, w.detach(), version=self.version, weight_block=self.weight_block,
-                               err=self.err, bound=self.bound)
+        self.client._put_weight(self.name, w.detach(), self.version, self.weight_block, self.err, self.bound)
         self.key = key
         self.puts += 1
         return self.version
