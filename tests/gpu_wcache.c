@@ -102,58 +102,12 @@ static void test_forward_old_path(void **state)
 	(void)state;
 	NEED_GPU();
 	const int64_t n = 512, k = 1024, ms[4] = {1, 17, 128, 1000};
-	uint16_t *w = malloc((size_t)(n * k) * 2), *x = malloc((size_t)(1000 * k) * 2), *b = malloc((size_t)n * 2);
-	assert_true(w && x && b);
-	ref_gen_bf16(REF_RANDN, n, k, 21, w);
-	ref_gen_bf16(REF_RANDN, 1000, k, 22, x);
-	ref_gen_bf16(REF_RANDN, 1, n, 23, b);
-	void *wd = twc_put(g_gpu, w, (size_t)(n * k) * 2), *bd = twc_put(g_gpu, b, (size_t)n * 2);
-	fos_wscratch ws = {0, 0};
 	static const int use_sets[4] = {FOS_USE_FORWARD, FOS_USE_FORWARD | FOS_USE_QUANTIZED,
 					FOS_USE_FORWARD | FOS_USE_HIGH_PRECISION, FOS_USES_ALL};
-	for (int rs = 0; rs < 2; rs++) {
-		fos_linear_opts o = fos_linear_opts_default();
-		o.row_scaled = rs;
-		uint16_t *rd, *cd;
-		fos_qtensor qrow;
-		twc_old_operands(g_gpu, w, n, k, &o, &rd, &cd, &qrow);
-		for (int mi = 0; mi < 4; mi++) {
-			int64_t m = ms[mi];
-			void *xd = twc_put(g_gpu, x, (size_t)(m * k) * 2);
-			uint16_t *yo = twc_old_forward(g_gpu, xd, m, n, k, &o, &qrow, rd, bd);
-			uint16_t *yd = g_gpu->alloc(g_gpu, (size_t)(m * n) * 2);
-			for (int ui = 0; ui < 4; ui++) {
-				fos_qweight qw;
-				fos_err e;
-				assert_int_equal(fos_qweight_make_uses(g_gpu, wd, n, k, &o, use_sets[ui], &qw, &e), FOS_OK);
-				for (int how = 0; how < 3; how++) /* a buffer per call, the scratch, a decoded copy */
-					for (int rep = 0; rep < 3; rep++) { /* the small forwards: recorded, then replayed */
-						fos_wops wo = {how == 1 ? &ws : NULL, how == 2 ? rd : NULL, NULL};
-						assert_int_equal(g_gpu->zero(g_gpu, yd, (size_t)(m * n) * 2, &e), FOS_OK);
-						assert_int_equal(
-							fos_linear_forward_w(g_gpu, xd, m, &qw, how ? &wo : NULL, &o, bd, yd, NULL, &e),
-							FOS_OK);
-						uint16_t *y = twc_get(g_gpu, yd, (size_t)(m * n) * 2);
-						if (memcmp(y, yo, (size_t)(m * n) * 2))
-							fail_msg("M=%lld row_scaled=%d uses=%d way %d run %d: Y differs from the old path",
-								 (long long)m, rs, use_sets[ui], how, rep);
-						free(y);
-					}
-				fos_qweight_free(g_gpu, &qw);
-			}
-			g_gpu->free(g_gpu, yd);
-			g_gpu->free(g_gpu, xd);
-			free(yo);
-		}
-		g_gpu->free(g_gpu, rd);
-		g_gpu->free(g_gpu, cd);
-		fos_qtensor_free(g_gpu, &qrow);
-	}
+	fos_wscratch ws = {0, 0};
+	twc_check_forward_old_path(g_gpu, n, k, ms, 4, use_sets, 4, 3, &ws);
 	assert_int_equal(ws.cap, (size_t)(n * k) * 2);
 	fos_wscratch_free(g_gpu, &ws);
-	g_gpu->free(g_gpu, wd);
-	g_gpu->free(g_gpu, bd);
-	free(w), free(x), free(b);
 }
 
 static void test_overrides_by_use(void **state)

@@ -77,6 +77,59 @@ uint16_t *twc_old_forward(fos_backend *be, const void *xd, int64_t m, int64_t n,
 	return h;
 }
 
+void twc_check_forward_old_path(fos_backend *be, int64_t n, int64_t k, const int64_t *ms, int nm, const int *uses,
+				int nu, int reps, fos_wscratch *ws)
+{
+	int64_t mmax = ms[nm - 1];
+	uint16_t *w = malloc((size_t)(n * k) * 2), *x = malloc((size_t)(mmax * k) * 2), *b = malloc((size_t)n * 2);
+	assert_true(w && x && b);
+	ref_gen_bf16(REF_RANDN, n, k, 21, w);
+	ref_gen_bf16(REF_RANDN, mmax, k, 22, x);
+	ref_gen_bf16(REF_RANDN, 1, n, 23, b);
+	void *wd = twc_put(be, w, (size_t)(n * k) * 2), *bd = twc_put(be, b, (size_t)n * 2);
+	for (int rs = 0; rs < 2; rs++) {
+		fos_linear_opts o = fos_linear_opts_default();
+		o.row_scaled = rs;
+		uint16_t *rd, *cd;
+		fos_qtensor qrow;
+		twc_old_operands(be, w, n, k, &o, &rd, &cd, &qrow);
+		for (int mi = 0; mi < nm; mi++) {
+			int64_t m = ms[mi];
+			size_t yb = (size_t)(m * n) * 2;
+			void *xd = twc_put(be, x, (size_t)(m * k) * 2);
+			uint16_t *yo = twc_old_forward(be, xd, m, n, k, &o, &qrow, rd, bd);
+			uint16_t *yd = be->alloc(be, yb);
+			for (int ui = 0; ui < nu; ui++) {
+				fos_qweight qw;
+				fos_err e;
+				assert_int_equal(fos_qweight_make_uses(be, wd, n, k, &o, uses[ui], &qw, &e), FOS_OK);
+				for (int how = 0; how < 3; how++) /* a buffer per call, the scratch, a decoded copy */
+					for (int rep = 0; rep < reps; rep++) {
+						fos_wops wo = {how == 1 ? ws : NULL, how == 2 ? rd : NULL, NULL};
+						assert_int_equal(be->zero(be, yd, yb, &e), FOS_OK);
+						assert_int_equal(fos_linear_forward_w(be, xd, m, &qw, how ? &wo : NULL, &o, bd, yd, NULL, &e),
+								 FOS_OK);
+						uint16_t *y = twc_get(be, yd, yb);
+						if (memcmp(y, yo, yb))
+							fail_msg("M=%lld row_scaled=%d uses=%d way %d run %d: Y differs from the old path",
+								 (long long)m, rs, uses[ui], how, rep);
+						free(y);
+					}
+				fos_qweight_free(be, &qw);
+			}
+			be->free(be, yd);
+			be->free(be, xd);
+			free(yo);
+		}
+		be->free(be, rd);
+		be->free(be, cd);
+		fos_qtensor_free(be, &qrow);
+	}
+	be->free(be, wd);
+	be->free(be, bd);
+	free(w), free(x), free(b);
+}
+
 void twc_lres_free(twc_lres *r)
 {
 	free(r->y), free(r->dx), free(r->dw), free(r->db);

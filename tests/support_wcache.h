@@ -33,6 +33,13 @@ void twc_old_operands(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, 
 uint16_t *twc_old_forward(fos_backend *be, const void *xd, int64_t m, int64_t n, int64_t k,
 			  const fos_linear_opts *o, const fos_qtensor *qrow, const uint16_t *rowdec, const uint16_t *bias);
 
+/* The forward of an (n, k) layer (random W, X and bias) on a weight made for each of the nu use
+ * sets uses[], at each of the nm row counts ms[] (ascending), with and without row-scaled X,
+ * equals twc_old_forward bit for bit, each way (a buffer per call, the scratch *ws, the old
+ * decoded copy) reps times over (a CUDA backend records the small forwards, then replays them). */
+void twc_check_forward_old_path(fos_backend *be, int64_t n, int64_t k, const int64_t *ms, int nm, const int *uses,
+				int nu, int reps, fos_wscratch *ws);
+
 /* One layer's results, host memory. */
 typedef struct twc_lres {
 	uint16_t *y, *dx, *dw, *db;

@@ -62,11 +62,6 @@ static void *dput(const void *h, size_t n)
 	return twc_put(g_be, h, n);
 }
 
-static void *dget(const void *d, size_t n)
-{
-	return twc_get(g_be, d, n);
-}
-
 /* ---- layer level ----------------------------------------------------------------------------- */
 
 static void test_bytes_per_use(void **state)
@@ -157,46 +152,11 @@ static void test_forward_old_path(void **state)
 {
 	(void)state;
 	const int64_t n = 48, k = 160, ms[3] = {1, 17, 128};
-	uint16_t *w = malloc((size_t)(n * k) * 2), *x = malloc((size_t)(128 * k) * 2), *b = malloc((size_t)n * 2);
-	assert_true(w && x && b);
-	ref_gen_bf16(REF_RANDN, n, k, 21, w);
-	ref_gen_bf16(REF_RANDN, 128, k, 22, x);
-	ref_gen_bf16(REF_RANDN, 1, n, 23, b);
-	void *wd = dput(w, (size_t)(n * k) * 2), *bd = dput(b, (size_t)n * 2);
+	int use_sets[FOS_USES_ALL];
+	for (int u = 1; u <= FOS_USES_ALL; u++) /* every use set */
+		use_sets[u - 1] = u;
 	fos_wscratch ws = {0, 0};
-	for (int rs = 0; rs < 2; rs++) {
-		fos_linear_opts o = fos_linear_opts_default();
-		o.row_scaled = rs;
-		uint16_t *rd, *cd;
-		fos_qtensor qrow;
-		twc_old_operands(g_be, w, n, k, &o, &rd, &cd, &qrow);
-		for (int mi = 0; mi < 3; mi++) {
-			int64_t m = ms[mi];
-			void *xd = dput(x, (size_t)(m * k) * 2);
-			uint16_t *yo = twc_old_forward(g_be, xd, m, n, k, &o, &qrow, rd, bd);
-			uint16_t *yd = g_be->alloc(g_be, (size_t)(m * n) * 2);
-			for (int uses = 1; uses <= FOS_USES_ALL; uses++) {
-				fos_qweight qw;
-				fos_err e;
-				assert_int_equal(fos_qweight_make_uses(g_be, wd, n, k, &o, uses, &qw, &e), FOS_OK);
-				for (int how = 0; how < 3; how++) { /* a buffer per call, the scratch, a decoded copy */
-					fos_wops wo = {how == 1 ? &ws : NULL, how == 2 ? rd : NULL, NULL};
-					assert_int_equal(fos_linear_forward_w(g_be, xd, m, &qw, how ? &wo : NULL, &o, bd, yd, NULL, &e),
-							 FOS_OK);
-					uint16_t *y = dget(yd, (size_t)(m * n) * 2);
-					assert_memory_equal(y, yo, (size_t)(m * n) * 2);
-					free(y);
-				}
-				fos_qweight_free(g_be, &qw);
-			}
-			g_be->free(g_be, yd);
-			g_be->free(g_be, xd);
-			free(yo);
-		}
-		g_be->free(g_be, rd);
-		g_be->free(g_be, cd);
-		fos_qtensor_free(g_be, &qrow);
-	}
+	twc_check_forward_old_path(g_be, n, k, ms, 3, use_sets, FOS_USES_ALL, 1, &ws);
 	/* the scratch was sized once for the weight's operand and reused */
 	assert_int_equal(ws.cap, (size_t)(n * k) * 2);
 	void *p = ws.p;
@@ -206,9 +166,6 @@ static void test_forward_old_path(void **state)
 	assert_int_equal(ws.cap, (size_t)(n * k) * 4);
 	fos_wscratch_free(g_be, &ws);
 	assert_null(ws.p);
-	g_be->free(g_be, wd);
-	g_be->free(g_be, bd);
-	free(w), free(x), free(b);
 }
 
 static void test_overrides_by_use(void **state)
