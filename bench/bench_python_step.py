@@ -20,7 +20,9 @@ what the package adds per call besides Python (results from torch.empty, fos_cud
 tensor, the current stream synchronized); the same with 150 us of busy CPU before each call (the
 time of Python between calls; the row subtracts it), which shows what fosd's side of the channel
 costs when its polling for the next request has ended (fosd's --channel-spin-us; this script's
---fosd-channel-spin-us); and Client.put_weight of a device W alone, against the in-process
+--fosd-channel-spin-us); the same with a small kernel of this process run (and finished) before
+each call (its time alone subtracted), which shows what the GPU's switching between this process
+and fosd costs (an SGD update runs between fosd's calls in a step); and Client.put_weight of a device W alone, against the in-process
 quantization of W (put_ms).
 Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps after --warmup.
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
@@ -344,6 +346,29 @@ def main():
         log("timing fos_forward + fos_backward through ctypes, %d us of busy CPU before each" % gap_us)
         rows["libfos fwd+bwd via ctypes (device buffers, %d us busy before each call, subtracted)" % gap_us] = \
             median_ms(libfos_fwd_bwd_gaps, a.steps, a.warmup, sync) - 2 * gap_us / 1000
+
+        # this process's own GPU work between fosd's (an SGD update does that in a step): one
+        # small kernel, finished, before each call; its time alone is subtracted
+        tiny = torch.zeros(4096, device=dev)
+
+        def tiny_kernel():
+            tiny.add_(1)
+            stream(dev).synchronize()
+
+        def libfos_fwd_bwd_kernels():
+            tiny_kernel()
+            ctx = _lib.ContextStruct()
+            rc = lib.fos_forward(h, b"bench.py.w", P(tx), P(tb) if bias else None, P(fo), P(ty), P(ctx), P(st))
+            tiny_kernel()
+            if not rc:
+                rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(tdx), P(tdw), P(tdb) if bias else None, P(st))
+            if rc:
+                raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
+        log("timing fos_forward + fos_backward through ctypes, a small kernel of this process before each")
+        kernel_ms = median_ms(tiny_kernel, a.steps, a.warmup, sync)
+        rows["libfos fwd+bwd via ctypes (device buffers, a small kernel of this process before each call, "
+             "subtracted)"] = median_ms(libfos_fwd_bwd_kernels, a.steps, a.warmup, sync) - 2 * kernel_ms
         client.drop_weight("bench.py.w")
         bufs = w = b = None
 
