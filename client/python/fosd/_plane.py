@@ -68,6 +68,9 @@ _DEVICE_REFUSALS = (_lib.FAILED_PRECONDITION, _lib.INVALID_ARGUMENT, 13, _lib.PE
 _DEVICE_WORDS = re.compile(r"CUDA IPC|device tensor|peer credentials|fosd runs on GPU")
 # a reply's bytes besides its inline results (header, shapes, status message)
 _REPLY_SLACK = 16384
+# finish[j] of a result that libfos allocates (see _call; compared by identity: other entries may
+# be tensors, whose == is elementwise)
+_MALLOC = object()
 
 
 _TORCH_DTYPES = None
@@ -415,7 +418,7 @@ class Plane:
             for j in host_out:
                 if outs[j] is None:  # shape unknown: libfos allocates
                     outs[j] = _tensor(0, (), 0, 0)
-                    finish[j] = "malloc"
+                    finish[j] = _MALLOC
                     inline = None
                 elif region is None and inline is not None:
                     inline += outs[j].size
@@ -428,7 +431,7 @@ class Plane:
                 t = outs[j]
                 if o is None or t is None:
                     results.append(None)
-                elif finish[j] == "malloc":
+                elif finish[j] is _MALLOC:
                     results.append(self._from_malloc(t, o, rc))
                 elif rc or (t.size == 0 and t.ndim == 0):
                     results.append(None)  # failed, or the reply has no such result (db)
