@@ -329,11 +329,18 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 /* fosc_call_once: the request went through the channel and its reply did not fit there: the
  * operation ran, and the caller sends the request again over the socket (with a new id). */
 #define FOSC_RETRY_SOCKET (-1)
+/* fosc_call_once: the socket's wait for the reply ended NNG_ETIMEDOUT long before the call's
+ * timeout (nng 1.5.2's REQ context does this, rarely, after contexts with requests in flight were
+ * closed): the request is sent again with its id, which fosd's duplicate detection answers with the
+ * first one's reply (or ABORTED if it already ran: never a second run). */
+#define FOSC_RETRY_SAME_ID (-2)
+/* Timeouts shorter than this are too close to the clock's millisecond to call early. */
+#define FOSC_EARLY_TIMEOUT_MIN_MS 100
 
 /* One round trip (through the handle's request channel unless nochan, else the socket); *used_shm
  * is set when a tensor of the request named a region. */
 static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st,
-			  int *used_shm, int nochan)
+			  int *used_shm, int nochan, uint64_t same_id)
 {
 	memset(out, 0, sizeof *out);
 	out->c = c;
@@ -370,7 +377,7 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	if (code)
 		return code;
 	int timeout = atomic_load(&c->timeout_ms);
-	rq->id = atomic_fetch_add(&c->next_id, 1);
+	rq->id = same_id ? same_id : atomic_fetch_add(&c->next_id, 1);
 	rq->client_id = c->client_id;
 	rq->auth_token.len = c->token ? strlen(c->token) : 0; /* a C string: it holds no NUL */
 	rq->auth_token.data = (uint8_t *)c->token;
@@ -431,6 +438,9 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	if ((rv = nng_aio_result(aio))) {
 		code = fosc_status(st, fosc_code_of_nng(rv), "waiting for the reply from %s: %s", c->url,
 				   rv == NNG_ECONNRESET ? "the connection was lost" : nng_strerror(rv));
+		if (rv == NNG_ETIMEDOUT && !same_id && timeout >= FOSC_EARLY_TIMEOUT_MIN_MS &&
+		    (fosc_now_ms() - t0) * 2 < (uint64_t)timeout)
+			code = FOSC_RETRY_SAME_ID;
 		goto done;
 	}
 	out->msg = nng_aio_get_msg(aio);
@@ -477,15 +487,20 @@ int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply
 {
 	int used_shm = 0;
 	fos_status local, *sp = st ? st : &local;
-	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0);
+	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0);
 	if (code == FOSC_RETRY_SOCKET) /* too large a reply for the channel: again over the socket */
-		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1);
+		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, 0);
+	if (code == FOSC_RETRY_SAME_ID) { /* a spurious early timeout: once more, the same id */
+		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, rq->id);
+		if (code == FOSC_RETRY_SAME_ID)
+			code = FOS_CODE_DEADLINE_EXCEEDED;
+	}
 	/* a region the server does not know (a reconnect dropped it): register again, retry once */
 	if (code == FOS_CODE_NOT_FOUND && used_shm && strstr(sp->message, "shm region") &&
 	    strstr(sp->message, "not registered")) {
 		fos_status st2;
 		if (fosc_shm_reregister(c, &st2) == FOS_CODE_OK)
-			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0);
+			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0);
 	}
 	if (code == FOS_CODE_OK)
 		fosc_chan_revive(c); /* the channel the caller opened, if fosd stopped serving it */
