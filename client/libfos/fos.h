@@ -3,7 +3,9 @@
  * Connect once, then call from any number of threads: every call is one request/reply on its own
  * nng context, so several requests of one handle are in flight at once. Requests are never resent
  * by the transport (a slow forward is not run twice); each carries an id unique to the handle, and
- * the server does not execute a repeated id again.
+ * the server does not execute a repeated id again. (libfos itself sends a request once more, with
+ * its id, when nng's wait for the reply ends long before the call's timeout; the server answers that
+ * copy with the first run's reply.)
  *
  * Errors: every call returns a status code (enum fos_code, the gRPC codes, FOS_CODE_OK = 0) and,
  * when st is not NULL, fills st with the code and a message. libfos never prints and never aborts.
