@@ -255,9 +255,8 @@ int fosd_dev_out_write(fosd_dev_req *q, fos_backend *be, int i, const void *src,
 	return 0;
 }
 
-Fos__CudaRef *fosd_dev_out_ref(fosd_dev_req *q, int i, int reply_index, const Fos__CudaRef *asked)
+Fos__CudaRef *fosd_dev_out_ref(fosd_dev_req *q, int reply_index, const Fos__CudaRef *asked)
 {
-	(void)i;
 	Fos__CudaRef *r = &q->out_ref[reply_index];
 	*r = *asked;
 	return r;

@@ -147,7 +147,7 @@ int fosd_dev_inplace_ok(const fosw_tensor *t);
  * target itself). Returns 0 or a gRPC code with msg. */
 int fosd_dev_out_write(fosd_dev_req *q, fos_backend *be, int i, const void *src, size_t len, char *msg,
 		       size_t msgsz);
-/* The reply's CudaRef for output i (the request's, echoed). */
-Fos__CudaRef *fosd_dev_out_ref(fosd_dev_req *q, int i, int reply_index, const Fos__CudaRef *asked);
+/* The reply's CudaRef for its output reply_index: the request's target, echoed. */
+Fos__CudaRef *fosd_dev_out_ref(fosd_dev_req *q, int reply_index, const Fos__CudaRef *asked);
 
 #endif

@@ -311,6 +311,15 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 	run_on_lane(srv, s, lane, parallel, NULL);
 }
 
+/* Nobody who came first is waiting: the queue is empty and no sweep is due. */
+static int queue_idle(fosd_server *srv)
+{
+	pthread_mutex_lock(&srv->q_mu);
+	int idle = !srv->q_head && !srv->sweep_pending;
+	pthread_mutex_unlock(&srv->q_mu);
+	return idle;
+}
+
 int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 {
 	/* one receiving thread of the socket at a time (they also move everyone's messages); a slot
@@ -320,10 +329,7 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 		/* a channel's thread waits for this client's reply anyway: when nobody who came first is
 		 * waiting, it runs the request itself as a worker would (lane, or the backend alone),
 		 * without the hand-off to a worker thread */
-		pthread_mutex_lock(&srv->q_mu);
-		int idle = !srv->q_head && !srv->sweep_pending;
-		pthread_mutex_unlock(&srv->q_mu);
-		if (!idle)
+		if (!queue_idle(srv))
 			return 0;
 		s->ran_now = 1;
 		run_one(srv, s);
@@ -331,9 +337,7 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 	}
 	if (srv->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || (gate && atomic_exchange(&srv->running_now, 1)))
 		return 0;
-	pthread_mutex_lock(&srv->q_mu);
-	int idle = !srv->q_head && !srv->sweep_pending; /* nobody who came first is waiting */
-	pthread_mutex_unlock(&srv->q_mu);
+	int idle = queue_idle(srv);
 	int lane = -1;
 	if (idle && !pthread_mutex_trylock(&srv->be_mu)) { /* no op that runs alone holds or waits for it */
 		pthread_mutex_lock(&srv->lane_mu);

@@ -64,17 +64,9 @@ void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 
 void *fosd_dev_out(fosd_opctx *c, const char *result, size_t n, fos_err *e)
 {
-	const Fos__Request *rq = c->s->rq;
-	for (size_t i = 0; rq && i < rq->n_shm_outputs && i < FOSW_MAX_TENSORS; i++) {
-		const Fos__ShmOutput *so = rq->shm_outputs[i];
-		if (so && so->cuda && so->result && !strcmp(so->result, result)) {
-			void *p = fosd_dev_out_inplace(&c->s->shm.dev, (int)i, n);
-			if (p)
-				return p;
-			break;
-		}
-	}
-	return fosd_dev_alloc(c, n, e);
+	/* fosd_dev_out_inplace gives NULL for an entry that is not a device target */
+	void *p = fosd_dev_out_inplace(&c->s->shm.dev, fosd_shm_output_index(c->s->rq, result), n);
+	return p ? p : fosd_dev_alloc(c, n, e);
 }
 
 void fosd_dev_free(fosd_opctx *c, void *p)

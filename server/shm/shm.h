@@ -180,6 +180,8 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
  * (offset + capacity inside the region, checked above; the result's length against the capacity,
  * OUT_OF_RANGE, in fosd_shm_outs_place). */
 int fosd_shm_output_named(const Fos__Request *rq, const char *result);
+/* The index in rq's shm_outputs of the entry for `result`, or -1. */
+int fosd_shm_output_index(const Fos__Request *rq, const char *result);
 
 /* A region that shrank fails with the fos_err rc FOSD_RC_PRECONDITION (reply.h):
  * FAILED_PRECONDITION. */

@@ -205,14 +205,19 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
 	return 0;
 }
 
-int fosd_shm_output_named(const Fos__Request *rq, const char *result)
+int fosd_shm_output_index(const Fos__Request *rq, const char *result)
 {
 	for (size_t i = 0; rq && i < rq->n_shm_outputs; i++) {
 		const Fos__ShmOutput *so = rq->shm_outputs[i];
 		if (so && so->result && !strcmp(so->result, result))
-			return 1;
+			return (int)i;
 	}
-	return 0;
+	return -1;
+}
+
+int fosd_shm_output_named(const Fos__Request *rq, const char *result)
+{
+	return fosd_shm_output_index(rq, result) >= 0;
 }
 
 /* Moves len bytes between a region and backend memory: to_region 1 is backend -> region. Pinned
@@ -336,7 +341,7 @@ int fosd_shm_outs_place(fosd_slot *s, ProtobufCMessage *resp, fosd_outs *o, char
 			q->out_of_t[i] = j;
 			q->out[j].used = 1;
 			if (dout->m) {
-				o->t[i].cuda = fosd_dev_out_ref(&q->dev, j, i, q->outs[j]->cuda);
+				o->t[i].cuda = fosd_dev_out_ref(&q->dev, i, q->outs[j]->cuda);
 				continue;
 			}
 			fos__shm_ref__init(&q->out_ref[i]);
