@@ -28,9 +28,25 @@ Wall clock per step, each ended by torch.cuda.synchronize(), median of --steps a
 Prints markdown rows (what, shape, ms, ratios) for bench/BENCHMARKS.md and, with --json, one JSON
 object; --profile N prints cProfile's top functions (by own and by cumulative time) of N layer
 steps and of N Client forward + backward calls to stderr.
+--phases adds, after the rows, where a fosd.torch.Linear step's time goes: (1) the step, the
+layer's forward + backward, Client.forward + backward, libfos through ctypes, Client.put_weight and
+torch.nn.Linear timed in interleaved rounds (each round runs each once, after a warm-up of at least
+2 s, so the GPU's clocks weigh on all alike); (2) one table of the step's phases: put, forward,
+backward (each Client call's wall time, of it the libfos call's, the rest being the package's
+Python), the optimizer (the SGD, launched and waited for), autograd and fosd.torch outside the
+Client calls; a second pass with CUDA events on the current stream around each phase (events are
+work of this process on the GPU, so that pass's step is slower); fosd's own latency and run time
+of each op from its Stats; pieces a call pays timed alone (an idle stream's synchronize,
+torch.empty, fos_cuda_check, which is what libfos does for each device tensor of a call); whether
+autograd kept fosd's dW as the weight's grad or copied it; also Client.forward + backward with the
+backward on a second thread, as autograd runs a CUDA layer's backward; (3) with --phases-profile N
+(default 3; 0: off), this process's own GPU work and CUDA runtime calls in N steps (torch.profiler).
+--overhead runs no fosd and needs no GPU: libfos stubbed, CPU tensors standing in for CUDA ones,
+it prints the package's own Python time per call on the device-tensor path (us).
 Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
       [--steps S] [--warmup W] [--no-bias] [--json] [--profile N] [--fosd-channel-spin-us US]
+      [--phases [--phases-profile N]] [--overhead]
 --build names the folder with fosd, libfos.so and bench/bench_linear_step (default $FOS_BUILD or
 build); without --server a cuda fosd from there is started on a private ipc socket (with
 --channel-spin-us US when --fosd-channel-spin-us is given). --cpu runs every row on CPU tensors
@@ -45,12 +61,14 @@ import io
 import json
 import os
 import pstats
+import queue
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -132,6 +150,481 @@ def profile(what, fn, n, sync, function=None):
             "functions of fosd/client.py):\n%s" % (n, whose, out.getvalue()))
 
 
+def _pct(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _op_window(s0, s1, op):
+    """fosd's mean latency and run time (ms) of op's requests between two Stats, and their count."""
+    o0, o1 = s0["ops"].get(op, {}), s1["ops"].get(op, {})
+    out = []
+    for k in ("lat", "run"):
+        c0, c1 = o0.get(k + "_count", 0), o1.get(k + "_count", 0)
+        if c1 <= c0:
+            out.append(float("nan"))
+            continue
+        tot = o1.get(k + "_mean_us", 0.0) * c1 - o0.get(k + "_mean_us", 0.0) * c0
+        out.append(tot / (c1 - c0) / 1e3)
+    return out[0], out[1], o1.get("requests", 0) - o0.get("requests", 0)
+
+
+def interleaved(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
+    """--phases, first part: the step and its parts timed in rounds, each round running every
+    variant once (each ended by a synchronize), so that the GPU's clocks and the host's load weigh
+    on all of them alike; the GPU is warmed up by the first rounds. Returns table lines."""
+    from fosd import _lib
+    M, K = x.shape
+    N = dy.shape[1]
+    cpu = dev.type == "cpu"
+    mem = _lib.MEM_HOST if cpu else _lib.MEM_CUDA
+    g = torch.Generator(device=dev).manual_seed(1)
+    layer_s = ft.Linear(K, N, bias=bias, client=client, device=dev)
+    layer_f = ft.Linear(K, N, bias=bias, client=client, device=dev)
+    ps, pf = list(layer_s.parameters()), list(layer_f.parameters())
+    w = (torch.randn(N, K, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+    b = torch.randn(N, device=dev, generator=g).to(torch.bfloat16) if bias else None
+    client.put_weight("bench.phase.w", w)
+    lib, h = client._lib, client._h()
+    P = ctypes.byref
+
+    def dev_tensor(t):
+        d = _lib.Tensor()
+        d.dtype, d.ndim, d.mem = _lib.DTYPE_BF16, t.dim(), mem
+        for i, n_ in enumerate(t.shape):
+            d.shape[i] = n_
+        d.data, d.size = t.data_ptr(), t.numel() * 2
+        return d
+    bufs = [torch.empty(s, device=dev, dtype=torch.bfloat16) for s in ((M, N), (M, K), (N, K), (N,))]
+    tx, tdy, tb = dev_tensor(x), dev_tensor(dy), dev_tensor(b) if bias else None
+    ty, tdx, tdw, tdb = (dev_tensor(t) for t in bufs)
+    fo = _lib.ForwardOpts(0, 0, 0, 1)
+    st = _lib.Status()
+    lin = torch.nn.Linear(K, N, bias=bias, device=dev, dtype=torch.bfloat16)
+    tps = list(lin.parameters())
+    versions = iter(range(2, 1 << 40))
+
+    def linear_step():
+        y = layer_s(x)
+        y.backward(dy)
+        sgd(ps)
+
+    def linear_fwd_bwd():
+        y = layer_f(x)
+        y.backward(dy)
+        for p in pf:
+            p.grad = None
+
+    def client_fwd_bwd():
+        y, ctx = client.forward("bench.phase.w", x, bias=b, save_context=True)
+        client.backward(ctx, dy)
+
+    def client_put():
+        client.put_weight("bench.phase.w", w, version=next(versions))
+
+    def ctypes_fwd_bwd():
+        ctx = _lib.ContextStruct()
+        rc = lib.fos_forward(h, b"bench.phase.w", P(tx), P(tb) if bias else None, P(fo), P(ty), P(ctx), P(st))
+        if not rc:
+            rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(tdx), P(tdw), P(tdb) if bias else None, P(st))
+        if rc:
+            raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
+    def torch_step():
+        y = lin(x)
+        y.backward(dy)
+        sgd(tps)
+
+    variants = [("fosd.torch.Linear step", linear_step),
+                ("fosd.torch.Linear fwd+bwd (weight unchanged)", linear_fwd_bwd),
+                ("Client.forward+backward", client_fwd_bwd),
+                ("libfos fwd+bwd via ctypes (device buffers)", ctypes_fwd_bwd),
+                ("Client.put_weight (a new version)", client_put),
+                ("torch.nn.Linear bf16 step", torch_step)]
+    client_put()  # the last version put stays cached: the forwards below ask for whichever is
+    rounds = max(a.steps, 20)
+    times = {name: [] for name, _ in variants}
+    t_end = time.monotonic() + (0.5 if cpu else 2.0)  # warm-up: at least this long, at least a.warmup rounds
+    r = 0
+    while r < a.warmup or time.monotonic() < t_end:
+        for _, fn in variants:
+            fn()
+        sync()
+        r += 1
+    for _ in range(rounds):
+        for name, fn in variants:
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    client.drop_weight("bench.phase.w")
+    out = ["", "# interleaved: %d rounds, each running every variant once (%s x %s x %s), after %d warm-up "
+           "rounds; median ms" % (rounds, M, N, K, r),
+           "| variant | ms | / libfos fwd+bwd via ctypes |", "| --- | --- | --- |"]
+    ref = statistics.median(times["libfos fwd+bwd via ctypes (device buffers)"])
+    for name, _ in variants:
+        v = statistics.median(times[name])
+        out.append("| %s | %.3f | %.2fx |" % (name, v, v / ref))
+    return out
+
+
+def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
+    """--phases: one fosd.torch.Linear step (device tensors) broken into its phases; prints one
+    table (see the module comment) and the trainer's own CUDA work of a step (torch.profiler)."""
+    M, K = x.shape
+    N = dy.shape[1]
+    cpu = dev.type == "cpu"
+    out = interleaved(a, torch, ft, client, x, dy, dev, sync, sgd, bias)
+    pc = time.perf_counter
+    layer = ft.Linear(K, N, bias=bias, client=client, device=dev)
+    params = list(layer.parameters())
+    plane = client._plane
+    state = {"lib": 0.0, "events": None}
+    cur = {}
+    orig_call = plane.call
+
+    def plane_call(inputs, outputs, fn):
+        def timed(i, o):
+            t0 = pc()
+            try:
+                return fn(i, o)
+            finally:
+                state["lib"] += pc() - t0
+        return orig_call(inputs, outputs, timed)
+
+    def wrap(name, method):
+        def w(*args, **kw):
+            lib0 = state["lib"]
+            evs = state["events"]
+            if evs is not None:
+                e0 = torch.cuda.Event(enable_timing=True)
+                e0.record()
+            t0 = pc()
+            try:
+                return method(*args, **kw)
+            finally:
+                t = pc() - t0
+                if evs is not None:
+                    e1 = torch.cuda.Event(enable_timing=True)
+                    e1.record()
+                    evs.append((name, e0, e1))
+                c = cur.setdefault(name, [0.0, 0.0, 0])
+                c[0] += t
+                c[1] += state["lib"] - lib0
+                c[2] += 1
+        return w
+
+    names = (("put", "_put_weight"), ("forward", "forward"), ("backward", "backward"))
+    plane.call = plane_call
+    for ph, meth in names:
+        setattr(client, meth, wrap(ph, getattr(client, meth)))
+    grads_stolen = []
+
+    def one_step(events):
+        cur.clear()
+        state["events"] = [] if events else None
+        t0 = pc()
+        y = layer(x)
+        t1 = pc()
+        y.backward(dy)
+        t2 = pc()
+        if events:
+            o0 = torch.cuda.Event(enable_timing=True)
+            o0.record()
+        sgd(params)
+        if events:
+            o1 = torch.cuda.Event(enable_timing=True)
+            o1.record()
+            state["events"].append(("optimizer", o0, o1))
+        sync()
+        t3 = pc()
+        r = {"step": t3 - t0, "optimizer": t3 - t2, "layer_call": t1 - t0, "backward_call": t2 - t1}
+        for ph, _ in names:
+            c = cur.get(ph, [0.0, 0.0, 0])
+            r[ph], r[ph + ".lib"], r[ph + ".n"] = c[0], c[1], c[2]
+        r["outside"] = r["layer_call"] + r["backward_call"] - r["put"] - r["forward"] - r["backward"]
+        if events:
+            ev = {}
+            for ph, e0, e1 in state["events"]:
+                ev[ph] = ev.get(ph, 0.0) + e0.elapsed_time(e1) / 1e3
+            r["events"] = ev
+        return r
+
+    try:
+        for _ in range(a.warmup):
+            one_step(False)
+        # whether autograd kept fosd's dW as the weight's grad (no copy) or copied it
+        dptr = {}
+        orig_bwd = client.backward
+
+        def bwd_seen(*args, **kw):
+            res = orig_bwd(*args, **kw)
+            dptr["dw"], dptr["db"] = res[1].data_ptr(), res[2].data_ptr() if res[2] is not None else None
+            return res
+        client.backward = bwd_seen
+        y = layer(x)
+        y.backward(dy)
+        grads_stolen = [params[0].grad.data_ptr() == dptr["dw"]] + \
+            ([params[1].grad.data_ptr() == dptr["db"]] if bias else [])
+        y = None
+        sgd(params)
+        client.backward = orig_bwd
+        sync()
+        s0 = client.stats()
+        wall = [one_step(False) for _ in range(a.steps)]
+        s1 = client.stats()
+        evp = [one_step(True) for _ in range(a.steps)] if not cpu else []
+    finally:
+        state["events"] = None
+        del plane.call
+        for _, meth in names:
+            client.__dict__.pop(meth, None)
+
+    fosd_ms = {ph: _op_window(s0, s1, op) for ph, op in
+               (("put", "put_weight"), ("forward", "forward"), ("backward", "backward"))}
+
+    def med(key, rows=wall):
+        return _pct([r[key] * 1e3 for r in rows])
+
+    def ev(ph):
+        return _pct([r["events"].get(ph, 0.0) * 1e3 for r in evp]) if evp else float("nan")
+
+    def f(v):
+        return "n/a" if v != v else "%.3f" % v
+
+    out.append("")
+    out.append("# phases of one fosd.torch.Linear step (device tensors), %dx%dx%d, median of %d steps; "
+          "wall: perf_counter around each Client call (the libfos call timed inside it); CUDA-event: "
+          "a second pass with events on the current stream around each phase (step %s ms there); fosd: "
+          "its Stats over the wall pass (mean latency, of it running the op)" % (
+              M, N, K, a.steps, f(med("step", evp)) if evp else "n/a"))
+    out.append("| phase | calls/step | wall ms | in libfos ms | Python ms (wall - libfos) | CUDA-event ms | "
+          "fosd latency ms | fosd run ms |")
+    out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for ph, what in (("put", "put (Client._put_weight of W, after the update)"),
+                     ("forward", "forward (Client.forward, saving a context)"),
+                     ("backward", "backward (Client.backward: dX, dW, db)")):
+        lat, run, n = fosd_ms[ph]
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            what, "%g" % _pct([r[ph + ".n"] for r in wall]), f(med(ph)), f(med(ph + ".lib")),
+            f(_pct([(r[ph] - r[ph + ".lib"]) * 1e3 for r in wall])), f(ev(ph)), f(lat), f(run)))
+    out.append("| optimizer (SGD of W and b, launch + wait) | 1 | %s | | | %s | | |" % (f(med("optimizer")), f(ev("optimizer"))))
+    out.append("| fosd.torch + autograd outside the Client calls | | %s | | %s | | | |" % (f(med("outside")), f(med("outside"))))
+    out.append("| step | | %s | %s | | | | |" % (f(med("step")), f(_pct([
+        (r["put.lib"] + r["forward.lib"] + r["backward.lib"]) * 1e3 for r in wall]))))
+
+    # pieces each call pays besides libfos, timed alone (us)
+    pieces = []
+    if not cpu:
+        st = torch.cuda.current_stream(dev)
+        pieces.append(("torch.cuda.current_stream(dev).synchronize(), stream idle",
+                       lambda: torch.cuda.current_stream(dev).synchronize()))
+        pieces.append(("the same on a kept Stream object", st.synchronize))
+    pieces.append(("torch.empty((M, N), bf16) on the device", lambda: torch.empty((M, N), dtype=torch.bfloat16, device=dev)))
+    lib, h = client._lib, client._h()
+    from fosd import _lib
+    from fosd._arrays import Arr
+    stt = _lib.Status()
+    if not cpu:
+        pieces.append(("fos_cuda_check of x (libfos resolves each device tensor of a call this way: "
+                       "cuPointerGetAttributes, the cache of exported allocations)",
+                       lambda: lib.fos_cuda_check(h, x.data_ptr(), x.numel() * 2, ctypes.byref(stt))))
+    pieces.append(("fosd._arrays.Arr of x", lambda: Arr(x, "x")))
+    for what, fn in pieces:
+        for _ in range(50):
+            fn()
+        ts = []
+        for _ in range(max(a.steps, 200)):
+            t0 = pc()
+            fn()
+            ts.append((pc() - t0) * 1e6)
+        out.append("| piece: %s | | %.1f us | | | | | |" % (what, statistics.median(ts)))
+    out.append("| autograd kept fosd's dW%s as the grad (no copy) | | %s | | | | | |" % (
+        " and db" if bias else "", "yes" if all(grads_stolen) else "NO (a copy each step: %s)" % grads_stolen))
+
+    if a.phases_profile and not cpu:
+        try:
+            from torch.profiler import ProfilerActivity, profile as tprofile
+            n = a.phases_profile
+            with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(n):
+                    one_step(False)
+                sync()
+            gpu, api = {}, {}
+            for e in prof.events():
+                dt = str(getattr(e, "device_type", ""))
+                name = e.name
+                if dt.endswith("CUDA"):
+                    c = gpu.setdefault(name, [0, 0.0])
+                    c[0] += 1
+                    c[1] += e.time_range.elapsed_us()
+                elif name.startswith("cuda") or name.startswith("cu"):
+                    api[name] = api.get(name, 0) + 1
+            out.append("")
+            out.append("# this process's own CUDA work in %d steps (torch.profiler): kernels, copies and sets it ran, "
+                  "and the CUDA runtime calls it made (libfos's driver calls are not traced)" % n)
+            out.append("| GPU activity of the trainer | per step | us per step |")
+            out.append("| --- | --- | --- |")
+            for name, (c, us) in sorted(gpu.items(), key=lambda kv: -kv[1][1]):
+                out.append("| %s | %.1f | %.1f |" % (name[:90], c / n, us / n))
+            out.append("| runtime call | per step | |")
+            for name, c in sorted(api.items(), key=lambda kv: -kv[1]):
+                out.append("| %s | %.1f | |" % (name, c / n))
+        except Exception as e:  # no CUPTI, or a profiler of another version
+            log("torch.profiler pass skipped: %s" % e)
+    layer = params = None
+    return out
+
+
+class _StubLib:
+    """--overhead: a libfos that answers every call at once (no fosd), filling results' shapes and
+    contexts as libfos would; with it the package's own Python per call is all that is timed."""
+
+    def __init__(self, real):
+        self._real = real
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    @staticmethod
+    def _fill(p, rows, cols):
+        if p:
+            t = p.contents
+            t.ndim = 2 if cols else 1
+            t.shape[0] = rows
+            t.shape[1] = cols
+
+    def fos_cuda_check(self, h, addr, nbytes, st):
+        return 0
+
+    def fos_put_weight(self, h, name, version, w, cfg, info, st):
+        self.calls += 1
+        return 0
+
+    def fos_forward(self, h, name, x, bias, fo, y, ctx, st):
+        self.calls += 1
+        xt = x.contents
+        m, k = xt.shape[0], xt.shape[1]
+        n = y.contents.size // (2 * m)
+        self._fill(y, m, n)
+        c = ctx._obj
+        c.id, c.m, c.n, c.k, c.has_bias = 1, m, n, k, 1 if bias else 0
+        return 0
+
+    def fos_backward(self, h, ctx, dy, bo, dx, dw, db, st):
+        self.calls += 1
+        c = ctx._obj
+        self._fill(dx, c.m, c.k)
+        self._fill(dw, c.n, c.k)
+        self._fill(db, c.n, 0)
+        c.id = 0
+        return 0
+
+    def fos_release(self, h, ctx, st):
+        return 0
+
+    def fos_drop_weight(self, h, name, st):
+        return 0
+
+
+def overhead(a):
+    """--overhead: the package's Python per call on the device-tensor path, measured on this host
+    without fosd or a GPU: libfos stubbed (_StubLib), CPU tensors standing in for CUDA ones
+    (fosd._arrays.Arr marks them cuda, the stream synchronize is a no-op). Prints us per call of
+    Client.put_weight, Client.forward (saving a context), Client.backward, both, and a whole
+    fosd.torch.Linear step (forward with its put, backward, SGD)."""
+    sys.path.insert(0, os.path.join(REPO, "client", "python"))
+    import weakref as _wr
+    import torch
+    import fosd.torch as ft
+    from fosd import _lib, _arrays, _plane, client as fclient
+    real = _lib.load()
+    stub = _StubLib(real)
+    init = _arrays.Arr.__init__
+
+    def cuda_init(self, x, what):
+        init(self, x, what)
+        if self.torch:
+            self.cuda = True
+    _arrays.Arr.__init__ = cuda_init
+    torch.cuda.current_stream = lambda dev=None: types.SimpleNamespace(synchronize=lambda: None)
+    c = fclient.Client.__new__(fclient.Client)
+    c._lib, c.url, c._box = stub, "ipc:///stub", [ctypes.c_void_p(1)]
+    c._plane = _plane.Plane(stub, c._box[0], False, True)
+    c._plane.device = True
+    c._weight_n, c._wmu = {}, threading.Lock()
+    c._fin = _wr.finalize(c, lambda: None)
+    M, N, K = a.m, a.n, a.k
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    dy = torch.randn(M, N, generator=g).to(torch.bfloat16)
+    w = torch.randn(N, K, generator=g).to(torch.bfloat16)
+    b = torch.randn(N, generator=g).to(torch.bfloat16)
+    versions = iter(range(1, 1 << 40))
+    ctxs = []
+    layer = ft.Linear(K, N, client=c)
+    params = list(layer.parameters())
+
+    def put():
+        c.put_weight("w", w, version=next(versions))
+
+    def fwd():
+        ctxs.append(c.forward("w", x, bias=b, save_context=True)[1])
+
+    def bwd():
+        c.backward(ctxs.pop(), dy)
+
+    def fwd_bwd():
+        y, ctx = c.forward("w", x, bias=b, save_context=True)
+        c.backward(ctx, dy)
+
+    def step():
+        y = layer(x)
+        y.backward(dy)
+        with torch.no_grad():
+            for p in params:
+                p.add_(p.grad, alpha=-1e-6)
+                p.grad = None
+
+    def nothing_step():  # the same torch work without fosd: autograd of a plain op and the SGD
+        with torch.no_grad():
+            for p in params:
+                p.add_(p, alpha=-1e-6)
+    put()
+    n = max(a.steps, 2000)
+
+    def us(fn, pairs=None):
+        for _ in range(200):
+            fn()
+        best = []
+        for _ in range(5):  # best of 5 medians of n: the host's other load comes in bursts
+            ts = []
+            for _ in range(n):
+                if pairs:
+                    pairs()
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1e6)
+            best.append(statistics.median(ts))
+        return min(best)
+    rows = [("Client.put_weight", us(put)),
+            ("Client.forward (saving a context)", us(fwd)),
+            ("Client.backward", us(bwd, fwd)),
+            ("Client.forward + Client.backward", us(fwd_bwd)),
+            ("fosd.torch.Linear step (put, forward, backward, SGD)", us(step)),
+            ("the step's two add_ of the SGD alone", us(nothing_step))]
+    print("# the package's Python per call on the device-tensor path (libfos stubbed, CPU tensors as "
+          "CUDA stand-ins), %dx%dx%d, best of 5 medians of %d, torch %s, python %s" % (
+              M, N, K, n, torch.__version__, sys.version.split()[0]))
+    print("| what | us |")
+    print("| --- | --- |")
+    for what, v in rows:
+        print("| %s | %.1f |" % (what, v))
+    c._box[0] = None  # closed: the layer's finalizer drops nothing through the stub
+    layer = params = None
+
+
 def busy_us(us):
     end = time.perf_counter() + us * 1e-6
     while time.perf_counter() < end:
@@ -152,9 +645,14 @@ def main():
     ap.add_argument("--profile", type=int, default=0)
     ap.add_argument("--fosd-channel-spin-us", type=int)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--phases", action="store_true")
+    ap.add_argument("--phases-profile", type=int, default=3)
+    ap.add_argument("--overhead", action="store_true")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     os.environ.setdefault("FOSD_LIBFOS", os.path.join(build, "libfos.so"))
+    if a.overhead:
+        return overhead(a)
     sys.path.insert(0, os.path.join(REPO, "client", "python"))
     import torch
     import fosd
@@ -243,6 +741,10 @@ def main():
                 profile("fosd.torch.Linear steps (device tensors)", fosd_step, a.profile, sync,
                         None if a.cpu else ft._LinearFn)
             layer = params = None  # frees its fosd weight and GPU memory
+        phase_lines = []
+        if a.phases:
+            log("timing the phases of a fosd.torch.Linear step (device tensors)")
+            phase_lines = phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias)
         if not client.device_tensors_sent:
             log("no CUDA tensor went as a device tensor: %s" % client.device_off_reason)
         host_client.close()
@@ -261,6 +763,37 @@ def main():
         rows["Client.forward+backward (device tensors)"] = median_ms(client_fwd_bwd, a.steps, a.warmup, sync)
         if a.profile:
             profile("Client.forward + Client.backward (device tensors)", client_fwd_bwd, a.profile, sync)
+        if a.phases:
+            # autograd runs a CUDA layer's backward on a thread of its own: the same calls with the
+            # backward handed to a second thread (the handoff's own time, measured alone, subtracted)
+            jobs, done = queue.Queue(), queue.Queue()
+
+            def worker():
+                for job in iter(jobs.get, None):
+                    try:
+                        done.put(job())
+                    except BaseException as e:  # handed back to the caller
+                        done.put(e)
+            th = threading.Thread(target=worker, daemon=True)
+            th.start()
+
+            def on_worker(job):
+                jobs.put(job)
+                r = done.get()
+                if isinstance(r, BaseException):
+                    raise r
+                return r
+
+            def client_fwd_bwd_thread():
+                y, ctx = client.forward("bench.py.w", x, bias=b, save_context=True)
+                on_worker(lambda: client.backward(ctx, dy))
+
+            log("timing Client.forward + Client.backward with the backward on a second thread")
+            handoff = median_ms(lambda: on_worker(lambda: None), max(a.steps, 100), a.warmup, sync)
+            rows["Client.forward+backward (device tensors, backward on a second thread, handoff subtracted)"] = \
+                median_ms(client_fwd_bwd_thread, a.steps, a.warmup, sync) - handoff
+            jobs.put(None)
+            th.join()
         versions = iter(range(2, 1 << 30))
 
         def client_put():
@@ -427,6 +960,8 @@ def main():
     for name, ms in rows.items():
         b = base_fb if "fwd+bwd" in name or "forward+backward" in name else base_put if "put" in name else base
         print("| %s | %s | %.3f | %s | %.2fx |" % (name, shape, ms, "%.2fx" % (ms / b) if b else "n/a", ms / tref))
+    for line in phase_lines:
+        print(line)
     if a.json:
         print(json.dumps({"shape": [M, N, K], "bias": bias, "fosd": health, "torch": torch.__version__,
                           "ms": rows}))
