@@ -195,6 +195,18 @@ static int cx_not_found_locked(fosd_contexts *cx, const fosd_tenant *owner, uint
 	return FOS__CODE__NOT_FOUND;
 }
 
+int fosd_contexts_knows(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id)
+{
+	pthread_mutex_lock(&cx->mu);
+	fosd_context *c = id ? cx_find_locked(cx, id) : NULL;
+	int known = c && cx_owner(c) == owner ? 2 : 0;
+	for (unsigned i = 0; !known && id && i < FOSD_CTX_TOMBSTONES; i++)
+		if (cx->tomb_why[i] && cx->tomb_id[i] == id && cx->tomb_owner[i] == owner)
+			known = 1;
+	pthread_mutex_unlock(&cx->mu);
+	return known;
+}
+
 int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *msg, size_t msgsz)
 {
 	return fosd_contexts_get_in(cx, NULL, id, out, msg, msgsz);

@@ -47,6 +47,9 @@ enum { FOSD_CTX_RELEASED = 1, FOSD_CTX_EXPIRED = 2, FOSD_CTX_EVICTED = 3, FOSD_C
 int fosd_contexts_init(fosd_contexts *cx, fos_backend *be, fosd_wcache *wc, uint64_t budget, uint64_t ttl_ms);
 void fosd_contexts_destroy(fosd_contexts *cx);
 
+/* 2: owner's context id is here; 1: it was here recently (released, expired, evicted or used up:
+ * its NOT_FOUND message says which); 0: neither. For readers without the backend lock (placement). */
+int fosd_contexts_knows(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id);
 /* Takes ownership of c (its saved operands and its weight reference): evicts the oldest contexts
  * until it fits the budget, assigns its id and expiry. Returns 0, or RESOURCE_EXHAUSTED with msg
  * (c is then freed).

@@ -134,6 +134,18 @@ fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, cons
 	return w;
 }
 
+int fosd_wcache_holds(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t *version)
+{
+	pthread_mutex_lock(&wc->mu);
+	fosd_weight *w = wc->head;
+	while (w && !wc_is(w, owner, name))
+		w = w->next;
+	if (w && version)
+		*version = w->version;
+	pthread_mutex_unlock(&wc->mu);
+	return w != NULL;
+}
+
 fosd_weight *fosd_wcache_find(fosd_wcache *wc, const char *name)
 {
 	return fosd_wcache_find_in(wc, NULL, name);

@@ -120,6 +120,9 @@ uint64_t fosd_wcache_tier_drop_all(fosd_wcache *wc);
  * tenant is evicted), then the global budget, evicting owner's least recently used entries before
  * anyone else's. Nothing is evicted when the room cannot be made. */
 fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name);
+/* Whether owner's weight name is cached (its version in *version, if not NULL); for readers that
+ * do not hold the backend lock (placement). */
+int fosd_wcache_holds(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t *version);
 int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t version,
 			   fosd_weight **out, char *msg, size_t msgsz);
 int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, const fosd_weight *reclaim, char *msg,

@@ -28,6 +28,7 @@
 #define F(f) offsetof(fosd_config, f), sizeof(((fosd_config *)0)->f)
 
 static int listen_check(const char *v, char *msg, size_t msgsz);
+static int devices_check(const char *v, char *msg, size_t msgsz);
 static void log_level_reloaded(const fosd_config *cur, const fosd_config *nc);
 
 static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
@@ -42,6 +43,9 @@ const fosd_config_key fosd_config_keys[] = {
 	 .help = "numerics backend (default {def}: cuda if a GPU is usable)"},
 	{"threads", FOSD_CT_INT, F(threads), "0", 0, 4096, .help = "cpu backend threads (default {def} = one per CPU)"},
 	{"device", FOSD_CT_INT, F(device), "0", 0, 64, .help = "cuda device (default {def})"},
+	{"devices", FOSD_CT_STRING, F(devices), NULL, .arg = "LIST", .check = devices_check,
+	 .help = "serve several devices: all, or ordinals like 0,1 (default: the one\n"
+		 "--device); on the cpu backend, that many cpu stand-ins"},
 	{"workers", FOSD_CT_INT, F(workers), "2", 1, 256, .help = "executor threads (default {def})"},
 	{"streams", FOSD_CT_INT, F(streams), "0", 0, 64,
 	 .help = "backend instances running requests at once, one stream each\n"
@@ -128,6 +132,41 @@ static int listen_check(const char *v, char *msg, size_t msgsz)
 		return -1;
 	}
 	return 0;
+}
+
+int fosd_config_devices(const char *v, int *ids, int *n, char *msg, size_t msgsz)
+{
+	*n = 0;
+	if (!strcmp(v, "all"))
+		return 1;
+	const char *p = v;
+	while (*p) {
+		char *end;
+		errno = 0;
+		long d = strtol(p, &end, 10);
+		if (errno || end == p || d < 0 || d > 64 || (*end && *end != ',') || (*end == ',' && !end[1])) {
+			snprintf(msg, msgsz, "devices: '%s' is not all or a list of device ordinals like 0,1", v);
+			return -1;
+		}
+		for (int i = 0; i < *n; i++)
+			if (ids[i] == (int)d) {
+				snprintf(msg, msgsz, "devices: '%s' names device %ld twice", v, d);
+				return -1;
+			}
+		if (*n == FOSD_MAX_DEVICES) {
+			snprintf(msg, msgsz, "devices: '%s' names more than %d devices", v, FOSD_MAX_DEVICES);
+			return -1;
+		}
+		ids[(*n)++] = (int)d;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+static int devices_check(const char *v, char *msg, size_t msgsz)
+{
+	int ids[FOSD_MAX_DEVICES], n;
+	return fosd_config_devices(v, ids, &n, msg, msgsz) < 0 ? -1 : 0;
 }
 
 static const char *level_name(int l)
@@ -400,6 +439,8 @@ static int key_set(fosd_config *c, const fosd_config_key *k, const char *v, char
 			snprintf(msg, msgsz, "%s: empty value", k->key);
 			return -1;
 		}
+		if (k->check && k->check(v, msg, msgsz))
+			return -1;
 		return string_put(c, k, v, msg, msgsz);
 	case FOSD_CT_BOOL:
 		if (parse_bool(v, (int *)f)) {

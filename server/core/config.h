@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #define FOSD_MAX_LISTEN 16
+/* The most devices one fosd serves (--devices). */
+#define FOSD_MAX_DEVICES 16
 #define FOSD_DEFAULT_URL "ipc:///tmp/fosd.sock"
 
 typedef struct fosd_config {
@@ -16,6 +18,7 @@ typedef struct fosd_config {
 	char backend[16];               /* auto, cpu, cuda */
 	int threads;                    /* cpu backend threads; 0 = one per CPU */
 	int device;                     /* cuda device index */
+	char *devices;                  /* --devices: "all" or ordinals "0,1" (NULL: the one device) */
 	int workers;                    /* executor threads */
 	int streams;                    /* executor lanes: backend instances (cuda: streams) that run
 					 * requests at once; 0 = auto (8 on cuda, 1 on cpu); fosd runs at least
@@ -57,6 +60,10 @@ typedef struct fosd_config {
 	int tenant_inflight;
 	unsigned auto_sized;            /* FOSD_AUTO_* of the sizes fosd_config_finish chose itself */
 } fosd_config;
+
+/* Parses a devices value: 1 for "all", else 0 with the ordinals in ids[0..*n) (at most
+ * FOSD_MAX_DEVICES, no repeats); -1 with msg when it is neither. */
+int fosd_config_devices(const char *v, int *ids, int *n, char *msg, size_t msgsz);
 
 /* A size key left at "auto" (cache_bytes, context_bytes, message_pool_bytes): fosd_config_finish
  * sizes it from the host's memory, fosd_main.c again from the GPU's once the cuda backend is open

@@ -25,6 +25,7 @@
 extern int cudaSetDevice(int device);
 extern int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 extern int cudaGetLastError(void);
+extern int cudaGetDeviceCount(int *count);
 #endif
 
 /* Why the cuda backend could not open, in words an operator acts on. cuda_msg is the backend's
@@ -50,14 +51,14 @@ static void no_gpu_reason(const char *cuda_msg, char *out, size_t outsz)
 #endif
 }
 
-static fos_backend *open_backend(const fosd_config *cfg, fos_err *err)
+static fos_backend *open_backend(const fosd_config *cfg, int device, fos_err *err)
 {
 	if (!strcmp(cfg->backend, "cpu"))
 		return fos_backend_cpu(cfg->threads, err);
 	if (!strcmp(cfg->backend, "cuda"))
-		return fos_backend_cuda(cfg->device, err);
+		return fos_backend_cuda(device, err);
 	fos_err cerr;
-	fos_backend *be = fos_backend_cuda(cfg->device, &cerr);
+	fos_backend *be = fos_backend_cuda(device, &cerr);
 	if (be)
 		return be;
 	char why[512];
@@ -67,20 +68,50 @@ static fos_backend *open_backend(const fosd_config *cfg, fos_err *err)
 }
 
 /* The memory of the device the backend runs on; 0 for the cpu backend (or when unknown). */
-static uint64_t device_memory_bytes(const fos_backend *be, const fosd_config *cfg)
+static uint64_t device_memory_bytes(const fos_backend *be, int device)
 {
 #ifdef FOS_HAVE_CUDA
 	if (!strcmp(be->name, "cuda")) {
 		size_t free_b = 0, total = 0;
-		if (!cudaSetDevice(cfg->device) && !cudaMemGetInfo(&free_b, &total))
+		if (!cudaSetDevice(device) && !cudaMemGetInfo(&free_b, &total))
 			return total;
 		cudaGetLastError();
 	}
 #else
 	(void)be;
-	(void)cfg;
+	(void)device;
 #endif
 	return 0;
+}
+
+/* The devices to serve (--devices; else the one --device): ordinals in ids, their number
+ * returned; "all" is every GPU the cuda backend sees (cuda) or one stand-in (cpu). be0 is open on
+ * ids[0] already. -1 with msg on an error. */
+static int device_list(const fosd_config *cfg, const fos_backend *be0, int *ids, char *msg, size_t msgsz)
+{
+	int n = 1;
+	ids[0] = cfg->device;
+	if (!cfg->devices)
+		return 1;
+	int all = fosd_config_devices(cfg->devices, ids, &n, msg, msgsz);
+	if (all < 0)
+		return -1;
+	if (!all)
+		return n;
+	ids[0] = 0;
+	n = 1;
+#ifdef FOS_HAVE_CUDA
+	int count = 0;
+	if (!strcmp(be0->name, "cuda") && !cudaGetDeviceCount(&count) && count > 1) {
+		n = count < FOSD_MAX_DEVICES ? count : FOSD_MAX_DEVICES;
+		for (int i = 0; i < n; i++)
+			ids[i] = i;
+	}
+	cudaGetLastError();
+#else
+	(void)be0;
+#endif
+	return n;
 }
 
 int main(int argc, char **argv)
@@ -114,7 +145,12 @@ int main(int argc, char **argv)
 
 	fos_err err;
 	memset(&err, 0, sizeof err);
-	fos_backend *be = open_backend(&cfg, &err);
+	int ids[FOSD_MAX_DEVICES];
+	if (cfg.devices && fosd_config_devices(cfg.devices, ids, &(int){0}, msg, sizeof msg) == 0)
+		cfg.device = ids[0]; /* the first of the list opens first */
+	else if (cfg.devices)
+		cfg.device = 0;
+	fos_backend *be = open_backend(&cfg, cfg.device, &err);
 	if (!be && !strcmp(cfg.backend, "cuda") && err.rc == FOS_EUNSUPPORTED) {
 		char why[512];
 		no_gpu_reason(err.msg, why, sizeof why);
@@ -130,10 +166,34 @@ int main(int argc, char **argv)
 		fosd_config_free(&cfg);
 		return 1;
 	}
-	fosd_info("backend %s on %s", be->name, be->device);
+	fos_backend *bes[FOSD_MAX_DEVICES] = {be};
+	int nd = device_list(&cfg, be, ids, msg, sizeof msg);
+	int cpu = strcmp(be->name, "cuda") != 0;
+	for (int i = 1; i < nd; i++) { /* the others, on the same backend as the first */
+		bes[i] = cpu ? fos_backend_cpu(cfg.threads, &err) : fos_backend_cuda(ids[i], &err);
+		if (!bes[i]) {
+			fosd_error("cannot open the %s backend on device %d: %s", be->name, ids[i], err.msg);
+			nd = -i - 1;
+			break;
+		}
+	}
+	if (nd < 0) {
+		for (int i = 0; i < FOSD_MAX_DEVICES && bes[i]; i++)
+			bes[i]->destroy(bes[i]);
+		fosd_tenants_free(tenants);
+		fosd_config_free(&cfg);
+		return 1;
+	}
+	if (nd == 1)
+		fosd_info("backend %s on %s", be->name, be->device);
+	for (int i = 0; nd > 1 && i < nd; i++)
+		fosd_info("backend %s on %s: device %d (%s %d)", bes[i]->name, bes[i]->device, i, cpu ? "stand-in" : "ordinal",
+			  ids[i]);
 	char sizes[512];
-	fosd_config_size_auto(&cfg, device_memory_bytes(be, &cfg), fosd_host_memory_bytes(), sizes, sizeof sizes);
-	fosd_info("memory: %s", sizes);
+	/* the budgets are per device: from the first GPU's memory, or the host's shared by cpu stand-ins */
+	fosd_config_size_auto(&cfg, device_memory_bytes(be, cfg.device), fosd_host_memory_bytes() / (uint64_t)(cpu ? nd : 1),
+			      sizes, sizeof sizes);
+	fosd_info("memory: %s%s", sizes, nd > 1 ? " (each device)" : "");
 	fosd_info("limits: cache %llu bytes, contexts %llu bytes (ttl %llu ms), messages %llu bytes, %d workers, "
 		  "%d concurrent requests",
 		  (unsigned long long)cfg.cache_bytes, (unsigned long long)cfg.context_bytes,
@@ -142,9 +202,9 @@ int main(int argc, char **argv)
 
 	static fosd_server srv;
 	int code = 1;
-	if (fosd_server_init(&srv, &cfg, be, msg, sizeof msg)) {
+	if (fosd_server_init(&srv, &cfg, bes, ids, nd, msg, sizeof msg)) {
 		fosd_error("%s", msg);
-		be->destroy(be);
+		fosd_server_destroy(&srv);
 		fosd_tenants_free(tenants);
 		fosd_config_free(&cfg);
 		return 1;
@@ -167,7 +227,8 @@ int main(int argc, char **argv)
 		fosd_error("%s", msg);
 	} else {
 		fosd_info("ready");
-		fosd_sd_notifyf("READY=1\nSTATUS=serving on %s (backend %s)", cfg.listen[0], be->name);
+		fosd_sd_notifyf("READY=1\nSTATUS=serving on %s (backend %s, %d device%s)", cfg.listen[0], be->name, nd,
+				nd == 1 ? "" : "s");
 		code = fosd_control_run(&srv);
 	}
 	fosd_control_watchdog(code); /* the teardown below always ends */

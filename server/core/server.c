@@ -1,23 +1,62 @@
-/* server.c: creating and destroying the server object (caches, metrics, locks). */
+/* server.c: creating and destroying the server object: its devices (each with its backend, weight
+ * cache, contexts and GPU mappings), metrics, duplicate detection, regions and locks. The caches'
+ * budgets (cache_bytes, context_bytes) are per device. */
 #include "server.h"
 #include "msg_pool.h"
 #include "util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *msg, size_t msgsz)
+static int device_init(fosd_server *srv, fosd_device *d, int index, fos_backend *be, int ordinal)
+{
+	fosd_config *cfg = srv->cfg;
+	d->index = index;
+	d->ordinal = ordinal;
+	snprintf(d->name, sizeof d->name, "%s:%d (%s)", be->name, ordinal, be->device);
+	d->srv = srv;
+	d->be = be;
+	if (pthread_mutex_init(&d->be_mu, NULL) || pthread_mutex_init(&d->q_mu, NULL) ||
+	    pthread_cond_init(&d->q_cv, NULL) || fosd_wcache_init(&d->wc, be, cfg->cache_bytes) ||
+	    fosd_contexts_init(&d->cx, be, &d->wc, cfg->context_bytes, cfg->context_ttl_ms) ||
+	    fosd_devmaps_init(&d->devmaps, be))
+		return -1;
+	return 0;
+}
+
+static void device_destroy(fosd_device *d)
+{
+	if (!d->srv)
+		return;
+	fosd_devmaps_destroy(&d->devmaps); /* unmaps while the backend is still there */
+	fosd_contexts_destroy(&d->cx);     /* releases weight references first */
+	fosd_wcache_destroy(&d->wc);
+	pthread_cond_destroy(&d->q_cv);
+	pthread_mutex_destroy(&d->q_mu);
+	pthread_mutex_destroy(&d->be_mu);
+	if (d->be) {
+		d->be->destroy(d->be);
+		d->be = NULL;
+	}
+}
+
+int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const int *ordinals, int n, char *msg,
+		     size_t msgsz)
 {
 	memset(srv, 0, sizeof *srv);
 	srv->cfg = cfg;
-	srv->be = be;
 	srv->start_ns = fosd_now_ns();
-	if (pthread_mutex_init(&srv->be_mu, NULL) || pthread_mutex_init(&srv->q_mu, NULL) ||
-	    pthread_cond_init(&srv->q_cv, NULL) || fosd_metrics_init(&srv->metrics) ||
-	    fosd_wcache_init(&srv->wc, be, cfg->cache_bytes) ||
-	    fosd_contexts_init(&srv->cx, be, &srv->wc, cfg->context_bytes, cfg->context_ttl_ms) ||
-	    fosd_dedup_init(&srv->dd, cfg->dedup_window_ms, 65536) || fosd_regions_init(&srv->regions, be) ||
-	    fosd_devmaps_init(&srv->devmaps, be) || fosd_chans_init(&srv->chans)) {
+	srv->devs = calloc((size_t)(n > 0 ? n : 1), sizeof *srv->devs);
+	int ok = srv->devs && n > 0 && n <= FOSD_MAX_DEVICES;
+	for (int i = 0; ok && i < n; i++) {
+		ok = !device_init(srv, &srv->devs[i], i, be[i], ordinals[i]);
+		srv->n_devs = i + 1; /* destroyed with the server, even half made */
+	}
+	for (int i = srv->n_devs; i < n; i++) /* never reached a device: freed here */
+		be[i]->destroy(be[i]);
+	if (!ok || fosd_metrics_init(&srv->metrics) || fosd_dedup_init(&srv->dd, cfg->dedup_window_ms, 65536) ||
+	    fosd_regions_init(&srv->regions, srv->devs[0].be) || fosd_chans_init(&srv->chans)) {
 		snprintf(msg, msgsz, "out of memory initializing the server");
 		return -1;
 	}
@@ -29,19 +68,15 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *
 
 void fosd_server_destroy(fosd_server *srv)
 {
-	fosd_regions_destroy(&srv->regions); /* unpins while the backend is still there */
-	fosd_devmaps_destroy(&srv->devmaps); /* unmaps likewise */
+	if (srv->devs)
+		fosd_regions_destroy(&srv->regions); /* unpins while the backends are still there */
 	fosd_chans_destroy(&srv->chans);
 	fosd_msgpool_unpin_all();
-	fosd_contexts_destroy(&srv->cx); /* releases weight references first */
-	fosd_wcache_destroy(&srv->wc);
+	for (int i = 0; i < srv->n_devs; i++)
+		device_destroy(&srv->devs[i]);
+	free(srv->devs);
+	srv->devs = NULL;
+	srv->n_devs = 0;
 	fosd_dedup_destroy(&srv->dd);
 	fosd_metrics_destroy(&srv->metrics);
-	pthread_cond_destroy(&srv->q_cv);
-	pthread_mutex_destroy(&srv->q_mu);
-	pthread_mutex_destroy(&srv->be_mu);
-	if (srv->be) {
-		srv->be->destroy(srv->be);
-		srv->be = NULL;
-	}
 }

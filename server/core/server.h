@@ -60,6 +60,15 @@ typedef struct fosd_slot {
 	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
 	int dedup_owner;            /* this slot executes the request others may wait on */
 	fosd_args args;
+	int dev;                    /* the device it runs on (placement.c); then, for an op staged over
+				     * several devices, the device of the current stage */
+	uint32_t put_todo, drop_todo; /* PutWeight, DropWeight: devices still to put it on (first), then
+				       * to drop it from (placement.c) */
+	uint32_t placed;            /* PutWeight: every device it goes to */
+	int stages_done;            /* stages of the op run so far (placement.c) */
+	int bound_dev;              /* the device whose mappings hold its device tensors (its first) */
+	nng_msg *stage_reply;       /* PutWeight: the reply of its last put stage, sent after its drop
+				     * stages (freed when the slot ends, if still here) */
 	struct fosd_slot *qnext;    /* executor queue */
 	struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
 	fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
@@ -77,17 +86,54 @@ typedef struct fosd_slot {
 	int accepted;               /* received before a drain began: the drain waits for its reply */
 } fosd_slot;
 
-struct fosd_server {
-	fosd_config *cfg;
-	fos_backend *be;
+/* One device fosd serves (--devices; one by default): its backend, its weight cache, saved
+ * contexts and client GPU mappings, and its executor (executor.c: a queue, workers, lanes and the
+ * backend gate). Nothing of one device is touched by another's executor; the server's placement
+ * (placement.c) picks the device of each request before it is queued. */
+typedef struct fosd_device {
+	int index;             /* in srv->devs: the number clients see (HealthResult.devices) */
+	int ordinal;           /* its backend's device: the CUDA ordinal, or the cpu stand-in's number */
+	char name[192];        /* "cuda:1 (NVIDIA H200 (sm_90))", "cpu:0 (CPU, 2 threads)" */
+	fosd_server *srv;
+	fos_backend *be;       /* lane 0 */
 	pthread_mutex_t be_mu; /* the executor's gate: held to start a request, and for the whole of
 				* an op that must run alone (executor.c alone takes it) */
 	fosd_wcache wc;
 	fosd_contexts cx;
+	fosd_devmaps devmaps;  /* client GPU allocations and events opened on this device (devmaps.c) */
+	atomic_int running;    /* requests running on it now (with queued: placement's "least busy") */
+	atomic_uint_fast64_t requests, busy_ns; /* run on its lanes since start, and their time */
+
+	/* executor lanes (executor.c): backend instances that run requests at the same time, each on
+	 * its own stream (cuda). lanes[0] is be. Forwards without a saved context, Quantize, Dequantize
+	 * and Linear run on any free lane; every other op runs alone on lane 0, after the running ones
+	 * finished (see executor.c). */
+	fos_backend **lanes;
+	int n_lanes;
+	fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
+	pthread_mutex_t lane_mu;
+	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
+	uint64_t lane_busy;      /* bit i: lane i runs a request */
+	int lane_active;         /* requests running on lanes without holding be_mu */
+
+	/* the device's queue and workers */
+	pthread_mutex_t q_mu;
+	pthread_cond_t q_cv;
+	fosd_slot *q_head, *q_tail;
+	uint64_t queued;
+	int sweep_pending;
+	int q_stop;
+	pthread_t *workers;
+	int n_workers;
+} fosd_device;
+
+struct fosd_server {
+	fosd_config *cfg;
+	fosd_device *devs;     /* n_devs >= 1; devs[0] also pins host memory (regions, message pool) */
+	int n_devs;
 	fosd_metrics metrics;
 	fosd_dedup dd;
 	fosd_regions regions;  /* shared-memory regions of ipc clients (regions.c) */
-	fosd_devmaps devmaps;  /* client GPU allocations and events opened (devmaps.c) */
 	fosd_chans chans;      /* request channels in regions (chan.c) */
 	fosd_tenants *tenants; /* NULL: no tokens file, one anonymous tenant (auth.c) */
 	struct fosd_deadlines *deadlines; /* the deadline reaper (deadline.c) */
@@ -107,33 +153,15 @@ struct fosd_server {
 	atomic_int draining;
 	atomic_int closing;
 	atomic_int fatal;       /* the backend failed for good: drain and exit 1 */
-	atomic_int running_now; /* a small op runs on a receiving thread (fosd_executor_try_now) */
-
-	/* executor lanes (executor.c): backend instances that run requests at the same time, each on
-	 * its own stream (cuda). lanes[0] is be. Forwards without a saved context, Quantize, Dequantize
-	 * and Linear run on any free lane; every other op runs alone on lane 0, after the running ones
-	 * finished (see executor.c). */
-	fos_backend **lanes;
-	int n_lanes;
-	fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
-	pthread_mutex_t lane_mu;
-	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
-	uint64_t lane_busy;      /* bit i: lane i runs a request */
-	int lane_active;         /* requests running on lanes without holding be_mu */
-
-	/* executor */
-	pthread_mutex_t q_mu;
-	pthread_cond_t q_cv;
-	fosd_slot *q_head, *q_tail;
-	uint64_t queued;
-	int sweep_pending;
-	int q_stop;
-	pthread_t *workers;
-	int n_workers;
+	atomic_int running_now; /* a small op runs on a socket's receiving thread (fosd_executor_try_now):
+				 * one at a time, since those threads also move everyone's messages */
 };
 
-/* Initializes everything but the transport and the executor; be is owned by the server after. */
-int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend *be, char *msg, size_t msgsz);
+/* Initializes everything but the transport and the executors, with one device per backend of be
+ * (n of them, 1 <= n <= FOSD_MAX_DEVICES; ordinals: their CUDA ordinals or stand-in numbers); the
+ * backends are owned by the server after, also on failure. */
+int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const int *ordinals, int n, char *msg,
+		     size_t msgsz);
 /* Frees the caches and the backend (after transport and executor are stopped). */
 void fosd_server_destroy(fosd_server *srv);
 
@@ -155,9 +183,11 @@ void fosd_dispatch(fosd_slot *s);
 void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message);
 
 /* executor.c */
-/* Opens the lanes (cfg->streams backend instances like srv->be, at most 64) and starts the workers
- * (cfg->workers, and at least one per lane) and the deadline reaper (deadline.c). */
+/* For every device: opens the lanes (cfg->streams backend instances like its be, at most 64) and
+ * starts the workers (cfg->workers, and at least one per lane); then the deadline reaper
+ * (deadline.c). */
 int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
+/* Queues s on its device (s->dev). */
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
 /* Runs s at once on the calling (receiving) thread if it is a small side-by-side op, nothing is
  * queued and a lane is free; returns 1 if it ran (and was answered), 0 to queue it. */
@@ -165,6 +195,16 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s);
 void fosd_executor_request_sweep(fosd_server *srv);
 void fosd_executor_stop(fosd_server *srv);
 uint64_t fosd_executor_queued(fosd_server *srv);
+uint64_t fosd_device_queued(fosd_device *d);
+
+/* placement.c: picks the device of a request that dispatch.c is about to run (s->dev, and the
+ * stages of PutWeight and DropWeight). 0, or a gRPC code with the message. */
+int fosd_place(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz);
+/* The device whose GPU has this 16-byte UUID, or NULL. */
+fosd_device *fosd_device_by_uuid(fosd_server *srv, const uint8_t *uuid);
+/* After an op of s ran on its current stage's device: moves s to its next stage. Returns 1 when
+ * there is one (s->dev is its device; the caller queues s there), 0 when s is done. */
+int fosd_place_next_stage(fosd_slot *s);
 /* For the deadline reaper (deadline.c): answers DEADLINE_EXCEEDED every queued request whose
  * deadline is at or before now, taking it out of the queue (adds their number to *reaped);
  * returns the earliest deadline still queued (0: none). */

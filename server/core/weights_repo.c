@@ -350,15 +350,29 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 	s->data = (const uint8_t *)w;
 	s->dlen = (size_t)t.length;
 	int code = fosd_validate(&rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->args, why, whysz);
+	if (!code)
+		code = fosd_place(srv, s, why, whysz); /* its device(s), as for a PutWeight request */
 	if (!code) {
-		fosd_opctx c = {srv, s, srv->be, -1, NULL};
-		pthread_mutex_lock(&srv->be_mu);
-		nng_msg *reply = fosd_op_run(&c, &code);
-		pthread_mutex_unlock(&srv->be_mu);
-		if (code)
-			repo_reply_why(reply, code, why, whysz);
-		if (reply)
-			nng_msg_free(reply);
+		for (;;) { /* each device it goes to (placement.c), with that device's backend gate */
+			fosd_device *d = &srv->devs[s->dev];
+			fosd_opctx c = {srv, s, d->be, -1, NULL, d};
+			s->bound_dev = s->dev;
+			pthread_mutex_lock(&d->be_mu);
+			nng_msg *reply = fosd_op_run(&c, &code);
+			pthread_mutex_unlock(&d->be_mu);
+			if (code || !fosd_place_next_stage(s)) {
+				if (code)
+					repo_reply_why(reply, code, why, whysz);
+				if (reply)
+					nng_msg_free(reply);
+				break;
+			}
+			if (s->stage_reply)
+				nng_msg_free(s->stage_reply);
+			s->stage_reply = reply;
+		}
+		if (s->stage_reply)
+			nng_msg_free(s->stage_reply);
 	} else {
 		char v[REPO_WHY];
 		snprintf(v, sizeof v, "%s", why);
@@ -371,9 +385,12 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 static void repo_drop(fosd_server *srv, fosd_tenant *tenant, const char *name)
 {
 	char m[FOSD_MSG_MAX];
-	pthread_mutex_lock(&srv->be_mu);
-	fosd_wcache_drop_in(&srv->wc, tenant, name, m, sizeof m);
-	pthread_mutex_unlock(&srv->be_mu);
+	for (int i = 0; i < srv->n_devs; i++) {
+		fosd_device *d = &srv->devs[i];
+		pthread_mutex_lock(&d->be_mu);
+		fosd_wcache_drop_in(&d->wc, tenant, name, m, sizeof m);
+		pthread_mutex_unlock(&d->be_mu);
+	}
 }
 
 /* ---- the repository ---------------------------------------------------------------------------- */

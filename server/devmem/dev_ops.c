@@ -1,6 +1,6 @@
 /* dev_ops.c: the CloseDeviceMemory operation (its row in the op table): closes the request's
- * connection and tenant's mapping of a client GPU allocation (devmaps.c), at once or when the last
- * request using it is answered. */
+ * connection and tenant's mapping of a client GPU allocation (devmaps.c of the device it was opened
+ * on), at once or when the last request using it is answered. */
 #include "ops.h"
 
 nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code)
@@ -8,8 +8,11 @@ nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code)
 	fosd_slot *s = c->s;
 	const Fos__CloseDeviceMemoryRequest *r = s->rq->close_device_memory;
 	char msg[FOSD_MSG_MAX];
-	int rc = fosd_devmaps_close(&c->srv->devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data, r->ipc_handle.len,
-				    msg, sizeof msg);
+	/* the mapping is in the table of the device it was opened on: the first that has it */
+	int rc = FOS__CODE__NOT_FOUND;
+	for (int i = 0; rc == FOS__CODE__NOT_FOUND && i < c->srv->n_devs; i++)
+		rc = fosd_devmaps_close(&c->srv->devs[i].devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data,
+					r->ipc_handle.len, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	Fos__CloseDeviceMemoryResult cr = FOS__CLOSE_DEVICE_MEMORY_RESULT__INIT;

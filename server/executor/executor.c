@@ -42,40 +42,40 @@
 #define FOSD_MAX_LANES 64
 
 /* Waits on lane_cv (lane_mu held) until woken or s's deadline; returns ETIMEDOUT once it passed. */
-static int lane_wait(fosd_server *srv, const fosd_slot *s)
+static int lane_wait(fosd_device *d, const fosd_slot *s)
 {
-	uint64_t d = fosd_deadline_of(s);
-	if (!d)
-		return pthread_cond_wait(&srv->lane_cv, &srv->lane_mu);
+	uint64_t t = fosd_deadline_of(s);
+	if (!t)
+		return pthread_cond_wait(&d->lane_cv, &d->lane_mu);
 	uint64_t now = fosd_now_ns();
-	if (now >= d)
+	if (now >= t)
 		return ETIMEDOUT;
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t ns = (uint64_t)ts.tv_nsec + (d - now);
+	uint64_t ns = (uint64_t)ts.tv_nsec + (t - now);
 	ts.tv_sec += (time_t)(ns / 1000000000ull);
 	ts.tv_nsec = (long)(ns % 1000000000ull);
-	return pthread_cond_timedwait(&srv->lane_cv, &srv->lane_mu, &ts);
+	return pthread_cond_timedwait(&d->lane_cv, &d->lane_mu, &ts);
 }
 
 /* Takes be_mu, waiting no longer than s's deadline. Returns 0 with the lock held, or -1 (not
  * held) when the deadline passed first. */
-static int backend_lock(fosd_server *srv, const fosd_slot *s)
+static int backend_lock(fosd_device *d, const fosd_slot *s)
 {
 	uint64_t t = fosd_deadline_of(s);
 	if (!t) {
-		pthread_mutex_lock(&srv->be_mu);
+		pthread_mutex_lock(&d->be_mu);
 		return 0;
 	}
 	struct timespec ts;
 	fosd_deadline_abstime(&ts, CLOCK_REALTIME, t);
 	int rv;
-	while ((rv = pthread_mutex_timedlock(&srv->be_mu, &ts)) == EINTR)
+	while ((rv = pthread_mutex_timedlock(&d->be_mu, &ts)) == EINTR)
 		;
 	if (rv)
 		return -1;
 	if (fosd_now_ns() > t) {
-		pthread_mutex_unlock(&srv->be_mu);
+		pthread_mutex_unlock(&d->be_mu);
 		return -1;
 	}
 	return 0;
@@ -84,60 +84,60 @@ static int backend_lock(fosd_server *srv, const fosd_slot *s)
 /* With be_mu held (backend_lock): a side-by-side op gets a free lane and lets be_mu go; an op
  * that runs alone waits until no lane runs and keeps be_mu. Returns the lane, or -1 (be_mu
  * released) when s's deadline passed while waiting. */
-static int lane_take(fosd_server *srv, fosd_slot *s, int parallel)
+static int lane_take(fosd_device *d, fosd_slot *s, int parallel)
 {
-	if (srv->n_lanes <= 1)
+	if (d->n_lanes <= 1)
 		return 0; /* one lane: be_mu alone serializes everything */
 	int lane = 0;
-	pthread_mutex_lock(&srv->lane_mu);
+	pthread_mutex_lock(&d->lane_mu);
 	if (parallel) {
-		uint64_t all = srv->n_lanes >= 64 ? ~0ull : (1ull << srv->n_lanes) - 1;
-		while ((srv->lane_busy & all) == all)
-			if (lane_wait(srv, s) == ETIMEDOUT && fosd_past_deadline(s))
+		uint64_t all = d->n_lanes >= 64 ? ~0ull : (1ull << d->n_lanes) - 1;
+		while ((d->lane_busy & all) == all)
+			if (lane_wait(d, s) == ETIMEDOUT && fosd_past_deadline(s))
 				goto late;
-		while (srv->lane_busy >> lane & 1)
+		while (d->lane_busy >> lane & 1)
 			lane++;
-		srv->lane_busy |= 1ull << lane;
-		srv->lane_active++;
-		pthread_mutex_unlock(&srv->lane_mu);
-		pthread_mutex_unlock(&srv->be_mu);
+		d->lane_busy |= 1ull << lane;
+		d->lane_active++;
+		pthread_mutex_unlock(&d->lane_mu);
+		pthread_mutex_unlock(&d->be_mu);
 		return lane;
 	}
-	while (srv->lane_active)
-		if (lane_wait(srv, s) == ETIMEDOUT && fosd_past_deadline(s))
+	while (d->lane_active)
+		if (lane_wait(d, s) == ETIMEDOUT && fosd_past_deadline(s))
 			goto late;
-	pthread_mutex_unlock(&srv->lane_mu);
+	pthread_mutex_unlock(&d->lane_mu);
 	return 0;
 late:
-	pthread_mutex_unlock(&srv->lane_mu);
-	pthread_mutex_unlock(&srv->be_mu);
+	pthread_mutex_unlock(&d->lane_mu);
+	pthread_mutex_unlock(&d->be_mu);
 	return -1;
 }
 
-static void lane_give(fosd_server *srv, int lane, int parallel)
+static void lane_give(fosd_device *d, int lane, int parallel)
 {
-	if (srv->n_lanes <= 1 || !parallel) {
-		pthread_mutex_unlock(&srv->be_mu);
+	if (d->n_lanes <= 1 || !parallel) {
+		pthread_mutex_unlock(&d->be_mu);
 		return;
 	}
-	pthread_mutex_lock(&srv->lane_mu);
-	srv->lane_busy &= ~(1ull << lane);
-	srv->lane_active--;
-	pthread_cond_broadcast(&srv->lane_cv);
-	pthread_mutex_unlock(&srv->lane_mu);
+	pthread_mutex_lock(&d->lane_mu);
+	d->lane_busy &= ~(1ull << lane);
+	d->lane_active--;
+	pthread_cond_broadcast(&d->lane_cv);
+	pthread_mutex_unlock(&d->lane_mu);
 }
 
-/* Opens lanes 1.. like srv->be (lane 0): the same backend and device; on the cpu, the threads
+/* Opens d's lanes 1.. like d->be (lane 0): the same backend and device; on the cpu, the threads
  * shared out between the lanes (the results do not depend on the thread count). */
-static int lanes_open(fosd_server *srv, char *msg, size_t msgsz)
+static int lanes_open(fosd_server *srv, fosd_device *d, char *msg, size_t msgsz)
 {
-	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(srv->be->name, "cuda") ? 8 : 1);
+	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(d->be->name, "cuda") ? 8 : 1);
 	if (n > FOSD_MAX_LANES)
 		n = FOSD_MAX_LANES;
-	srv->lanes = calloc((size_t)n, sizeof *srv->lanes);
-	if (!srv->lanes || pthread_mutex_init(&srv->lane_mu, NULL)) {
-		free(srv->lanes);
-		srv->lanes = NULL;
+	d->lanes = calloc((size_t)n, sizeof *d->lanes);
+	if (!d->lanes || pthread_mutex_init(&d->lane_mu, NULL)) {
+		free(d->lanes);
+		d->lanes = NULL;
 		snprintf(msg, msgsz, "out of memory");
 		return -1;
 	}
@@ -145,24 +145,24 @@ static int lanes_open(fosd_server *srv, char *msg, size_t msgsz)
 	int rv = pthread_condattr_init(&ca);
 	if (!rv) {
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		rv = pthread_cond_init(&srv->lane_cv, &ca);
+		rv = pthread_cond_init(&d->lane_cv, &ca);
 		pthread_condattr_destroy(&ca);
 	}
 	if (rv) {
-		pthread_mutex_destroy(&srv->lane_mu);
-		free(srv->lanes);
-		srv->lanes = NULL;
+		pthread_mutex_destroy(&d->lane_mu);
+		free(d->lanes);
+		d->lanes = NULL;
 		snprintf(msg, msgsz, "cannot create a condition variable: %s", strerror(rv));
 		return -1;
 	}
-	srv->lane_bufs = calloc((size_t)n, sizeof *srv->lane_bufs);
-	if (!srv->lane_bufs) {
+	d->lane_bufs = calloc((size_t)n, sizeof *d->lane_bufs);
+	if (!d->lane_bufs) {
 		snprintf(msg, msgsz, "out of memory");
 		return -1;
 	}
-	srv->lanes[0] = srv->be;
-	srv->n_lanes = 1;
-	int cpu = strcmp(srv->be->name, "cuda") != 0;
+	d->lanes[0] = d->be;
+	d->n_lanes = 1;
+	int cpu = strcmp(d->be->name, "cuda") != 0;
 	int threads = 0;
 	if (cpu && n > 1) {
 		long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -172,63 +172,66 @@ static int lanes_open(fosd_server *srv, char *msg, size_t msgsz)
 	for (int i = 1; i < n; i++) {
 		fos_err e;
 		memset(&e, 0, sizeof e);
-		fos_backend *b = cpu ? fos_backend_cpu(threads, &e) : fos_backend_cuda(srv->cfg->device, &e);
+		fos_backend *b = cpu ? fos_backend_cpu(threads, &e) : fos_backend_cuda(d->ordinal, &e);
 		if (!b) {
-			snprintf(msg, msgsz, "cannot open backend instance %d of %d for the executor's lanes: %s", i + 1, n,
-				 e.msg);
+			snprintf(msg, msgsz, "device %d: cannot open backend instance %d of %d for the executor's lanes: %s",
+				 d->index, i + 1, n, e.msg);
 			return -1;
 		}
-		srv->lanes[srv->n_lanes++] = b;
+		d->lanes[d->n_lanes++] = b;
 	}
 #ifdef FOS_HAVE_CUDA
 	/* Every lane syncs after each request and every source (message, region) lives until the
 	 * request is answered: h2d need not wait for its copy (cuda_backend.h). */
-	for (int i = 0; !cpu && i < srv->n_lanes; i++) {
+	for (int i = 0; !cpu && i < d->n_lanes; i++) {
 		fos_err e;
-		if (fos_cuda_set_h2d_nowait(srv->lanes[i], 1, &e)) {
-			snprintf(msg, msgsz, "lane %d: %s", i, e.msg);
+		if (fos_cuda_set_h2d_nowait(d->lanes[i], 1, &e)) {
+			snprintf(msg, msgsz, "device %d lane %d: %s", d->index, i, e.msg);
 			return -1;
 		}
 	}
 #endif
-	fosd_info("executor: %d lane%s (%s backend instances%s), %d workers", srv->n_lanes, srv->n_lanes == 1 ? "" : "s",
-		  srv->be->name, cpu ? "" : ", one stream each",
-		  srv->cfg->workers > srv->n_lanes ? srv->cfg->workers : srv->n_lanes);
+	char of[224] = "";
+	if (srv->n_devs > 1)
+		snprintf(of, sizeof of, " of device %d, %s", d->index, d->name);
+	fosd_info("executor%s: %d lane%s (%s backend instances%s), %d workers", of, d->n_lanes, d->n_lanes == 1 ? "" : "s",
+		  d->be->name, cpu ? "" : ", one stream each",
+		  srv->cfg->workers > d->n_lanes ? srv->cfg->workers : d->n_lanes);
 	return 0;
 }
 
-static void lanes_close(fosd_server *srv)
+static void lanes_close(fosd_device *d)
 {
-	if (!srv->lanes)
+	if (!d->lanes)
 		return;
-	for (int i = 0; srv->lane_bufs && i < srv->n_lanes; i++)
+	for (int i = 0; d->lane_bufs && i < d->n_lanes; i++)
 		for (int w = 0; w < 2; w++)
-			if (srv->lane_bufs[i].p[w])
-				srv->lanes[i]->free(srv->lanes[i], srv->lane_bufs[i].p[w]);
-	free(srv->lane_bufs);
-	srv->lane_bufs = NULL;
-	for (int i = 1; i < srv->n_lanes; i++) /* lane 0 is srv->be, destroyed with the server */
-		srv->lanes[i]->destroy(srv->lanes[i]);
-	free(srv->lanes);
-	srv->lanes = NULL;
-	srv->n_lanes = 0;
-	pthread_cond_destroy(&srv->lane_cv);
-	pthread_mutex_destroy(&srv->lane_mu);
+			if (d->lane_bufs[i].p[w])
+				d->lanes[i]->free(d->lanes[i], d->lane_bufs[i].p[w]);
+	free(d->lane_bufs);
+	d->lane_bufs = NULL;
+	for (int i = 1; i < d->n_lanes; i++) /* lane 0 is d->be, destroyed with the server */
+		d->lanes[i]->destroy(d->lanes[i]);
+	free(d->lanes);
+	d->lanes = NULL;
+	d->n_lanes = 0;
+	pthread_cond_destroy(&d->lane_cv);
+	pthread_mutex_destroy(&d->lane_mu);
 }
 
-static void run_sweep(fosd_server *srv)
+static void run_sweep(fosd_device *d)
 {
-	pthread_mutex_lock(&srv->be_mu);
-	if (srv->n_lanes > 1) { /* alone: after the running lanes */
-		pthread_mutex_lock(&srv->lane_mu);
-		while (srv->lane_active)
-			pthread_cond_wait(&srv->lane_cv, &srv->lane_mu);
-		pthread_mutex_unlock(&srv->lane_mu);
+	pthread_mutex_lock(&d->be_mu);
+	if (d->n_lanes > 1) { /* alone: after the running lanes */
+		pthread_mutex_lock(&d->lane_mu);
+		while (d->lane_active)
+			pthread_cond_wait(&d->lane_cv, &d->lane_mu);
+		pthread_mutex_unlock(&d->lane_mu);
 	}
-	uint64_t n = fosd_contexts_sweep(&srv->cx, fosd_now_ns());
-	pthread_mutex_unlock(&srv->be_mu);
+	uint64_t n = fosd_contexts_sweep(&d->cx, fosd_now_ns());
+	pthread_mutex_unlock(&d->be_mu);
 	if (n)
-		fosd_debug("contexts: %llu expired", (unsigned long long)n);
+		fosd_debug("contexts of device %d: %llu expired", d->index, (unsigned long long)n);
 }
 
 /* After an INTERNAL error: if the backend cannot even synchronize (a sticky CUDA error such as an
@@ -240,14 +243,14 @@ static void check_backend(fosd_server *srv, fos_backend *be)
 	memset(&e, 0, sizeof e);
 	if (be->sync(be, &e) == FOS_OK || atomic_exchange(&srv->fatal, 1))
 		return;
-	fosd_error("the %s backend failed for good (%s): shutting down", be->name, e.msg);
+	fosd_error("the %s backend on %s failed for good (%s): shutting down", be->name, be->device, e.msg);
 	kill(getpid(), SIGTERM);
 }
 
 /* Every request leaves its lane idle: work it queued without waiting (an h2d whose source is the
  * request's message or region, a forward without a saved context) is done before it is answered.
  * A failure there turns a successful reply into INTERNAL. */
-static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
+static void lane_settle(fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
 {
 	fos_err e;
 	memset(&e, 0, sizeof e);
@@ -258,35 +261,49 @@ static void lane_settle(fosd_server *srv, fos_backend *be, fosd_slot *s, nng_msg
 	*code = FOS__CODE__INTERNAL;
 	fosd_error("%s request %llu failed: %s", s->def->name, (unsigned long long)s->req_id, e.msg);
 	*r = fosd_error_reply(s->req_id, *code, e.msg);
-	(void)srv;
 }
 
-/* Runs s on lane (already taken) and answers it. gate: a flag to clear before the reply goes out
+/* Runs s on lane (already taken) of d and answers it, or, when the op has a stage on another
+ * device left (placement.c), queues it there. gate: a flag to clear before the reply goes out
  * (fosd_executor_try_now's running_now), so that the client's next request finds it clear; NULL:
  * none. */
-static void run_on_lane(fosd_server *srv, fosd_slot *s, int lane, int parallel, atomic_int *gate)
+static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, atomic_int *gate)
 {
+	fosd_server *srv = d->srv;
 	int code = 0;
-	fos_backend *be = srv->lanes ? srv->lanes[lane] : srv->be;
-	fosd_opctx c = {srv, s, be, srv->lanes ? lane : -1, NULL};
-	if (srv->lanes && srv->lane_bufs)
-		c.buf = &srv->lane_bufs[lane];
+	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
+	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d};
+	if (d->lanes && d->lane_bufs)
+		c.buf = &d->lane_bufs[lane];
+	atomic_fetch_add(&d->running, 1);
 	s->t_lane_ns = fosd_now_ns();
 	nng_msg *r = fosd_op_run(&c, &code);
-	lane_settle(srv, be, s, &r, &code);
+	lane_settle(be, s, &r, &code);
 	s->t_done_ns = fosd_now_ns();
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(srv, be);
-	lane_give(srv, lane, parallel);
-	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on lane %d, %s", (unsigned long long)s->req_id,
-		   s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
-		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), lane, fosw_code_name(code));
+	lane_give(d, lane, parallel);
+	atomic_fetch_add(&d->requests, 1);
+	atomic_fetch_add(&d->busy_ns, s->t_done_ns - s->t_lane_ns);
+	atomic_fetch_sub(&d->running, 1);
+	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on device %d lane %d, %s",
+		   (unsigned long long)s->req_id, s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
+		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), d->index, lane, fosw_code_name(code));
 	if (gate)
 		atomic_store(gate, 0);
+	if (!code && fosd_place_next_stage(s)) { /* the same op on its next device */
+		if (r) { /* the reply so far (a PutWeight's drop stages send it) */
+			if (s->stage_reply)
+				nng_msg_free(s->stage_reply);
+			s->stage_reply = r;
+		}
+		fosd_executor_submit(srv, s);
+		return;
+	}
 	fosd_finish(s, r, code);
 }
 
-static void run_one(fosd_server *srv, fosd_slot *s)
+static void run_one(fosd_device *d, fosd_slot *s)
 {
 	uint32_t dl = s->rq->deadline_ms;
 	if (dl && fosd_now_ns() > s->t_recv_ns + (uint64_t)dl * 1000000ull) {
@@ -296,32 +313,33 @@ static void run_one(fosd_server *srv, fosd_slot *s)
 			    FOS__CODE__DEADLINE_EXCEEDED);
 		return;
 	}
-	if (fosd_drop_if_client_gone(srv, s))
+	if (fosd_drop_if_client_gone(d->srv, s))
 		return;
-	if (backend_lock(srv, s)) { /* the deadline passed while another request held the backend */
+	if (backend_lock(d, s)) { /* the deadline passed while another request held the backend */
 		fosd_deadline_answer(s);
 		return;
 	}
 	int parallel = fosd_def_beside(s->def, &s->args);
-	int lane = lane_take(srv, s, parallel);
+	int lane = lane_take(d, s, parallel);
 	if (lane < 0) { /* the deadline passed while the lanes were busy */
 		fosd_deadline_answer(s);
 		return;
 	}
-	run_on_lane(srv, s, lane, parallel, NULL);
+	run_on_lane(d, s, lane, parallel, NULL);
 }
 
-/* Nobody who came first is waiting: the queue is empty and no sweep is due. */
-static int queue_idle(fosd_server *srv)
+/* Nobody who came first is waiting on d: its queue is empty and no sweep is due. */
+static int queue_idle(fosd_device *d)
 {
-	pthread_mutex_lock(&srv->q_mu);
-	int idle = !srv->q_head && !srv->sweep_pending;
-	pthread_mutex_unlock(&srv->q_mu);
+	pthread_mutex_lock(&d->q_mu);
+	int idle = !d->q_head && !d->sweep_pending;
+	pthread_mutex_unlock(&d->q_mu);
 	return idle;
 }
 
 int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 {
+	fosd_device *d = &srv->devs[s->dev];
 	/* one receiving thread of the socket at a time (they also move everyone's messages); a slot
 	 * with a thread of its own needs no gate */
 	const int gate = !s->own_thread;
@@ -329,33 +347,33 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 		/* a channel's thread waits for this client's reply anyway: when nobody who came first is
 		 * waiting, it runs the request itself as a worker would (lane, or the backend alone),
 		 * without the hand-off to a worker thread */
-		if (!queue_idle(srv))
+		if (!queue_idle(d))
 			return 0;
 		s->ran_now = 1;
-		run_one(srv, s);
+		run_one(d, s);
 		return 1;
 	}
-	if (srv->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || (gate && atomic_exchange(&srv->running_now, 1)))
+	if (d->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || (gate && atomic_exchange(&srv->running_now, 1)))
 		return 0;
-	int idle = queue_idle(srv);
+	int idle = queue_idle(d);
 	int lane = -1;
-	if (idle && !pthread_mutex_trylock(&srv->be_mu)) { /* no op that runs alone holds or waits for it */
-		pthread_mutex_lock(&srv->lane_mu);
-		for (int i = 0; i < srv->n_lanes; i++)
-			if (!(srv->lane_busy >> i & 1)) {
+	if (idle && !pthread_mutex_trylock(&d->be_mu)) { /* no op that runs alone holds or waits for it */
+		pthread_mutex_lock(&d->lane_mu);
+		for (int i = 0; i < d->n_lanes; i++)
+			if (!(d->lane_busy >> i & 1)) {
 				lane = i;
 				break;
 			}
 		if (lane >= 0) {
-			srv->lane_busy |= 1ull << lane;
-			srv->lane_active++;
+			d->lane_busy |= 1ull << lane;
+			d->lane_active++;
 		}
-		pthread_mutex_unlock(&srv->lane_mu);
-		pthread_mutex_unlock(&srv->be_mu);
+		pthread_mutex_unlock(&d->lane_mu);
+		pthread_mutex_unlock(&d->be_mu);
 	}
 	if (lane >= 0) {
 		s->ran_now = 1;
-		run_on_lane(srv, s, lane, 1, gate ? &srv->running_now : NULL); /* clears it before the reply */
+		run_on_lane(d, s, lane, 1, gate ? &srv->running_now : NULL); /* clears it before the reply */
 	} else if (gate) {
 		atomic_store(&srv->running_now, 0);
 	}
@@ -364,81 +382,91 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 
 static void *worker_main(void *arg)
 {
-	fosd_server *srv = arg;
+	fosd_device *d = arg;
 	for (;;) {
-		pthread_mutex_lock(&srv->q_mu);
-		while (!srv->q_head && !srv->sweep_pending && !srv->q_stop)
-			pthread_cond_wait(&srv->q_cv, &srv->q_mu);
-		if (srv->q_stop) {
-			pthread_mutex_unlock(&srv->q_mu);
+		pthread_mutex_lock(&d->q_mu);
+		while (!d->q_head && !d->sweep_pending && !d->q_stop)
+			pthread_cond_wait(&d->q_cv, &d->q_mu);
+		if (d->q_stop) {
+			pthread_mutex_unlock(&d->q_mu);
 			return NULL;
 		}
-		if (srv->sweep_pending) {
-			srv->sweep_pending = 0;
-			pthread_mutex_unlock(&srv->q_mu);
-			run_sweep(srv);
+		if (d->sweep_pending) {
+			d->sweep_pending = 0;
+			pthread_mutex_unlock(&d->q_mu);
+			run_sweep(d);
 			continue;
 		}
-		fosd_slot *s = srv->q_head;
-		srv->q_head = s->qnext;
-		if (!srv->q_head)
-			srv->q_tail = NULL;
-		srv->queued--;
-		pthread_mutex_unlock(&srv->q_mu);
+		fosd_slot *s = d->q_head;
+		d->q_head = s->qnext;
+		if (!d->q_head)
+			d->q_tail = NULL;
+		d->queued--;
+		pthread_mutex_unlock(&d->q_mu);
 		s->qnext = NULL;
-		run_one(srv, s);
+		run_one(d, s);
 	}
 }
 
-int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz)
+static int device_start(fosd_server *srv, fosd_device *d, char *msg, size_t msgsz)
 {
-	if (lanes_open(srv, msg, msgsz))
+	if (lanes_open(srv, d, msg, msgsz))
 		return -1;
-	int n = srv->cfg->workers > srv->n_lanes ? srv->cfg->workers : srv->n_lanes; /* a worker per lane at least */
-	srv->workers = calloc((size_t)n, sizeof *srv->workers);
-	if (!srv->workers) {
+	int n = srv->cfg->workers > d->n_lanes ? srv->cfg->workers : d->n_lanes; /* a worker per lane at least */
+	d->workers = calloc((size_t)n, sizeof *d->workers);
+	if (!d->workers) {
 		snprintf(msg, msgsz, "out of memory");
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
-		int rv = pthread_create(&srv->workers[i], NULL, worker_main, srv);
+		int rv = pthread_create(&d->workers[i], NULL, worker_main, d);
 		if (rv) {
-			snprintf(msg, msgsz, "cannot start worker thread %d: %s", i, strerror(rv));
+			snprintf(msg, msgsz, "cannot start worker thread %d of device %d: %s", i, d->index, strerror(rv));
 			return -1;
 		}
-		srv->n_workers = i + 1;
+		d->n_workers = i + 1;
 	}
+	return 0;
+}
+
+int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz)
+{
+	for (int i = 0; i < srv->n_devs; i++)
+		if (device_start(srv, &srv->devs[i], msg, msgsz))
+			return -1;
 	return fosd_deadline_start(srv, msg, msgsz);
 }
 
 void fosd_executor_submit(fosd_server *srv, fosd_slot *s)
 {
-	pthread_mutex_lock(&srv->q_mu);
+	fosd_device *d = &srv->devs[s->dev];
+	pthread_mutex_lock(&d->q_mu);
 	s->qnext = NULL;
-	if (srv->q_tail)
-		srv->q_tail->qnext = s;
+	if (d->q_tail)
+		d->q_tail->qnext = s;
 	else
-		srv->q_head = s;
-	srv->q_tail = s;
-	srv->queued++;
-	pthread_cond_signal(&srv->q_cv);
+		d->q_head = s;
+	d->q_tail = s;
+	d->queued++;
+	pthread_cond_signal(&d->q_cv);
 	fosd_deadline_queued(srv, s);
-	pthread_mutex_unlock(&srv->q_mu);
+	pthread_mutex_unlock(&d->q_mu);
 }
 
-uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
+/* d's part of fosd_executor_reap. */
+static uint64_t reap_device(fosd_device *d, uint64_t now, uint64_t *reaped)
 {
 	uint64_t next = 0;
-	pthread_mutex_lock(&srv->q_mu);
-	fosd_slot *expired = NULL, **pp = &srv->q_head, *prev = NULL;
+	pthread_mutex_lock(&d->q_mu);
+	fosd_slot *expired = NULL, **pp = &d->q_head, *prev = NULL;
 	while (*pp) {
 		fosd_slot *s = *pp;
 		uint64_t t = fosd_deadline_of(s);
 		if (t && t <= now) {
 			*pp = s->qnext;
-			if (srv->q_tail == s)
-				srv->q_tail = prev;
-			srv->queued--;
+			if (d->q_tail == s)
+				d->q_tail = prev;
+			d->queued--;
 			s->qnext = expired;
 			expired = s;
 			continue;
@@ -448,7 +476,7 @@ uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
 		prev = s;
 		pp = &s->qnext;
 	}
-	pthread_mutex_unlock(&srv->q_mu);
+	pthread_mutex_unlock(&d->q_mu);
 	while (expired) {
 		fosd_slot *n = expired->qnext;
 		expired->qnext = NULL;
@@ -461,33 +489,61 @@ uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
 	return next;
 }
 
+uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
+{
+	uint64_t next = 0;
+	for (int i = 0; i < srv->n_devs; i++) {
+		uint64_t t = reap_device(&srv->devs[i], now, reaped);
+		if (t && (!next || t < next))
+			next = t;
+	}
+	return next;
+}
+
 void fosd_executor_request_sweep(fosd_server *srv)
 {
-	pthread_mutex_lock(&srv->q_mu);
-	srv->sweep_pending = 1;
-	pthread_cond_signal(&srv->q_cv);
-	pthread_mutex_unlock(&srv->q_mu);
+	for (int i = 0; i < srv->n_devs; i++) {
+		fosd_device *d = &srv->devs[i];
+		pthread_mutex_lock(&d->q_mu);
+		d->sweep_pending = 1;
+		pthread_cond_signal(&d->q_cv);
+		pthread_mutex_unlock(&d->q_mu);
+	}
+}
+
+uint64_t fosd_device_queued(fosd_device *d)
+{
+	pthread_mutex_lock(&d->q_mu);
+	uint64_t n = d->queued;
+	pthread_mutex_unlock(&d->q_mu);
+	return n;
 }
 
 uint64_t fosd_executor_queued(fosd_server *srv)
 {
-	pthread_mutex_lock(&srv->q_mu);
-	uint64_t n = srv->queued;
-	pthread_mutex_unlock(&srv->q_mu);
+	uint64_t n = 0;
+	for (int i = 0; i < srv->n_devs; i++)
+		n += fosd_device_queued(&srv->devs[i]);
 	return n;
 }
 
 void fosd_executor_stop(fosd_server *srv)
 {
 	fosd_deadline_stop(srv);
-	pthread_mutex_lock(&srv->q_mu);
-	srv->q_stop = 1;
-	pthread_cond_broadcast(&srv->q_cv);
-	pthread_mutex_unlock(&srv->q_mu);
-	for (int i = 0; i < srv->n_workers; i++)
-		pthread_join(srv->workers[i], NULL);
-	free(srv->workers);
-	srv->workers = NULL;
-	srv->n_workers = 0;
-	lanes_close(srv);
+	for (int i = 0; i < srv->n_devs; i++) {
+		fosd_device *d = &srv->devs[i];
+		pthread_mutex_lock(&d->q_mu);
+		d->q_stop = 1;
+		pthread_cond_broadcast(&d->q_cv);
+		pthread_mutex_unlock(&d->q_mu);
+	}
+	for (int i = 0; i < srv->n_devs; i++) {
+		fosd_device *d = &srv->devs[i];
+		for (int w = 0; w < d->n_workers; w++)
+			pthread_join(d->workers[w], NULL);
+		free(d->workers);
+		d->workers = NULL;
+		d->n_workers = 0;
+		lanes_close(d);
+	}
 }

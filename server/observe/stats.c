@@ -150,8 +150,8 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 {
 	memset(out, 0, sizeof *out);
 	out->version = FOS_VERSION;
-	out->backend = srv->be->name;
-	out->device = srv->be->device;
+	out->backend = srv->devs[0].be->name;
+	out->device = srv->devs[0].be->device;
 	out->uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
 	out->draining = atomic_load(&srv->draining) != 0;
 	out->failed = atomic_load(&srv->fatal) != 0;
@@ -163,15 +163,50 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 		out->bad_messages = m->bad_messages;
 		free(m);
 	}
-	fosd_wcache_stats_get(&srv->wc, &out->cache);
-	fosd_contexts_stats_get(&srv->cx, &out->contexts);
 	int inflight = atomic_load(&srv->inflight);
 	out->inflight = inflight > 0 ? (uint64_t)inflight : 0;
-	out->queued = fosd_executor_queued(srv);
-	out->workers = (uint64_t)srv->n_workers;
+	out->n_devs = srv->n_devs;
+	for (int i = 0; i < srv->n_devs; i++) {
+		fosd_device *d = &srv->devs[i];
+		fosd_dev_stat *ds = &out->devs[i];
+		ds->device = d->name;
+		fosd_wcache_stats_get(&d->wc, &ds->cache);
+		fosd_contexts_stats_get(&d->cx, &ds->contexts);
+		fosd_devmaps_stats(&d->devmaps, &ds->device_mappings, &ds->device_mapped_bytes, &ds->device_tensors,
+				   &ds->device_staged);
+		ds->lanes = (uint64_t)d->n_lanes;
+		int running = atomic_load(&d->running);
+		ds->lanes_busy = running > 0 ? (uint64_t)running : 0;
+		ds->queued = fosd_device_queued(d);
+		ds->requests = atomic_load(&d->requests);
+		ds->busy_us = atomic_load(&d->busy_ns) / 1000u;
+		fosd_wcache_stats *c = &out->cache;
+		c->bytes += ds->cache.bytes;
+		c->budget += ds->cache.budget;
+		c->entries += ds->cache.entries;
+		c->hits += ds->cache.hits;
+		c->misses += ds->cache.misses;
+		c->evictions += ds->cache.evictions;
+		c->tier_bytes += ds->cache.tier_bytes;
+		c->tier_budget += ds->cache.tier_budget;
+		c->tier_entries += ds->cache.tier_entries;
+		c->tier_hits += ds->cache.tier_hits;
+		c->tier_drops += ds->cache.tier_drops;
+		c->scratch_bytes += ds->cache.scratch_bytes;
+		fosd_contexts_stats *x = &out->contexts;
+		x->count += ds->contexts.count;
+		x->bytes += ds->contexts.bytes;
+		x->budget += ds->contexts.budget;
+		x->expired += ds->contexts.expired;
+		x->evicted += ds->contexts.evicted;
+		out->device_mappings += ds->device_mappings;
+		out->device_mapped_bytes += ds->device_mapped_bytes;
+		out->device_tensors += ds->device_tensors;
+		out->device_staged += ds->device_staged;
+		out->queued += ds->queued;
+		out->workers += (uint64_t)d->n_workers;
+	}
 	fosd_regions_stats(&srv->regions, &out->shm_regions, &out->shm_region_bytes, &out->shm_mapped_bytes);
-	fosd_devmaps_stats(&srv->devmaps, &out->device_mappings, &out->device_mapped_bytes, &out->device_tensors,
-			   &out->device_staged);
 	out->channels = fosd_chans_count(&srv->chans);
 	out->channel_requests = atomic_load(&srv->chans.requests);
 	out->connections = (uint64_t)atomic_load(&srv->pipes);
@@ -241,6 +276,31 @@ void fosd_stats_to_pb(const fosd_stats *s, fosd_stats_pb *out)
 		op_to_pb(&s->ops[i], i, out);
 	st->n_ops = FOSD_NUM_OPS;
 	st->ops = out->opp;
+	for (int i = 0; i < s->n_devs; i++) {
+		const fosd_dev_stat *ds = &s->devs[i];
+		Fos__DeviceStats *d = &out->dev[i];
+		fos__device_stats__init(d);
+		d->index = (uint32_t)i;
+		d->device = (char *)ds->device;
+		d->cache_bytes = ds->cache.bytes;
+		d->cache_budget = ds->cache.budget;
+		d->cache_entries = ds->cache.entries;
+		d->contexts = ds->contexts.count;
+		d->context_bytes = ds->contexts.bytes;
+		d->context_budget = ds->contexts.budget;
+		d->decoded_tier_bytes = ds->cache.tier_bytes;
+		d->scratch_bytes = ds->cache.scratch_bytes;
+		d->device_mappings = ds->device_mappings;
+		d->device_mapped_bytes = ds->device_mapped_bytes;
+		d->lanes = ds->lanes;
+		d->lanes_busy = ds->lanes_busy;
+		d->queued = ds->queued;
+		d->requests = ds->requests;
+		d->busy_us = ds->busy_us;
+		out->devp[i] = d;
+	}
+	st->n_devices = (size_t)s->n_devs;
+	st->devices = out->devp;
 	for (size_t r = 0; r < fosd_stats_nrows; r++) {
 		const fosd_stat_row *row = &fosd_stats_rows[r];
 		const char *src = (const char *)s + row->off;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "contexts.h"
 #include "fos.pb-c.h"
 #include "metrics.h"
@@ -17,6 +18,15 @@
 #include "nvml.h"
 #include "proc_stats.h"
 #include "wcache.h"
+
+/* One device's share (DeviceStats): its caches, mappings and executor. */
+typedef struct fosd_dev_stat {
+	const char *device;
+	fosd_wcache_stats cache;
+	fosd_contexts_stats contexts;
+	uint64_t device_mappings, device_mapped_bytes, device_tensors, device_staged;
+	uint64_t lanes, lanes_busy, queued, requests, busy_us;
+} fosd_dev_stat;
 
 /* Everything Stats and /metrics report, taken at one moment. */
 typedef struct fosd_stats {
@@ -35,6 +45,8 @@ typedef struct fosd_stats {
 	uint64_t connections, connections_dropped, connection_refusals, connections_rejected;
 	fosd_msgpool_stats pool;
 	fosd_proc_stats proc;           /* the process's CPU, memory, descriptors */
+	int n_devs;                     /* the devices (their sums are cache, contexts, device_*, queued) */
+	fosd_dev_stat devs[FOSD_MAX_DEVICES];
 	/* /metrics only (fosd_stats_take leaves them empty; the page's route fills them) */
 	const fosd_tenant_count *tenant_counts; /* requests by tenant; NULL: by op and code alone */
 	size_t n_tenant_counts;
@@ -78,6 +90,7 @@ typedef struct fosd_stats_pb {
 	Fos__StatsResult st;
 	Fos__OpStats ops[FOSD_NUM_OPS], *opp[FOSD_NUM_OPS];
 	Fos__LatencyStats lat[FOSD_NUM_OPS][FOSD_STATS_MAX_HIST];
+	Fos__DeviceStats dev[FOSD_MAX_DEVICES], *devp[FOSD_MAX_DEVICES];
 	Fos__CodeCount codes[FOSD_NUM_OPS][FOSD_NUM_CODES], *codep[FOSD_NUM_OPS][FOSD_NUM_CODES];
 } fosd_stats_pb;
 /* Fills out from s (which must outlive out: strings point into it). */

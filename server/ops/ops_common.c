@@ -43,18 +43,20 @@ void *fosd_dev_alloc(fosd_opctx *c, size_t n, fos_err *e)
 {
 	void *p = c->be->alloc(c->be, n);
 	if (!p)
-		fos_seterr(e, FOS_ENOMEM, "cannot allocate %zu bytes of %s memory", n, c->srv->be->name);
+		fos_seterr(e, FOS_ENOMEM, "cannot allocate %zu bytes of %s memory", n, c->be->name);
 	return p;
 }
 
 void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 {
-	/* in the client's GPU memory and aligned: used in place (never freed, fosd_dev_free) */
-	if (fosd_dev_inplace_ok(t) && !fosd_dev_borrow(&c->s->shm.dev, (void *)t->ptr))
+	/* in the client's GPU memory, aligned, and opened on the device running this stage of the
+	 * request: used in place (never freed, fosd_dev_free); a later stage on another device of a
+	 * PutWeight (placement.c) copies it */
+	if (fosd_dev_inplace_ok(t) && c->s->bound_dev == c->dev->index && !fosd_dev_borrow(&c->s->shm.dev, (void *)t->ptr))
 		return (void *)t->ptr;
 	uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
 	void *p = fosd_dev_alloc(c, t->len, e);
-	if (p && fosd_tensor_h2d(c->be, c->srv, p, t, e)) { /* inline, or from a shm region */
+	if (p && fosd_tensor_h2d(c->be, c->srv, &c->dev->devmaps, p, t, e)) { /* inline, or from a shm region */
 		c->be->free(c->be, p);
 		return NULL;
 	}
@@ -109,6 +111,7 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 	fosd_slot *s = c->s;
 	uint64_t t0 = fosd_now_ns(); /* the output copy part of the request's time (metrics.h) */
 	resp->id = s->req_id;
+	resp->device = c->dev ? (uint32_t)c->dev->index : 0;
 	char smsg[FOSD_MSG_MAX];
 	int sc = fosd_shm_outs_place(s, &resp->base, o, smsg, sizeof smsg); /* results asked into shm */
 	if (sc)

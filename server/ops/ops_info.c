@@ -16,19 +16,35 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 {
 	fosd_server *srv = c->srv;
 	fosd_slot *s = c->s;
+	fos_backend *be0 = srv->devs[0].be;
 	*code = 0;
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	Fos__HealthResult h = FOS__HEALTH_RESULT__INIT;
 	h.version = (char *)FOS_VERSION;
-	h.backend = (char *)srv->be->name;
-	h.device = srv->be->device;
+	h.backend = (char *)be0->name;
+	h.device = be0->device;
 	h.uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
 	h.draining = atomic_load(&srv->draining) != 0;
 	h.max_message_bytes = srv->cfg->max_message_bytes;
-	if (srv->be->has_uuid) { /* device tensors must be on this GPU */
-		h.gpu_uuid.data = srv->be->uuid;
-		h.gpu_uuid.len = sizeof srv->be->uuid;
+	if (be0->has_uuid) { /* device tensors must be on one of fosd's GPUs */
+		h.gpu_uuid.data = (uint8_t *)be0->uuid;
+		h.gpu_uuid.len = sizeof be0->uuid;
 	}
+	Fos__DeviceInfo di[FOSD_MAX_DEVICES], *dp[FOSD_MAX_DEVICES];
+	for (int i = 0; i < srv->n_devs; i++) {
+		fos_backend *be = srv->devs[i].be;
+		fos__device_info__init(&di[i]);
+		di[i].index = (uint32_t)i;
+		di[i].backend = (char *)be->name;
+		di[i].device = srv->devs[i].name;
+		if (be->has_uuid) {
+			di[i].gpu_uuid.data = be->uuid;
+			di[i].gpu_uuid.len = sizeof be->uuid;
+		}
+		dp[i] = &di[i];
+	}
+	h.n_devices = (size_t)srv->n_devs;
+	h.devices = dp;
 	resp.id = s->req_id;
 	resp.result_case = FOS__RESPONSE__RESULT_HEALTH;
 	resp.health = &h;
@@ -72,6 +88,73 @@ static size_t list_page_budget(const fosd_server *srv)
 	return (size_t)(lim - 1024); /* max_message_bytes is at least 4096 (config.c) */
 }
 
+/* One page of owner's weights over every device, in name order: a name once, with the devices
+ * holding it in *devs (bit i: device i) and the first holder's entry (its bytes: one copy's; uses
+ * summed, idle_ms the least over the copies). *more: names after the page exist. */
+static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *after, size_t max,
+		       fosd_weight_info **out, uint32_t **devs, size_t *count, int *more)
+{
+	fosd_weight_info *per[FOSD_MAX_DEVICES] = {0};
+	size_t pn[FOSD_MAX_DEVICES] = {0}, at[FOSD_MAX_DEVICES] = {0};
+	int rc = 0;
+	*more = 0;
+	*out = NULL;
+	*devs = NULL;
+	*count = 0;
+	for (int i = 0; i < srv->n_devs && !rc; i++) {
+		int m = 0;
+		rc = fosd_wcache_list_page(&srv->devs[i].wc, owner, after, max, &per[i], &pn[i], &m);
+		*more |= m;
+	}
+	fosd_weight_info *a = rc ? NULL : calloc(max ? max : 1, sizeof *a);
+	uint32_t *d = rc ? NULL : calloc(max ? max : 1, sizeof *d);
+	if (!a || !d)
+		rc = -1;
+	size_t k = 0;
+	while (!rc) {
+		const char *name = NULL; /* the smallest name not yet taken */
+		for (int i = 0; i < srv->n_devs; i++)
+			if (at[i] < pn[i] && (!name || strcmp(per[i][at[i]].name, name) < 0))
+				name = per[i][at[i]].name;
+		if (!name)
+			break;
+		if (k == max) {
+			*more = 1;
+			break;
+		}
+		int first = 1;
+		for (int i = 0; i < srv->n_devs; i++) {
+			if (at[i] >= pn[i] || strcmp(per[i][at[i]].name, name))
+				continue;
+			const fosd_weight_info *w = &per[i][at[i]];
+			if (first) {
+				a[k] = *w;
+				first = 0;
+			} else {
+				a[k].uses += w->uses;
+				if (w->idle_ms < a[k].idle_ms)
+					a[k].idle_ms = w->idle_ms;
+			}
+			d[k] |= 1u << i;
+		}
+		for (int i = 0; i < srv->n_devs; i++) /* past the name on every device */
+			if (at[i] < pn[i] && (d[k] >> i & 1))
+				at[i]++;
+		k++;
+	}
+	for (int i = 0; i < srv->n_devs; i++)
+		free(per[i]);
+	if (rc) {
+		free(a);
+		free(d);
+		return -1;
+	}
+	*out = a;
+	*devs = d;
+	*count = k;
+	return 0;
+}
+
 nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 {
 	fosd_server *srv = c->srv;
@@ -94,20 +177,28 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	if (max > LIST_PAGE_MAX)
 		max = LIST_PAGE_MAX;
 	fosd_weight_info *infos;
+	uint32_t *devs;
 	size_t n;
 	int more;
-	if (fosd_wcache_list_page(&srv->wc, s->tenant, after, max, &infos, &n, &more))
+	if (list_merged(srv, s->tenant, after, max, &infos, &devs, &n, &more))
 		return NULL;
 	Fos__WeightInfo *wi = calloc(n ? n : 1, sizeof *wi);
 	Fos__WeightConfig *wc = calloc(n ? n : 1, sizeof *wc);
 	Fos__WeightInfo **wp = calloc(n ? n : 1, sizeof *wp);
+	uint32_t *dl = calloc((n ? n : 1) * FOSD_MAX_DEVICES, sizeof *dl);
 	char next[sizeof LIST_TOKEN_PREFIX + FOSD_NAME_MAX];
 	nng_msg *m = NULL;
-	if (wi && wc && wp) {
+	if (wi && wc && wp && dl) {
 		/* as many as fit: a page never outgrows the message limit, however long the names */
 		size_t budget = list_page_budget(srv), used = 0, k = 0;
 		for (; k < n; k++) {
 			fosd_weight_info_msg(&infos[k], &wi[k], &wc[k]);
+			size_t nd = 0;
+			for (int i = 0; i < srv->n_devs; i++)
+				if (devs[k] >> i & 1)
+					dl[k * FOSD_MAX_DEVICES + nd++] = (uint32_t)i;
+			wi[k].n_devices = nd;
+			wi[k].devices = &dl[k * FOSD_MAX_DEVICES];
 			size_t b = fos__weight_info__get_packed_size(&wi[k]) + 4; /* + tag and length */
 			if (k && used + b > budget)
 				break;
@@ -130,6 +221,8 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	free(wi);
 	free(wc);
 	free(wp);
+	free(dl);
 	free(infos);
+	free(devs);
 	return m;
 }

@@ -133,7 +133,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	const uint16_t *tier = NULL; /* the decoded tier's copy of W this forward reads */
 	memset(&saved, 0, sizeof saved);
 
-	int rc = fosd_wcache_acquire_in(&srv->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
+	int rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = w->qw.n;
@@ -190,7 +190,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	ly = lx ? fosd_lane_buffer(c, 1, (size_t)(m * n * 2)) : NULL;
 	if (lx && ly) {
 		uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
-		if (fosd_tensor_h2d(c->be, srv, lx, &a->x, &e)) {
+		if (fosd_tensor_h2d(c->be, srv, &c->dev->devmaps, lx, &a->x, &e)) {
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
@@ -208,9 +208,9 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	}
 	/* W's decoded operand: a small forward's from the decoded tier, else decoded into the lane's
 	 * scratch (wcache.h) */
-	fos_wops wo = {fosd_wcache_scratch(&srv->wc, c->lane), NULL, NULL};
+	fos_wops wo = {fosd_wcache_scratch(&c->dev->wc, c->lane), NULL, NULL};
 	if (!a->save && m <= FOSD_TIER_MAX_M)
-		wo.wdec = tier = fosd_wcache_tier_get(&srv->wc, w, be);
+		wo.wdec = tier = fosd_wcache_tier_get(&c->dev->wc, w, be);
 	rc = fos_linear_forward_w(be, x, m, &w->qw, &wo, &o, bias, y, a->save ? &saved : NULL, &e);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "forward", &e);
@@ -228,15 +228,15 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		ctx->saved = saved;
 		have_saved = 0;
 		ctx->w = w;
-		fosd_wcache_acquire_ref(&srv->wc, w);
-		rc = fosd_contexts_add(&srv->cx, ctx, msg, sizeof msg); /* frees ctx on failure */
+		fosd_wcache_acquire_ref(&c->dev->wc, w);
+		rc = fosd_contexts_add(&c->dev->cx, ctx, msg, sizeof msg); /* frees ctx on failure */
 		if (rc) {
 			ctx = NULL;
 			r = fosd_fail(s, code, rc, "%s", msg);
 			goto out;
 		}
 		fr.context_id = ctx->id;
-		fr.context_ttl_ms = srv->cx.ttl_ms;
+		fr.context_ttl_ms = c->dev->cx.ttl_ms;
 	}
 	fr.resolved_override = resolved;
 	fr.weight_version = w->version;
@@ -259,7 +259,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		fr.y = fosd_out_add(&outs, BF16, m, n, y);
 	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_FORWARD, &fr, &outs, code);
 	if (*code && ctx)
-		fosd_contexts_remove(&srv->cx, ctx, FOSD_CTX_RELEASED);
+		fosd_contexts_remove(&c->dev->cx, ctx, FOSD_CTX_RELEASED);
 out:
 	if (have_saved)
 		fos_saved_free(be, &saved);
@@ -272,10 +272,10 @@ out:
 		fos_err se;
 		if (be->sync(be, &se))
 			fosd_warn("forward of '%s': %s", w->name, se.msg);
-		fosd_wcache_tier_release(&srv->wc, w);
+		fosd_wcache_tier_release(&c->dev->wc, w);
 	}
-	fosd_wcache_scratch_seen(&srv->wc, c->lane);
-	fosd_wcache_release(&srv->wc, w);
+	fosd_wcache_scratch_seen(&c->dev->wc, c->lane);
+	fosd_wcache_release(&c->dev->wc, w);
 	return r;
 }
 
@@ -308,7 +308,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	fosd_context *c;
-	int rc = fosd_contexts_get_in(&srv->cx, s->tenant, a->id, &c, msg, sizeof msg);
+	int rc = fosd_contexts_get_in(&oc->dev->cx, s->tenant, a->id, &c, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	const fos_saved *sv = &c->saved;
@@ -336,9 +336,9 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
-	fos_wops wo = {fosd_wcache_scratch(&srv->wc, oc->lane), NULL, NULL}; /* W decoded into the lane's scratch */
+	fos_wops wo = {fosd_wcache_scratch(&oc->dev->wc, oc->lane), NULL, NULL}; /* W decoded into the lane's scratch */
 	rc = fos_linear_backward_w(oc->be, sv, &c->w->qw, &wo, dy, dx, dw, db, &e);
-	fosd_wcache_scratch_seen(&srv->wc, oc->lane);
+	fosd_wcache_scratch_seen(&oc->dev->wc, oc->lane);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "backward", &e);
 		goto out;
@@ -349,7 +349,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	grads_out(&outs, m, n, k, dx, dw, db, &br.dx, &br.dw, &br.db);
 	r = fosd_result_reply(oc, FOS__RESPONSE__RESULT_BACKWARD, &br, &outs, code);
 	if (!*code && !a->keep)
-		fosd_contexts_remove(&srv->cx, c, FOSD_CTX_CONSUMED);
+		fosd_contexts_remove(&oc->dev->cx, c, FOSD_CTX_CONSUMED);
 out:
 	fosd_dev_free(oc, dy);
 	fosd_dev_free(oc, dx);
@@ -360,10 +360,9 @@ out:
 
 nng_msg *fosd_op_release(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
 	fosd_slot *s = c->s;
 	char msg[FOSD_MSG_MAX];
-	int rc = fosd_contexts_release_in(&srv->cx, s->tenant, s->args.u.release_id, msg, sizeof msg);
+	int rc = fosd_contexts_release_in(&c->dev->cx, s->tenant, s->args.u.release_id, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);
 	Fos__ReleaseContextResult rr = FOS__RELEASE_CONTEXT_RESULT__INIT;
@@ -392,7 +391,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 	}
 	/* only what this call needs: its backward's use, or the forward's */
 	int uses = a->has_dy ? fos_use_of_override(a->resolved) : FOS_USE_FORWARD;
-	fos_wops wo = {fosd_wcache_scratch(&c->srv->wc, c->lane), NULL, NULL};
+	fos_wops wo = {fosd_wcache_scratch(&c->dev->wc, c->lane), NULL, NULL};
 	if ((rc = fos_qweight_make_uses(be, w, n, k, &a->opts, uses, &qw, &e))) {
 		r = fosd_fail_be(s, code, rc, "quantizing w", &e);
 		goto out;
@@ -435,7 +434,7 @@ out:
 		fos_saved_free(be, &saved);
 	if (have_qw)
 		fos_qweight_free(be, &qw);
-	fosd_wcache_scratch_seen(&c->srv->wc, c->lane);
+	fosd_wcache_scratch_seen(&c->dev->wc, c->lane);
 	void *bufs[] = {x, w, bias, dy, y, dx, dw, db};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		fosd_dev_free(c, bufs[i]);

@@ -44,7 +44,7 @@ static void conn_refusal(const fosd_server *srv, int verdict, char *msg, size_t 
 /* An inline op (FOSD_OPF_INLINE): run here, on the receiving thread, without a lane. */
 static void run_inline(fosd_server *srv, fosd_slot *s)
 {
-	fosd_opctx c = {srv, s, srv->be, -1, NULL};
+	fosd_opctx c = {srv, s, srv->devs[0].be, -1, NULL, &srv->devs[0]};
 	int code = 0;
 	nng_msg *r = fosd_op_run(&c, &code);
 	if (!r) {
@@ -116,11 +116,16 @@ void fosd_dispatch(fosd_slot *s)
 		reply_error(s, rq->id, FOS__CODE__UNAVAILABLE, "fosd is shutting down");
 		return;
 	}
-	/* shared-memory references are resolved for this connection and tenant (shm_req.c) */
+	/* the device it runs on (placement.c) opens its device tensors; shared-memory references are
+	 * resolved for this connection and tenant (shm_req.c) */
+	int code = fosd_place(srv, s, msg, sizeof msg);
 	nng_pipe pipe = nng_msg_get_pipe(s->msg);
-	fosd_shm_req_begin(&s->shm, &srv->regions, &srv->devmaps, nng_pipe_id(pipe), s->op, fosd_tenant_name(s->tenant));
+	s->bound_dev = s->dev;
+	fosd_shm_req_begin(&s->shm, &srv->regions, &srv->devs[s->dev].devmaps, nng_pipe_id(pipe), s->op,
+			   fosd_tenant_name(s->tenant));
 	fosd_dev_req_set_peer(&s->shm.dev, pipe_has_peer(pipe));
-	int code = fosd_dev_event_check(&s->shm.dev, rq, msg, sizeof msg); /* before inputs validation reads */
+	if (!code)
+		code = fosd_dev_event_check(&s->shm.dev, rq, msg, sizeof msg); /* before inputs validation reads */
 	if (!code)
 		code = fosd_validate_shm(rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->shm, &s->args, msg,
 					 sizeof msg);

@@ -75,6 +75,7 @@ typedef struct fosd_opctx {
 	struct fos_backend *be;
 	int lane;
 	fosd_lane_buf *buf; /* the lane's small-operand buffers (NULL: none) */
+	struct fosd_device *dev; /* the device it runs on: its caches; be is one of its lanes */
 } fosd_opctx;
 
 /* Returns the reply (NULL if none could be made) and sets *code. */

@@ -39,6 +39,10 @@ void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 		fosd_debug("request %llu (%s) -> %s", (unsigned long long)s->req_id, s->def->name,
 			   fosw_code_name(code));
 	fosd_shm_req_end(&s->shm); /* the request's region references (before rq, which it points into) */
+	if (s->stage_reply) {
+		nng_msg_free(s->stage_reply);
+		s->stage_reply = NULL;
+	}
 	if (s->rq) {
 		fos__request__free_unpacked(s->rq, NULL);
 		s->rq = NULL;

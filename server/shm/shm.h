@@ -188,7 +188,8 @@ int fosd_shm_output_index(const Fos__Request *rq, const char *result);
 
 /* Copies a received tensor (inline or in a region) into backend memory through be (the request's
  * lane). */
-int fosd_tensor_h2d(fos_backend *be, struct fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e);
+int fosd_tensor_h2d(fos_backend *be, struct fosd_server *srv, fosd_devmaps *dm, void *dst, const fosw_tensor *t,
+		    fos_err *e);
 /* Before a reply is built: moves the outputs the request asked for into their regions (the
  * reply's tensors get shm references) and places the others again. Returns 0 or a gRPC code with
  * msg (OUT_OF_RANGE: a result larger than its capacity). */

@@ -281,12 +281,12 @@ static int region_move(fos_backend *be, fosd_server *srv, fosd_region *r, uint64
 	return 0;
 }
 
-int fosd_tensor_h2d(fos_backend *be, fosd_server *srv, void *dst, const fosw_tensor *t, fos_err *e)
+int fosd_tensor_h2d(fos_backend *be, fosd_server *srv, fosd_devmaps *dm, void *dst, const fosw_tensor *t, fos_err *e)
 {
 	if (t->cuda) { /* in the client's GPU memory: a copy on the GPU */
 		int rc = be->d2d(be, dst, t->ptr, t->len, e);
 		if (!rc)
-			fosd_devmaps_count(&srv->devmaps, 0, 1);
+			fosd_devmaps_count(dm, 0, 1);
 		return rc;
 	}
 	if (!t->shm)

@@ -136,7 +136,8 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		fosd_debug("connection %u opened", (unsigned)nng_pipe_id(p));
 		atomic_fetch_add(&srv->pipes, 1);
 		fosd_regions_pipe_opened(&srv->regions, nng_pipe_id(p));
-		fosd_devmaps_pipe_opened(&srv->devmaps, nng_pipe_id(p));
+		for (int i = 0; i < srv->n_devs; i++)
+			fosd_devmaps_pipe_opened(&srv->devs[i].devmaps, nng_pipe_id(p));
 		if (fosd_conns_opened(&srv->conns, nng_pipe_id(p)) || atomic_load(&srv->draining))
 			nng_pipe_close(p);
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
@@ -144,7 +145,8 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		atomic_fetch_sub(&srv->pipes, 1);
 		fosd_conns_closed(&srv->conns, nng_pipe_id(p));
 		fosd_regions_pipe_closed(&srv->regions, nng_pipe_id(p)); /* client gone: its regions too */
-		fosd_devmaps_pipe_closed(&srv->devmaps, nng_pipe_id(p)); /* and its GPU memory mappings */
+		for (int i = 0; i < srv->n_devs; i++) /* and its GPU memory mappings */
+			fosd_devmaps_pipe_closed(&srv->devs[i].devmaps, nng_pipe_id(p));
 	}
 }
 
