@@ -247,12 +247,59 @@ static void test_one_number_two_outputs(void **state)
 	free(s);
 }
 
+/* Per device: Stats' DeviceStats and the page's fosd_device_* series carry the snapshot's numbers. */
+static void test_devices_two_outputs(void **state)
+{
+	(void)state;
+	fosd_stats *s = calloc(1, sizeof *s);
+	fosd_stats_pb *pb = calloc(1, sizeof *pb);
+	assert_non_null(s);
+	assert_non_null(pb);
+	s->backend = "cpu";
+	s->device = "test";
+	s->version = "0";
+	s->n_devs = 2;
+	for (int i = 0; i < 2; i++) {
+		s->devs[i].device = i ? "cpu:1 (b)" : "cpu:0 (a)";
+		s->devs[i].cache.bytes = 1000u + (uint64_t)i;
+		s->devs[i].cache.entries = 3u + (uint64_t)i;
+		s->devs[i].contexts.count = 7u + (uint64_t)i;
+		s->devs[i].lanes = 2;
+		s->devs[i].queued = 9u + (uint64_t)i;
+		s->devs[i].requests = 40u + (uint64_t)i;
+		s->devs[i].busy_us = 2500000u * (uint64_t)(i + 1);
+	}
+	fosd_stats_to_pb(s, pb);
+	assert_int_equal(pb->st.n_devices, 2);
+	for (int i = 0; i < 2; i++) {
+		const Fos__DeviceStats *d = pb->st.devices[i];
+		assert_int_equal(d->index, i);
+		assert_string_equal(d->device, s->devs[i].device);
+		assert_int_equal(d->cache_bytes, 1000u + (uint64_t)i);
+		assert_int_equal(d->cache_entries, 3u + (uint64_t)i);
+		assert_int_equal(d->contexts, 7u + (uint64_t)i);
+		assert_int_equal(d->queued, 9u + (uint64_t)i);
+		assert_int_equal(d->requests, 40u + (uint64_t)i);
+		assert_int_equal(d->busy_us, 2500000u * (uint64_t)(i + 1));
+	}
+	char *page = fosd_prom_format(s, NULL);
+	assert_non_null(page);
+	assert_true(sample(page, "fosd_device_weight_cache_bytes{device=\"1\",name=\"cpu:1 (b)\"}") == 1001.0);
+	assert_true(sample(page, "fosd_device_requests_total{device=\"0\",name=\"cpu:0 (a)\"}") == 40.0);
+	assert_true(sample(page, "fosd_device_queued_requests{device=\"1\",name=\"cpu:1 (b)\"}") == 10.0);
+	assert_true(sample(page, "fosd_device_busy_seconds_total{device=\"1\",name=\"cpu:1 (b)\"}") == 5.0);
+	free(page);
+	free(pb);
+	free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows_cover_the_reply),
 		cmocka_unit_test(test_prom_names),
 		cmocka_unit_test(test_one_number_two_outputs),
+		cmocka_unit_test(test_devices_two_outputs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include "util.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,48 @@ static void pb_gpus(prom_buf *b, const fosd_prom_snapshot *s)
 	}
 }
 
+/* The devices fosd serves (--devices): one series per device of each of its numbers. */
+static void pb_devices(prom_buf *b, const fosd_prom_snapshot *s)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} fam[] = {
+#define D(f) offsetof(fosd_dev_stat, f)
+		{"fosd_device_weight_cache_bytes", "gauge", "Bytes held by the device's weight cache.", D(cache.bytes)},
+		{"fosd_device_weight_cache_budget_bytes", "gauge", "The device's weight cache budget.", D(cache.budget)},
+		{"fosd_device_weight_cache_entries", "gauge", "Weights (copies) cached on the device.", D(cache.entries)},
+		{"fosd_device_contexts", "gauge", "Saved contexts held on the device.", D(contexts.count)},
+		{"fosd_device_context_bytes", "gauge", "Bytes of the device's saved contexts.", D(contexts.bytes)},
+		{"fosd_device_decoded_tier_bytes", "gauge", "Bytes of the device's decoded tier.", D(cache.tier_bytes)},
+		{"fosd_device_scratch_bytes", "gauge", "The device's lanes' decode buffers.", D(cache.scratch_bytes)},
+		{"fosd_device_client_mappings", "gauge", "Client GPU allocations open on the device.", D(device_mappings)},
+		{"fosd_device_lanes", "gauge", "Executor lanes of the device.", D(lanes)},
+		{"fosd_device_lanes_busy", "gauge", "Of them, running a request now.", D(lanes_busy)},
+		{"fosd_device_queued_requests", "gauge", "Requests waiting for the device's executor.", D(queued)},
+		{"fosd_device_requests_total", "counter", "Requests run on the device.", D(requests)},
+#undef D
+	};
+	for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+		pb_family(b, fam[f].name, fam[f].type, fam[f].help);
+		for (int i = 0; i < s->n_devs; i++) {
+			uint64_t v;
+			memcpy(&v, (const char *)&s->devs[i] + fam[f].off, sizeof v);
+			pb_printf(b, "%s{device=\"%d\",name=\"", fam[f].name, i);
+			pb_escaped(b, s->devs[i].device ? s->devs[i].device : "", 1);
+			pb_printf(b, "\"} %llu\n", (unsigned long long)v);
+		}
+	}
+	pb_family(b, "fosd_device_busy_seconds_total", "counter", "Time the device's lanes spent running requests.");
+	for (int i = 0; i < s->n_devs; i++) {
+		char v[48];
+		us_to_seconds(s->devs[i].busy_us, v, sizeof v);
+		pb_printf(b, "fosd_device_busy_seconds_total{device=\"%d\",name=\"", i);
+		pb_escaped(b, s->devs[i].device ? s->devs[i].device : "", 1);
+		pb_printf(b, "\"} %s\n", v);
+	}
+}
+
 static void pb_scalar(prom_buf *b, const char *name, const char *type, const char *help, uint64_t v)
 {
 	pb_family(b, name, type, help);
@@ -362,6 +405,7 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 			break;
 		}
 	}
+	pb_devices(&b, s);
 	pb_gpus(&b, s);
 	if (b.oom) {
 		free(b.p);
