@@ -70,9 +70,12 @@ static int teardown(void **state)
 }
 
 /* PutWeight of g_w as name/version with the placement given (devices: nd of them). */
+static int g_pin; /* put() puts pinned weights */
+
 static Fos__Response *put(const char *name, uint64_t version, const uint32_t *devices, size_t nd, uint32_t replicas)
 {
 	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
+	pw.pin = g_pin;
 	Fos__Tensor t = FOS__TENSOR__INIT;
 	int64_t shape_store[2];
 	fosw_placer pl;
@@ -376,13 +379,52 @@ static void test_list_pages(void **state)
 	free(all);
 }
 
+/* A put stage that fails after another succeeded: the error names the device and says the new
+ * version is already on the devices before it; that copy stays and serves. */
+static void test_staged_put_fails(void **state)
+{
+	(void)state;
+	if (g_skip)
+		skip();
+	tsrv s2;
+	const char *args[] = {"--devices", "0,1", "--cache-bytes", "12k", NULL};
+	assert_int_equal(tsrv_start(&s2, args), 0);
+	nng_socket keep = g_sock;
+	assert_int_equal(traw_open(&g_sock, s2.url), 0);
+	uint32_t d1[] = {1}, d01[] = {0, 1};
+	g_pin = 1; /* device 1 full of a weight that cannot be evicted */
+	put_ok("full.a", 1, d1, 1, 0, 1u << 1);
+	g_pin = 0;
+	traw_check(put("full.b", 1, d01, 2, 0), FOS__CODE__RESOURCE_EXHAUSTED, "device 1: ");
+	Fos__ListWeightsRequest lq = FOS__LIST_WEIGHTS_REQUEST__INIT;
+	Fos__Request rq = FOS__REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_LIST_WEIGHTS;
+	rq.list_weights = &lq;
+	Fos__Response *r = traw_call(g_sock, &rq, NULL, NULL, 0);
+	assert_int_equal(r->list_weights->n_weights, 2);
+	assert_string_equal(r->list_weights->weights[1]->name, "full.b");
+	assert_int_equal(devset(r->list_weights->weights[1]), 1u << 0);
+	fos__response__free_unpacked(r, NULL);
+	fos_client *c = tt_connect(s2.url, NULL);
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), y = fos_tensor_out();
+	fos_status st;
+	ASSERT_OK(fos_forward(c, "full.b", &tx, NULL, NULL, &y, NULL, &st), st);
+	assert_memory_equal(y.data, g_ry, sizeof g_ry);
+	free(y.data);
+	fos_close(c);
+	nng_close(g_sock);
+	g_sock = keep;
+	assert_int_equal(tsrv_stop(&s2, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_health_lists_devices), cmocka_unit_test(test_placement),
 		cmocka_unit_test(test_bad_placement),        cmocka_unit_test(test_forward_each_device),
 		cmocka_unit_test(test_backward_follows_context), cmocka_unit_test(test_stats_sum),
-		cmocka_unit_test(test_list_pages),
+		cmocka_unit_test(test_list_pages),           cmocka_unit_test(test_staged_put_fails),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
