@@ -191,6 +191,13 @@ ifeq ($(CUDA),1)
 $(BUILD)/bench/bench_nvfp4_gemm: $(BUILD)/obj/bench/bench_nvfp4_gemm.cu.o $(LIBNUM)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+# bench/bench_nvfp4_wgmma.cu (issue 19, step 2): likewise, for sm_90a (wgmma): make BUILD=build-x build-x/bench/bench_nvfp4_wgmma
+$(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o: bench/bench_nvfp4_wgmma.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -gencode=%,$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a -MMD -MP -c $< -o $@
+$(BUILD)/bench/bench_nvfp4_wgmma: $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o $(LIBNUM)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
 endif
 
 tests: all $(TESTS)
