@@ -314,7 +314,7 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
                 c[2] += 1
         return w
 
-    names = (("put", "_put_weight"), ("forward", "forward"), ("backward", "backward"))
+    names = (("put", "_put"), ("forward", "_forward"), ("backward", "backward"))
     plane.call = plane_call
     for ph, meth in names:
         setattr(client, meth, wrap(ph, getattr(client, meth)))
@@ -401,8 +401,8 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     out.append("| phase | calls/step | wall ms | in libfos ms | Python ms (wall - libfos) | CUDA-event ms | "
           "fosd latency ms | fosd run ms |")
     out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for ph, what in (("put", "put (Client._put_weight of W, after the update)"),
-                     ("forward", "forward (Client.forward, saving a context)"),
+    for ph, what in (("put", "put (Client._put of W, after the update)"),
+                     ("forward", "forward (Client._forward, saving a context)"),
                      ("backward", "backward (Client.backward: dX, dW, db)")):
         lat, run, n = fosd_ms[ph]
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
@@ -490,7 +490,7 @@ class _StubLib:
     @staticmethod
     def _fill(p, rows, cols):
         if p:
-            t = p.contents
+            t = p._obj
             t.ndim = 2 if cols else 1
             t.shape[0] = rows
             t.shape[1] = cols
@@ -504,9 +504,9 @@ class _StubLib:
 
     def fos_forward(self, h, name, x, bias, fo, y, ctx, st):
         self.calls += 1
-        xt = x.contents
+        xt = x._obj
         m, k = xt.shape[0], xt.shape[1]
-        n = y.contents.size // (2 * m)
+        n = y._obj.size // (2 * m)
         self._fill(y, m, n)
         c = ctx._obj
         c.id, c.m, c.n, c.k, c.has_bias = 1, m, n, k, 1 if bias else 0

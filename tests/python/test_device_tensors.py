@@ -66,25 +66,24 @@ def test_device_refusal_falls_back_to_host(monkeypatch):
     torch = pytest.importorskip("torch")
     import types
     from fosd._arrays import Arr
-    from fosd._plane import Plane, _tensor
+    from fosd._plane import Plane
     monkeypatch.setattr(torch.cuda, "current_stream",
                         lambda dev=None: types.SimpleNamespace(synchronize=lambda: None))
     p = Plane(None, None, False)
     p.device = True
-    monkeypatch.setattr(p, "device_tensor", lambda arr, wire: (
-        _tensor(wire, arr.shape, 0x7e0000000000, arr.numel() * 2, _lib.MEM_CUDA), None))
+    monkeypatch.setattr(p, "_shareable", lambda addr, nbytes: True)
     a = Arr(torch.ones(4, 16, dtype=torch.bfloat16), "x")
     a.cuda = True  # as if it were on the GPU
     seen = []
 
     def fn_with(code, message):
         def fn(ins, outs):
-            seen.append(ins[0].contents.mem)
+            seen.append(ins[0]._obj.mem)
             st = _lib.Status()
-            if ins[0].contents.mem == _lib.MEM_CUDA:
+            if ins[0]._obj.mem == _lib.MEM_CUDA:
                 st.message = message.encode()
                 return code, st
-            assert bytes((ctypes.c_uint8 * 2).from_address(ins[0].contents.data)) == b"\x80\x3f"  # bf16 1.0
+            assert bytes((ctypes.c_uint8 * 2).from_address(ins[0]._obj.data)) == b"\x80\x3f"  # bf16 1.0
             return _lib.OK, st
         return fn
 
@@ -130,7 +129,7 @@ def test_device_tensor_of_a_non_contiguous_input(monkeypatch):
 
     def fn(ins, outs):
         gc.collect()  # the copy is kept by the call, not by this function's frame
-        tt = ins[0].contents
+        tt = ins[0]._obj
         seen.append((tt.mem, tuple(tt.shape), bytes((ctypes.c_uint8 * tt.size).from_address(tt.data))))
         return _lib.OK, _lib.Status()
 
@@ -174,7 +173,7 @@ def test_device_checks_kept_per_allocation(monkeypatch):
         left = [times]
 
         def fn(ins, outs):
-            t = ins[0].contents
+            t = ins[0]._obj
             seen.append(t.mem)
             st = _lib.Status()
             if t.mem == _lib.MEM_CUDA and left[0] > 0:
@@ -199,9 +198,62 @@ def test_device_checks_kept_per_allocation(monkeypatch):
     seen.clear()
     with pytest.raises(fosd.Error):  # a fresh answer refused: straight to the host path, which fails too
         p.forget_checks()
-        p.call([(a, _lib.DTYPE_BF16)], [], lambda ins, outs: (seen.append(ins[0].contents.mem) or 13,
+        p.call([(a, _lib.DTYPE_BF16)], [], lambda ins, outs: (seen.append(ins[0]._obj.mem) or 13,
                                                               _plane_status("CUDA IPC handle refused")))
     assert seen == [_lib.MEM_CUDA, _lib.MEM_HOST]
+
+
+def test_device_call_in_place_and_mixed(monkeypatch):
+    """A call whose inputs and results all go as device tensors as they are: each fos_tensor names
+    the input tensor's own memory, or a new tensor of the result's shape and dtype (its bytes
+    available), mem CUDA; the results are those tensors; the current stream of their GPU is
+    synchronized once; fos_cuda_check is asked once per (address, bytes). With one input that
+    cannot (float32 for a bf16 field, converted on the host), that one goes through host memory
+    and the rest in place, with the kept answers (asked nothing again). CPU tensors stand in for
+    CUDA ones (no GPU needed)."""
+    torch = pytest.importorskip("torch")
+    import types
+    from fosd._arrays import Arr, Out
+    from fosd._plane import Plane
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda dev=None: types.SimpleNamespace(synchronize=lambda: syncs.append(dev)))
+    lib = _CheckLib()
+    p = Plane(lib, None, False)
+    p.device = True
+    x = torch.ones(8, 16, dtype=torch.bfloat16)
+    bias = torch.full((4,), 2.0)  # float32
+    ax, ab = Arr(x, "x"), Arr(bias, "bias")
+    ax.cuda = ab.cuda = True
+    seen, host = [], []
+
+    def fn(ins, outs):
+        seen.append([(t._obj.mem, t._obj.dtype, tuple(t._obj.shape), t._obj.data, t._obj.size)
+                     if t is not None else None for t in ins])
+        host.extend(bytes((ctypes.c_uint8 * t._obj.size).from_address(t._obj.data))
+                    for t in ins if t is not None and t._obj.mem == _lib.MEM_HOST)
+        y = outs[0]._obj
+        seen.append((y.mem, y.data, y.size))
+        y.ndim, y.shape[0], y.shape[1] = 2, 8, 4
+        return _lib.OK, _lib.Status()
+
+    (y,) = p.call([(ax, _lib.DTYPE_BF16), (None, _lib.DTYPE_BF16)], [Out((8, 4), _lib.DTYPE_BF16, ax)], fn)
+    assert seen[0] == [(_lib.MEM_CUDA, _lib.DTYPE_BF16, (8, 16), x.data_ptr(), 8 * 16 * 2), None]
+    assert seen[1] == (_lib.MEM_CUDA, y.data_ptr(), 8 * 4 * 2)
+    assert y.shape == (8, 4) and y.dtype == torch.bfloat16 and len(syncs) == 1
+    assert lib.checks == [(x.data_ptr(), 256), (y.data_ptr(), 64)] and p.device_sent == 2
+    seen.clear()
+    lib.checks.clear()
+    with pytest.raises(fosd.Error) as e:  # the reply's result has another shape: DATA_LOSS
+        p.call([(ax, _lib.DTYPE_BF16)], [Out((8, 5), _lib.DTYPE_BF16, ax)], fn)
+    assert e.value.code == "DATA_LOSS" and "expected (8, 5)" in e.value.message
+    seen.clear()
+    y2 = p.call([(ax, _lib.DTYPE_BF16), (ab, _lib.DTYPE_BF16)], [Out((8, 4), _lib.DTYPE_BF16, ax)], fn)[0]
+    (mx, _, _, dx, _), (mb, db, shb, _, nb) = seen[0]
+    assert (mx, dx) == (_lib.MEM_CUDA, x.data_ptr()) and (mb, db, shb, nb) == (_lib.MEM_HOST, _lib.DTYPE_BF16, (4, 0), 8)
+    assert host == [b"\x00\x40" * 4]  # bf16 2.0, converted on the host
+    assert seen[1][0] == _lib.MEM_CUDA and y2.shape == (8, 4)
+    assert (x.data_ptr(), 256) not in lib.checks  # the kept answer
 
 
 def _plane_status(msg):

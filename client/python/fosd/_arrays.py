@@ -203,7 +203,8 @@ class Out:
     __slots__ = ("shape", "wire", "ref", "value")
 
     def __init__(self, shape, wire, ref):
-        self.shape = None if shape is None else tuple(int(d) for d in shape)  # None: see _plane
+        # None: see _plane; the package's own shapes are tuples of ints already
+        self.shape = shape if shape is None or type(shape) is tuple else tuple(int(d) for d in shape)
         self.wire = wire
         self.ref = ref
         self.value = None

@@ -49,6 +49,7 @@ close().
 
 import ctypes
 import re
+from ctypes import byref
 import sys
 import threading
 
@@ -71,6 +72,8 @@ _REPLY_SLACK = 16384
 # finish[j] of a result that libfos allocates (see _call; compared by identity: other entries may
 # be tensors, whose == is elementwise)
 _MALLOC = object()
+# Plane._device_call's answer for a call that takes _call's general layout
+_HOST = object()
 
 
 _TORCH_DTYPES = None
@@ -93,11 +96,21 @@ def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-_SHAPE = _lib.c_i64 * 2
-
-
 def _tensor(dtype, shape, addr, nbytes, mem=_lib.MEM_HOST):
-    return _lib.Tensor(dtype, len(shape), _SHAPE(*shape), addr or None, nbytes, mem)
+    """A fos_tensor (shape: at most 2 dimensions), its fields set one by one (ctypes builds a
+    struct faster that way than from constructor arguments)."""
+    t = _lib.Tensor()
+    t.dtype, t.data, t.size, t.mem = dtype, addr or None, nbytes, mem
+    n = len(shape)
+    if n:
+        if n > 2:
+            raise ValueError("a fos_tensor has at most 2 dimensions, not %d" % n)
+        t.ndim = n
+        s = t.shape
+        s[0] = shape[0]
+        if n == 2:
+            s[1] = shape[1]
+    return t
 
 
 class _Region:
@@ -308,8 +321,9 @@ class Plane:
     # ---- one call ----
 
     def call(self, inputs, outputs, fn):
-        """inputs: [(Arr or None, wire)], outputs: [Out or None]; fn(in_ptrs, out_ptrs) returns
-        (rc, status) of the libfos call, given POINTER(Tensor)s (None for a None entry). Returns
+        """inputs: [(Arr or None, wire)], outputs: [Out or None]; fn(in_refs, out_refs) returns
+        (rc, status) of the libfos call, given ctypes.byref()s of fos_tensors (None for a None
+        entry; ._obj is the fos_tensor, ctypes.pointer(ref._obj) a pointer for a struct field). Returns
         the results, one per output (None where the output was None or the reply had none).
 
         A call with device tensors that fosd refuses for their memory (it cannot open the CUDA
@@ -338,8 +352,81 @@ class Plane:
         self.device_off_reason = err.message
         return results
 
+    def _device_call(self, inputs, outputs, fn):
+        """The call when every input and result goes as a device tensor as it is (a CUDA tensor
+        of the wire's dtype, contiguous, its memory known or found shareable), else _HOST, before
+        anything is sent: _call then lays it out (with the same kept answers). The common case of
+        a trainer's calls, without the host path's bookkeeping."""
+        if self.device is not True and not self._device_on():
+            return _HOST
+        dts = _TORCH_DTYPES or _torch_dtypes()
+        shared = self._shared
+        ins, outs, ys, devices = [], [], [], []
+        n = 0  # device tensors
+        for a, wire in inputs:
+            if a is None:
+                ins.append(None)
+                continue
+            if not a.cuda:
+                return _HOST
+            x = a.obj
+            eb = _lib.DTYPE_BYTES[wire]
+            if (x.element_size() != 1 if eb == 1 else x.dtype != dts[wire]) or not x.is_contiguous():
+                return _HOST
+            nb = a.numel() * eb
+            addr = x.data_ptr()
+            if not nb:
+                return _HOST
+            if (addr, nb) in shared:
+                self._tls.cached = True
+            elif not self._shareable(addr, nb):
+                return _HOST
+            ins.append(_tensor(wire, a.shape, addr, nb, _lib.MEM_CUDA))
+            n += 1
+            if a.device not in devices:
+                devices.append(a.device)
+        empty = _torch_mod().empty
+        for o in outputs:
+            if o is None:
+                outs.append(None)
+                ys.append(None)
+                continue
+            ref = o.ref
+            if o.shape is None or ref is None or not ref.cuda:
+                return _HOST
+            nb = o.nbytes()
+            if not nb:
+                return _HOST
+            y = empty(o.shape, dtype=o._torch_dtype(), device=ref.device)
+            addr = y.data_ptr()
+            if (addr, nb) in shared:
+                self._tls.cached = True
+            elif not self._shareable(addr, nb):
+                return _HOST
+            outs.append(_tensor(0, (), addr, nb, _lib.MEM_CUDA))
+            ys.append(y)
+            n += 1
+            if ref.device not in devices:
+                devices.append(ref.device)
+        if not n:
+            return _HOST
+        streams = _torch_mod().cuda.current_stream
+        for dev in devices:
+            streams(dev).synchronize()
+        rc, st = fn([byref(t) if t is not None else None for t in ins],
+                    [byref(t) if t is not None else None for t in outs])
+        results, rc, st = self._results(outputs, outs, ys, rc, st)
+        if rc:
+            raise self._error(rc, st, True)
+        self.device_sent += n
+        return results
+
     def _call(self, inputs, outputs, fn, use_device):
         self._tls.cached = False
+        if use_device:
+            r = self._device_call(inputs, outputs, fn)
+            if r is not _HOST:
+                return r
         ins = [None] * len(inputs)
         outs = [None] * len(outputs)
         finish = [None] * len(outputs)
@@ -424,37 +511,46 @@ class Plane:
                     inline += outs[j].size
             if inline is None or inline:
                 self._inline_reply(inline)
-            rc, st = fn([ctypes.pointer(t) if t is not None else None for t in ins],
-                        [ctypes.pointer(t) if t is not None else None for t in outs])
-            results = []
-            for j, o in enumerate(outputs):
-                t = outs[j]
-                if o is None or t is None:
-                    results.append(None)
-                elif finish[j] is _MALLOC:
-                    results.append(self._from_malloc(t, o, rc))
-                elif rc or (t.size == 0 and t.ndim == 0):
-                    results.append(None)  # failed, or the reply has no such result (db)
-                else:
-                    got = tuple(t.shape[:t.ndim])
-                    if got != o.shape:
-                        rc, st = _lib.DATA_LOSS, _lib.Status()
-                        st.message = ("the reply's result %d has shape %s, expected %s"
-                                      % (j, got, o.shape)).encode()
-                        results.append(None)
-                    else:
-                        f = finish[j]
-                        results.append(f() if callable(f) else f)
+            rc, st = fn([byref(t) if t is not None else None for t in ins],
+                        [byref(t) if t is not None else None for t in outs])
+            results, rc, st = self._results(outputs, outs, finish, rc, st)
         finally:
             if region is not None:
                 self._give(region, rc not in _NO_REPLY)
         if rc:
-            e = Error(rc, st.message.decode("utf-8", "replace"))
-            e._device = bool(devices)  # device tensors were sent: call() may retry through host memory
-            e._cached = self._tls.cached  # ... and were known shareable from kept answers
-            raise e
+            raise self._error(rc, st, bool(devices))
         self.device_sent += n_dev
         return results
+
+    def _results(self, outputs, outs, finish, rc, st):
+        """(results, rc, st) of a call: finish[j] makes result j (a function, _MALLOC, or the
+        result itself); a result whose shape is not the expected one fails the call DATA_LOSS."""
+        results = []
+        for j, o in enumerate(outputs):
+            t = outs[j]
+            if o is None or t is None:
+                results.append(None)
+            elif finish[j] is _MALLOC:
+                results.append(self._from_malloc(t, o, rc))
+            elif rc or (t.size == 0 and t.ndim == 0):
+                results.append(None)  # failed, or the reply has no such result (db)
+            else:
+                got = tuple(t.shape[:t.ndim])
+                if got != o.shape:
+                    rc, st = _lib.DATA_LOSS, _lib.Status()
+                    st.message = ("the reply's result %d has shape %s, expected %s"
+                                  % (j, got, o.shape)).encode()
+                    results.append(None)
+                else:
+                    f = finish[j]
+                    results.append(f() if callable(f) else f)
+        return results, rc, st
+
+    def _error(self, rc, st, device):
+        e = Error(rc, st.message.decode("utf-8", "replace"))
+        e._device = device  # device tensors were sent: call() may retry through host memory
+        e._cached = self._tls.cached  # ... and were known shareable from kept answers
+        return e
 
     def _from_malloc(self, t, o, rc):
         if not t.data:

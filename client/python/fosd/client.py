@@ -409,8 +409,19 @@ class Client:
 
     def _put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, pin=False,
                     drop_master=False, eager_columnwise=False, uses=None):
-        """put_weight, returning libfos's fos_weight_info (fosd.torch's puts need none)."""
+        """put_weight, returning libfos's fos_weight_info."""
         a = _arr(w, "w", 2)
+        cfg = self._weight_config(weight_block, err, bound, pin, drop_master, eager_columnwise, uses)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise Error(_lib.INVALID_ARGUMENT, "version must be a non-negative integer, got %r" % (version,))
+        info = _lib.WeightInfo()
+        self._put(name, self._name(name), a, version, cfg, info)
+        return info
+
+    @staticmethod
+    def _weight_config(weight_block="16x16", err="mae", bound=256, pin=False, drop_master=False,
+                       eager_columnwise=False, uses=None):
+        """The fos_weight_config of put_weight's options (checked)."""
         ubits = 0
         if uses is not None:
             if isinstance(uses, str):
@@ -422,24 +433,23 @@ class Client:
                 ubits |= _lib.WEIGHT_USES[u]
             if not ubits:
                 raise Error(_lib.INVALID_ARGUMENT, "uses is empty")
-        cfg = _lib.WeightConfig(_opt(_lib.BLOCKS, weight_block, "weight_block"),
-                                _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(pin)),
-                                int(bool(drop_master)), int(bool(eager_columnwise)), ubits)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise Error(_lib.INVALID_ARGUMENT, "version must be a non-negative integer, got %r" % (version,))
-        info = _lib.WeightInfo()
-        bname = self._name(name)
+        return _lib.WeightConfig(_opt(_lib.BLOCKS, weight_block, "weight_block"),
+                                 _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(pin)),
+                                 int(bool(drop_master)), int(bool(eager_columnwise)), ubits)
+
+    def _put(self, name, bname, a, version, cfg, info=None):
+        """The put of Arr a (N, K) as (name, version) with a checked fos_weight_config; bname is
+        name encoded. info: a fos_weight_info to fill (None: libfos fills none)."""
         h = self._h()
+        lib = self._lib
+        ref = ctypes.byref(info) if info is not None else None
 
         def fn(i, o):
             st = _lib.Status()
-            return self._lib.fos_put_weight(h, bname, version, i[0], ctypes.byref(cfg),
-                                            ctypes.byref(info), ctypes.byref(st)), st
+            return lib.fos_put_weight(h, bname, version, i[0], ctypes.byref(cfg), ref, ctypes.byref(st)), st
 
         self._plane.call([(a, _wire(a, "w", (BF16,)))], [], fn)
-        with self._wmu:
-            self._weight_n[name] = a.shape[0]
-        return info
+        self._weight_n[name] = a.shape[0]  # one dict store: atomic
 
     @staticmethod
     def _name(name):
@@ -476,25 +486,29 @@ class Client:
         """y (M, N) = x (M, K) W^T [+ bias] with the cached weight name (version 0: whichever is
         cached, else it must match). save_context: also return the Context for backward."""
         ax, ab = _arr(x, "x", 2), _arr(bias, "bias", 1)
-        fo = _lib.ForwardOpts(int(version), _opt(_lib.OVERRIDES, override, "override"),
-                              int(bool(row_scaled)), int(bool(save_context)))
+        return self._forward(name, self._name(name), ax, ab, int(version),
+                             _opt(_lib.OVERRIDES, override, "override"), int(bool(row_scaled)),
+                             bool(save_context))
+
+    def _forward(self, name, bname, ax, ab, version, override, row_scaled, save_context):
+        """forward with its arguments checked: bname (name encoded), Arrs ax (2-D) and ab (1-D or
+        None), the option codes of fos_forward_opts."""
+        fo = _lib.ForwardOpts(version, override, row_scaled, 1 if save_context else 0)
         ctx = _lib.ContextStruct()
-        bname = self._name(name)
-        with self._wmu:
-            n = self._weight_n.get(name)
+        n = self._weight_n.get(name)
         if n is None:  # a weight another client put: its N from the list, so Y has a buffer
             try:
                 self.list_weights()
             except Error:
                 pass
-            with self._wmu:
-                n = self._weight_n.get(name)
+            n = self._weight_n.get(name)
         h = self._h()
+        lib = self._lib
 
         def fn(i, o):
             st = _lib.Status()
-            return self._lib.fos_forward(h, bname, i[0], i[1], ctypes.byref(fo), o[0],
-                                         ctypes.byref(ctx), ctypes.byref(st)), st
+            return lib.fos_forward(h, bname, i[0], i[1], ctypes.byref(fo), o[0], ctypes.byref(ctx),
+                                   ctypes.byref(st)), st
 
         out = Out((ax.shape[0], n) if n is not None else None, BF16, ax)
         (y,) = self._plane.call([(ax, _wire(ax, "x", (BF16,))), (ab, _wire(ab, "bias", (BF16,)))],
@@ -527,8 +541,8 @@ class Client:
             def fn(i, o):
                 st = _lib.Status()
                 if ax is not None:
-                    bo.recompute_x = i[1]
-                    bo.recompute_bias = i[2]
+                    bo.recompute_x = ctypes.pointer(i[1]._obj)
+                    bo.recompute_bias = ctypes.pointer(i[2]._obj) if i[2] is not None else None
                 return self._lib.fos_backward(h, ctypes.byref(s), i[0], ctypes.byref(bo), o[0], o[1],
                                               o[2], ctypes.byref(st)), st
 

@@ -39,7 +39,7 @@ import fosd as _fosd
 
 from . import _lib
 from ._errors import Error
-from .client import _opt
+from .client import _arr, _opt
 
 __all__ = ["Linear", "linear", "convert"]
 
@@ -79,6 +79,8 @@ class _WeightSlot:
     def __init__(self, client, name, weight_block, err, bound):
         self.client, self.name = client, name
         self.weight_block, self.err, self.bound = weight_block, err, bound
+        self.bname = client._name(name)
+        self.cfg = client._weight_config(weight_block, err, bound)
         self.version = 0
         self.key = None
         self.puts = 0
@@ -97,7 +99,7 @@ class _WeightSlot:
         key = self._key(w)
         # a new number for every try: a put whose reply was lost may have landed under the last one
         self.version += 1
-        self.client._put_weight(self.name, w.detach(), self.version, self.weight_block, self.err, self.bound)
+        self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, self.cfg)
         self.key = key
         self.puts += 1
         return self.version
@@ -111,57 +113,69 @@ class _WeightSlot:
 
 
 class _Call:
-    """What one forward of a layer needs (kept on the autograd node)."""
+    """What one forward of a layer needs (kept on the autograd node): the client, the weight's
+    slot and the forward's option codes (checked)."""
 
-    __slots__ = ("client", "slot", "override", "row_scaled")
+    __slots__ = ("client", "slot", "options", "override", "row_scaled")
 
     def __init__(self, client, slot, override, row_scaled):
-        self.client, self.slot, self.override, self.row_scaled = client, slot, override, row_scaled
+        self.client, self.slot, self.options = client, slot, (override, row_scaled)
+        self.override, self.row_scaled = _opt(_lib.OVERRIDES, override, "override"), 1 if row_scaled else 0
 
 
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, call):
-        if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        k = weight.shape[1]
+        flat = x.dim() == 2
+        if not flat and (x.dim() < 1 or x.shape[-1] != k) or flat and x.shape[1] != k:
             raise Error(_lib.INVALID_ARGUMENT, "x %s: its last dimension must be in_features = %d"
-                        % (tuple(x.shape), weight.shape[1]))
-        lead = tuple(x.shape[:-1])
-        x2 = x.reshape(-1, x.shape[-1])
-        save = any(ctx.needs_input_grad[:3])
-        version = call.slot.ensure(weight)
-        kw = dict(bias=bias, override=call.override, row_scaled=call.row_scaled, save_context=save)
+                        % (tuple(x.shape), k))
+        x2 = x if flat else x.reshape(-1, k)  # a 2-D X goes as it is
+        need = ctx.needs_input_grad
+        save = need[0] or need[1] or need[2]
+        slot, client = call.slot, call.client
+        version = slot.ensure(weight)
+        ax, ab = _arr(x2, "x", 2), _arr(bias, "bias", 1)
+        args = (ax, ab, version, call.override, call.row_scaled, save)
         try:
-            r = call.client.forward(call.slot.name, x2, version=version, **kw)
+            r = client._forward(slot.name, slot.bname, *args)
         except Error as e:
             if e.code_number != _lib.NOT_FOUND:
                 raise
-            version = call.slot.put(weight)  # fosd lost the weight: put it again, once
-            r = call.client.forward(call.slot.name, x2, version=version, **kw)
-        y, fctx = r if save else (r, None)
+            version = slot.put(weight)  # fosd lost the weight: put it again, once
+            r = client._forward(slot.name, slot.bname, ax, ab, version, *args[3:])
         if save:
-            ctx.fos = fctx  # released by its finalizer when the graph (this node) is freed
+            y, ctx.fos = r  # the Context is released by its finalizer when the graph (this node) is freed
             ctx.call = call
-            ctx.shape = (tuple(x.shape), x.dtype)
+            ctx.shape = (x.shape, x.dtype)
             ctx.save_for_backward(x2, bias)
-        return y.reshape(lead + (weight.shape[0],)).to(x.dtype)
+        else:
+            y = r
+        if not flat:
+            y = y.reshape(x.shape[:-1] + (weight.shape[0],))
+        return y if y.dtype == x.dtype else y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, gy):
         xshape, xdtype = ctx.shape
-        n = gy.shape[-1]
-        dy = gy.reshape(-1, n)
-        call = ctx.call
+        dy = gy if gy.dim() == 2 else gy.reshape(-1, gy.shape[-1])
+        client = ctx.call.client
         try:
-            dx, dw, db = call.client.backward(ctx.fos, dy)
+            dx, dw, db = client.backward(ctx.fos, dy)
         except Error as e:
             if e.code_number != _lib.NOT_FOUND:
                 raise
             # the context expired (or a second backward consumed it): recompute it from the saved
             # X and bias; autograd refuses here if X was modified in place or freed
             x2, bias = ctx.saved_tensors
-            dx, dw, db = call.client.backward(ctx.fos, dy, x=x2, bias=bias)
+            dx, dw, db = client.backward(ctx.fos, dy, x=x2, bias=bias)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        gx = dx.reshape(xshape).to(xdtype) if need_x else None
+        gx = None
+        if need_x:
+            gx = dx if dx.shape == xshape else dx.reshape(xshape)
+            if gx.dtype != xdtype:
+                gx = gx.to(xdtype)
         gw = dw if need_w else None
         gb = db if need_b and db is not None else None
         return gx, gw, gb, None
@@ -193,6 +207,7 @@ class Linear(nn.Module):
         self._auto_name = name is None
         self.name = name if name is not None else unique_name()
         self._slot = None
+        self._call = None
 
     @classmethod
     def from_linear(cls, lin, *, client=None, name=None, **options):
@@ -231,8 +246,12 @@ class Linear(nn.Module):
         return self._slot
 
     def forward(self, x):
-        call = _Call(self.client, self._weight_slot(), self.override, self.row_scaled)
-        return _forward(x, self.weight, self.bias, call)
+        call = self._call
+        c = self._client if self._client is not None else _fosd.default_client()
+        if call is None or call.client is not c or call.slot is not self._slot or \
+                call.options != (self.override, self.row_scaled):
+            call = self._call = _Call(c, self._weight_slot(), self.override, self.row_scaled)
+        return _LinearFn.apply(x, self.weight, self.bias, call)
 
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bias=%s, name=%r, override=%s, weight_block=%s, " \
@@ -245,12 +264,14 @@ class Linear(nn.Module):
     def __getstate__(self):
         s = self.__dict__.copy()
         s["_slot"] = None
+        s["_call"] = None
         if s.get("_auto_name"):
             s["name"] = None
         return s
 
     def __setstate__(self, s):
         self.__dict__.update(s)
+        self.__dict__.setdefault("_call", None)  # made again at the next forward
         if self.name is None:
             self.name = unique_name()
 
