@@ -4,8 +4,8 @@
 #   sh tests/test_install.sh BUILD          (make test-install; part of `make test`)
 # Checks, each one test: libfos.so's SONAME and link; its NEEDED entries (no nng, protobuf-c,
 # mbedTLS: they are inside it); its exported symbols (exactly the functions fos.h declares, all of
-# version LIBFOS_<SOVERSION>) and that nothing it leaves undefined is theirs; the nng work-around
-# inside it; the files `make install DESTDIR=D` puts, and their links; PREFIX reaching fos.pc, the
+# version LIBFOS_<SOVERSION> or of a node added after it, LIBFOS_<SOVERSION>.N) and that nothing
+# it leaves undefined is theirs; the nng work-around inside it; the files `make install DESTDIR=D` puts, and their links; PREFIX reaching fos.pc, the
 # unit and the Python package; each installed header compiling on its own (C and C++); a client
 # built with `pkg-config --cflags --libs fos` against the DESTDIR install, linked to libfos.so.N
 # alone, run against that install's fosd (cpu backend) and fos; the Python package imported from
@@ -81,7 +81,7 @@ else
 	# nm -D lists the version node itself (LIBFOS_1, absolute) besides the functions
 	dyn=$(nm -D --defined-only "$SO" 2>/dev/null | awk '$2 != "A" {print $3}')
 	names=$(echo "$dyn" | sed 's/@.*//' | sort -u)
-	unversioned=$(echo "$dyn" | grep -v "@@LIBFOS_$SOVER\$")
+	unversioned=$(echo "$dyn" | grep -vE "@@LIBFOS_$SOVER(\.[0-9]+)?\$") # LIBFOS_1, or a later LIBFOS_1.N node
 	leaked=$(printf '%s\n' "$names" | grep -vxF "$hdr_funcs")
 	missing=$(printf '%s\n' "$hdr_funcs" | grep -vxF "$names")
 	undef=$(nm -D --undefined-only "$SO" 2>/dev/null | awk '{print $2}' |
@@ -92,7 +92,7 @@ else
 		bad "exports" "libfos.so must export exactly fos.h's functions, version LIBFOS_$SOVER;$(
 			[ -n "$leaked" ] && echo " exported but not in fos.h: $(echo $leaked)";
 			[ -n "$missing" ] && echo " in fos.h but not exported: $(echo $missing) (defined? libfos.map?)";
-			[ -n "$unversioned" ] && echo " without version LIBFOS_$SOVER: $(echo $unversioned)";
+			[ -n "$unversioned" ] && echo " without version LIBFOS_$SOVER(.N): $(echo $unversioned)";
 			[ -n "$undef" ] && echo " left undefined: $undef")"
 	else
 		ok "exports ($(echo "$names" | wc -l) functions)"

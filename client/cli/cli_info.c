@@ -1,10 +1,11 @@
-/* cli_info.c: `fos health` (is fosd up: version, backend, device, uptime; exit 1 when it is not
+/* cli_info.c: `fos health` (is fosd up: version, backend, devices, uptime; exit 1 when it is not
  * serving) and `fos stats` (fosd's counters: requests, status codes, latencies (and their queue and
- * run parts) and bytes by op, the weight cache, saved contexts, the executor, the message pool), as
- * text or --json; and cli_parse_connect, the parse-then-connect start these and `fos list-weights`
- * share. */
+ * run parts) and bytes by op, the weight cache, saved contexts, the executor, the message pool, and
+ * a row per device fosd serves), as text or --json; and cli_parse_connect, the parse-then-connect
+ * start these and `fos list-weights` share. */
 #include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* cli.h: 1 connected, or 0 with the exit status to return (message printed). */
@@ -33,7 +34,10 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 	cli_cmd cmd = {
 		.name = "health",
 		.synopsis = "[--json]",
-		.summary = "Ask fosd whether it is serving: its version, backend, device and uptime.",
+		.summary = "Ask fosd whether it is serving: its version, backend, devices and uptime.",
+		.about = "The devices are those fosd serves (fosd --devices), by the index that\n"
+			 "put-weight --devices, list-weights and stats name them with; a fosd of one\n"
+			 "device lists one, index 0.",
 		CLI_CMD_FLAGS(flags),
 		.footer = "Exit status: 0 fosd answers and is serving; 1 it does not answer, or it is draining\n"
 			  "(shutting down); 2 bad command line.",
@@ -55,6 +59,17 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 	char gpu[41] = "";
 	if (!fos_server_gpu_uuid(c, u, &st))
 		fos_gpu_uuid_str(u, gpu);
+	/* every device fosd serves (fosd --devices; one for a fosd of one device) */
+	fos_device_info devs[FOS_DEVICES_MAX];
+	size_t ndev = 0;
+	int dcode = fos_health_devices(c, devs, FOS_DEVICES_MAX, &ndev, &st);
+	if (dcode && dcode != FOS_CODE_OUT_OF_RANGE) {
+		cli_status_err(&st, "health", &err);
+		fos_close(c);
+		return cli_report(&err, CLI_EXIT_FAIL);
+	}
+	if (ndev > FOS_DEVICES_MAX)
+		ndev = FOS_DEVICES_MAX;
 	fos_close(c);
 	if (g->json && !g->quiet) {
 		cli_jw w;
@@ -69,6 +84,18 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 			cli_jw_str(&w, "gpu_uuid", gpu);
 		cli_jw_u64(&w, "uptime_ms", h.uptime_ms);
 		cli_jw_u64(&w, "max_message_bytes", h.max_message_bytes);
+		cli_jw_arr(&w, "devices");
+		for (size_t i = 0; i < ndev; i++) {
+			char du[41];
+			cli_jw_obj(&w, NULL);
+			cli_jw_u64(&w, "index", devs[i].index);
+			cli_jw_str(&w, "backend", devs[i].backend);
+			cli_jw_str(&w, "device", devs[i].device);
+			if (devs[i].has_gpu_uuid)
+				cli_jw_str(&w, "gpu_uuid", fos_gpu_uuid_str(devs[i].gpu_uuid, du));
+			cli_jw_end(&w, '}');
+		}
+		cli_jw_end(&w, ']');
 		cli_jw_end(&w, '}');
 	} else if (!g->quiet) {
 		char mb[32];
@@ -78,6 +105,15 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 			printf("  gpu:         %s\n", gpu);
 		printf("  uptime:      %.1f s\n", (double)h.uptime_ms / 1000.0);
 		printf("  max message: %s\n", cli_human_bytes(h.max_message_bytes, mb, sizeof mb));
+		printf("  devices:     %zu\n", ndev);
+		for (size_t i = 0; i < ndev; i++) {
+			char du[41];
+			if (devs[i].has_gpu_uuid)
+				printf("    %-3u %s  %s\n", (unsigned)devs[i].index, fos_gpu_uuid_str(devs[i].gpu_uuid, du),
+				       devs[i].device);
+			else
+				printf("    %-3u %s\n", (unsigned)devs[i].index, devs[i].device);
+		}
 	}
 	fflush(stdout);
 	if (h.draining)
@@ -118,7 +154,104 @@ static void info_json_latency(cli_jw *w, const char *key, uint64_t count, double
 	cli_jw_end(w, '}');
 }
 
-static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
+/* ---- per device: the "devices.I.FIELD" values of a Stats snapshot (fos.h) ---- */
+
+/* The device indices the snapshot names, in its order (at most cap). */
+static size_t info_dev_indices(const fos_stats_snapshot *snap, unsigned *idx, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < fos_stats_count(snap); i++) {
+		const char *nm = fos_stats_name_at(snap, i);
+		if (strncmp(nm, "devices.", 8) || nm[8] < '0' || nm[8] > '9')
+			continue;
+		char *end;
+		unsigned long v = strtoul(nm + 8, &end, 10);
+		if (*end != '.' || v > UINT32_MAX)
+			continue;
+		size_t j = 0;
+		while (j < n && idx[j] != v)
+			j++;
+		if (j == n && n < cap)
+			idx[n++] = (unsigned)v;
+	}
+	return n;
+}
+
+/* devices.I.FIELD as an integer (0 when absent). */
+static uint64_t info_dev_u64(const fos_stats_snapshot *snap, unsigned i, const char *field)
+{
+	char nm[96];
+	uint64_t v = 0;
+	snprintf(nm, sizeof nm, "devices.%u.%s", i, field);
+	if (fos_stats_get(snap, nm, &v))
+		v = 0;
+	return v;
+}
+
+static const char *info_dev_text(const fos_stats_snapshot *snap, unsigned i, const char *field)
+{
+	char nm[96];
+	snprintf(nm, sizeof nm, "devices.%u.%s", i, field);
+	const char *t = fos_stats_text(snap, nm);
+	return t ? t : "";
+}
+
+/* "devices": [{"index": I, "device": NAME, then every other field fosd sends for it}] */
+static void info_json_devices(cli_jw *w, const fos_stats_snapshot *snap)
+{
+	unsigned idx[FOS_DEVICES_MAX];
+	size_t n = info_dev_indices(snap, idx, FOS_DEVICES_MAX);
+	cli_jw_arr(w, "devices");
+	for (size_t d = 0; d < n; d++) {
+		char pre[32];
+		int pl = snprintf(pre, sizeof pre, "devices.%u.", idx[d]);
+		cli_jw_obj(w, NULL);
+		cli_jw_u64(w, "index", idx[d]);
+		cli_jw_str(w, "device", info_dev_text(snap, idx[d], "device"));
+		for (size_t i = 0; i < fos_stats_count(snap); i++) {
+			const char *nm = fos_stats_name_at(snap, i);
+			uint64_t u;
+			double x;
+			if (strncmp(nm, pre, (size_t)pl) || !strcmp(nm + pl, "device") || fos_stats_text(snap, nm))
+				continue;
+			if (fos_stats_get(snap, nm, &u) == FOS_CODE_OK)
+				cli_jw_u64(w, nm + pl, u);
+			else if (fos_stats_get_double(snap, nm, &x) == FOS_CODE_OK)
+				cli_jw_dbl(w, nm + pl, x);
+		}
+		cli_jw_end(w, '}');
+	}
+	cli_jw_end(w, ']');
+}
+
+/* The table of devices (none from a fosd that predates them). */
+static void info_text_devices(const fos_stats_snapshot *snap)
+{
+	unsigned idx[FOS_DEVICES_MAX];
+	size_t n = info_dev_indices(snap, idx, FOS_DEVICES_MAX);
+	if (!n)
+		return;
+	printf("\ndevices (the weight cache, contexts and queued counts above are their sums):\n");
+	printf("%-3s %8s %11s %11s %8s %11s %9s %7s %9s %9s  %s\n", "#", "weights", "cache", "budget", "contexts",
+	       "ctx bytes", "lanes", "queued", "requests", "busy s", "device");
+	for (size_t d = 0; d < n; d++) {
+		unsigned i = idx[d];
+		char b1[32], b2[32], b3[32], lanes[48];
+		snprintf(lanes, sizeof lanes, "%llu/%llu", (unsigned long long)info_dev_u64(snap, i, "lanes_busy"),
+			 (unsigned long long)info_dev_u64(snap, i, "lanes"));
+		printf("%-3u %8llu %11s %11s %8llu %11s %9s %7llu %9llu %9.1f  %s\n", i,
+		       (unsigned long long)info_dev_u64(snap, i, "cache_entries"),
+		       cli_human_bytes(info_dev_u64(snap, i, "cache_bytes"), b1, sizeof b1),
+		       cli_human_bytes(info_dev_u64(snap, i, "cache_budget"), b2, sizeof b2),
+		       (unsigned long long)info_dev_u64(snap, i, "contexts"),
+		       cli_human_bytes(info_dev_u64(snap, i, "context_bytes"), b3, sizeof b3), lanes,
+		       (unsigned long long)info_dev_u64(snap, i, "queued"),
+		       (unsigned long long)info_dev_u64(snap, i, "requests"),
+		       (double)info_dev_u64(snap, i, "busy_us") / 1e6, info_dev_text(snap, i, "device"));
+	}
+}
+
+static void cli_stats_json(const cli_global *g, const fos_stats_info *s, const fos_stats_snapshot *snap)
 {
 	cli_jw w;
 	cli_jw_init(&w, stdout, 1);
@@ -182,10 +315,11 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s)
 	for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
 		cli_jw_u64(&w, pool[i].key, pool[i].v);
 	cli_jw_end(&w, '}');
+	info_json_devices(&w, snap);
 	cli_jw_end(&w, '}');
 }
 
-static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
+static void cli_stats_text(const cli_global *g, const fos_stats_info *s, const fos_stats_snapshot *snap)
 {
 	char b1[32], b2[32];
 	printf("fosd at %s: backend %s (%s), up %.1f s\n", g->server, s->backend, s->device,
@@ -248,6 +382,7 @@ static void cli_stats_text(const cli_global *g, const fos_stats_info *s)
 	       "share, %llu connections past the limit\n",
 	       (unsigned long long)s->connections, (unsigned long long)s->connections_dropped,
 	       (unsigned long long)s->connection_refusals, (unsigned long long)s->connections_rejected);
+	info_text_devices(snap);
 }
 
 enum { SF_JSON, SF_COUNT };
@@ -261,11 +396,16 @@ int cli_stats_main(const cli_global *g, int argc, char **argv)
 		.name = "stats",
 		.synopsis = "[--json]",
 		.summary = "Show fosd's counters: requests, status codes, latencies and bytes by op, the\n"
-			   "weight cache, saved contexts, the executor and the message pool.",
+			   "weight cache, saved contexts, the executor, the message pool and each device.",
 		CLI_CMD_FLAGS(flags),
 		.about = "Latencies are fosd's own (receipt to reply, OK requests), in microseconds. For ops\n"
 			 "the executor runs they are split into queue (receipt until an executor lane took\n"
-			 "the request) and run (the op and its device sync on the lane).",
+			 "the request) and run (the op and its device sync on the lane).\n"
+			 "\n"
+			 "The devices table (--json: \"devices\") has one row per device fosd serves (fosd\n"
+			 "--devices): its weights, cache, contexts, executor lanes (busy/all), requests\n"
+			 "waiting for it, requests run on it and its lanes' busy time; the cache, context\n"
+			 "and queued counts above are their sums.",
 	};
 	fos_client *c;
 	int ex;
@@ -279,10 +419,18 @@ int cli_stats_main(const cli_global *g, int argc, char **argv)
 		fos_close(c);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
+	/* the per-device values by name (a second Stats request, right after the first) */
+	fos_stats_snapshot *snap = NULL;
+	if (fos_stats_take(c, &snap, &st)) {
+		cli_status_err(&st, "stats", &err);
+		fos_close(c);
+		return cli_report(&err, CLI_EXIT_FAIL);
+	}
 	fos_close(c);
 	if (g->json && !g->quiet)
-		cli_stats_json(g, &s);
+		cli_stats_json(g, &s, snap);
 	else if (!g->quiet)
-		cli_stats_text(g, &s);
+		cli_stats_text(g, &s, snap);
+	fos_stats_free(snap);
 	return cli_flush_stdout("stats");
 }

@@ -1,6 +1,7 @@
 /* cli_weights.c: fosd's weight cache from the command line: `fos put-weight` (quantize a .npy
  * weight once and cache it under a name and version, or every tensor of a .safetensors checkpoint
- * under its tensor name), `fos drop-weight` and `fos list-weights`. A checkpoint's tensors are all
+ * under its tensor name; on the devices --devices or --replicas name), `fos drop-weight` and
+ * `fos list-weights` (with the devices holding each weight). A checkpoint's tensors are all
  * checked (dtype, shape, name) before the first is sent, and nothing is printed on stdout unless
  * all of them were cached. All three follow the global --json and --quiet (given before or after
  * the command): one JSON object, or nothing at all on success with --quiet. */
@@ -29,8 +30,25 @@ static int cli_check_weight_name(const char *name, fos_err *err)
 	return FOS_OK;
 }
 
-static void cli_weight_json(cli_jw *w, const char *key, const fos_weight_info *wi)
+/* "0,1,2" (or "-" for none) into buf; returns buf. */
+static const char *cli_devices_str(const fos_weight_entry *e, char *buf, size_t cap)
 {
+	size_t used = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < e->n_devices && used < cap; i++) {
+		int w = snprintf(buf + used, cap - used, "%s%u", i ? "," : "", (unsigned)e->devices[i]);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+	if (!e->n_devices)
+		snprintf(buf, cap, "-");
+	return buf;
+}
+
+static void cli_weight_json(cli_jw *w, const char *key, const fos_weight_entry *e)
+{
+	const fos_weight_info *wi = &e->info;
 	cli_jw_obj(w, key);
 	cli_jw_str(w, "name", wi->name);
 	cli_jw_u64(w, "version", wi->version);
@@ -56,20 +74,102 @@ static void cli_weight_json(cli_jw *w, const char *key, const fos_weight_info *w
 	cli_jw_u64(w, "columnwise_bytes", wi->columnwise_bytes);
 	cli_jw_u64(w, "master_bytes", wi->master_bytes);
 	cli_jw_u64(w, "decoded_tier_bytes", wi->decoded_tier_bytes);
+	cli_jw_arr(w, "devices");
+	for (size_t i = 0; i < e->n_devices; i++)
+		cli_jw_u64(w, NULL, e->devices[i]);
+	cli_jw_end(w, ']');
 	cli_jw_end(w, '}');
 }
 
 /* ---- put-weight ------------------------------------------------------------------------------- */
 
-/* The `cached ...` line of one weight (cli_summary: none with --quiet or --json). */
-static void cli_weight_line(const cli_global *g, const fos_weight_info *info)
+/* The `cached ...` line of one weight (cli_summary: none with --quiet or --json): ", on device(s)
+ * LIST" at its end when fosd says where it went. */
+static void cli_weight_line(const cli_global *g, const fos_weight_entry *e)
 {
-	char bb[32];
-	cli_summary(g, "cached %s version %llu: (%lld, %lld), %s blocks, %s, bound %d, %s%s", info->name,
+	const fos_weight_info *info = &e->info;
+	char bb[32], on[600] = "", dl[400];
+	if (e->n_devices)
+		snprintf(on, sizeof on, ", on device%s %s", e->n_devices == 1 ? "" : "s", cli_devices_str(e, dl, sizeof dl));
+	cli_summary(g, "cached %s version %llu: (%lld, %lld), %s blocks, %s, bound %d, %s%s%s", info->name,
 		    (unsigned long long)info->version, (long long)info->n, (long long)info->k,
 		    cli_block_name(info->weight_block, 1), cli_errmode_name(info->err_mode),
 		    info->bound ? info->bound : 256, cli_human_bytes(info->bytes, bb, sizeof bb),
-		    info->pinned ? ", pinned" : "");
+		    info->pinned ? ", pinned" : "", on);
+}
+
+/* put-weight's placement: --devices LIST or --replicas N|all (all: resolved once connected). */
+typedef struct cli_placement {
+	fos_placement pl;
+	uint32_t devices[FOS_DEVICES_MAX];
+	int replicas_all;
+} cli_placement;
+
+/* --devices LIST: comma-separated device indices (as `fos health` lists them), each once. */
+static int parse_devices(const char *list, cli_placement *p, fos_err *err)
+{
+	const char *s = list;
+	size_t n = 0;
+	for (;;) {
+		size_t len = strcspn(s, ",");
+		char item[24];
+		uint64_t v;
+		if (!len)
+			return cli_errf(err, "put-weight: --devices '%s' has an empty entry (give device indices, "
+					     "comma-separated, e.g. 0,1)", list);
+		if (len >= sizeof item || s[0] < '0' || s[0] > '9')
+			return cli_errf(err, "put-weight: --devices '%s': '%.*s' is not a device index (a whole number "
+					     "as `fos health` lists them)", list, (int)(len < 40 ? len : 40), s);
+		memcpy(item, s, len);
+		item[len] = 0;
+		fos_err ie = {0, ""};
+		if (cli_parse_u64("--devices", item, 0, UINT32_MAX, &v, &ie))
+			return cli_errf(err, "put-weight: --devices '%s': '%s' is not a device index (a whole number "
+					     "as `fos health` lists them)", list, item);
+		for (size_t j = 0; j < n; j++)
+			if (p->devices[j] == v)
+				return cli_errf(err, "put-weight: --devices '%s' lists device %s twice", list, item);
+		if (n == FOS_DEVICES_MAX)
+			return cli_errf(err, "put-weight: --devices '%s' lists more than %d devices", list, FOS_DEVICES_MAX);
+		p->devices[n++] = (uint32_t)v;
+		s += len;
+		if (!*s)
+			break;
+		s++; /* the comma; an entry must follow */
+	}
+	p->pl.devices = p->devices;
+	p->pl.n_devices = n;
+	return FOS_OK;
+}
+
+/* --replicas N|all. */
+static int parse_replicas(const char *v, cli_placement *p, fos_err *err)
+{
+	uint64_t n;
+	if (!strcmp(v, "all")) {
+		p->replicas_all = 1;
+		return FOS_OK;
+	}
+	fos_err ie = {0, ""};
+	if (cli_parse_u64("--replicas", v, 1, FOS_DEVICES_MAX, &n, &ie))
+		return cli_errf(err, "put-weight: --replicas '%s' is neither a count of devices (1 to %d) nor 'all'", v,
+				FOS_DEVICES_MAX);
+	p->pl.replicas = (uint32_t)n;
+	return FOS_OK;
+}
+
+/* --replicas all: the number of devices fosd serves (its Health). */
+static int cli_placement_resolve(fos_client *c, cli_placement *p, fos_err *err)
+{
+	if (!p->replicas_all)
+		return FOS_OK;
+	size_t n = 0;
+	fos_status st;
+	int code = fos_health_devices(c, NULL, 0, &n, &st);
+	if (code)
+		return cli_status_err(&st, "put-weight: --replicas all: the device count", err);
+	p->pl.replicas = (uint32_t)(n ? n : 1);
+	return FOS_OK;
 }
 
 /* Whether argv (before a "--") has --safetensors: the form without positional arguments. */
@@ -115,12 +215,12 @@ static int cli_safet_select(const safet_file *f, const char *match, size_t **sel
 
 /* put-weight --safetensors: every selected tensor as the weight of its name. */
 static int cli_put_safetensors(const cli_global *g, const char *path, const char *match, uint64_t version,
-			       const fos_weight_config *cfg)
+			       const fos_weight_config *cfg, cli_placement *pl)
 {
 	fos_err err = {0, ""};
 	safet_file f;
 	size_t *sel = NULL, nsel = 0;
-	fos_weight_info *infos = NULL;
+	fos_weight_entry *infos = NULL;
 	fos_client *c = NULL;
 	int ex = CLI_EXIT_FAIL;
 	if (safet_open(path, &f, &err) || cli_safet_select(&f, match, &sel, &nsel, &err))
@@ -130,7 +230,7 @@ static int cli_put_safetensors(const cli_global *g, const char *path, const char
 		fos_seterr(&err, FOS_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (cli_connect(g, &c, &err))
+	if (cli_connect(g, &c, &err) || cli_placement_resolve(c, pl, &err))
 		goto out;
 	for (size_t i = 0; i < nsel; i++) {
 		const safet_tensor *t = &f.t[sel[i]];
@@ -139,7 +239,7 @@ static int cli_put_safetensors(const cli_global *g, const char *path, const char
 			goto out;
 		fos_tensor ft = fos_tensor_2d(FOS_DTYPE_BF16, t->shape[0], t->shape[1], w);
 		fos_status st;
-		int code = fos_put_weight(c, t->name, version, &ft, cfg, &infos[i], &st);
+		int code = fos_put_weight_on(c, t->name, version, &ft, cfg, &pl->pl, &infos[i], &st);
 		free(w);
 		if (code) {
 			char what[400];
@@ -176,7 +276,8 @@ out:
 	return ex == CLI_EXIT_OK ? ex : cli_report(&err, ex);
 }
 
-enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER, PF_SAFET, PF_MATCH, PF_JSON, PF_USES, PF_COUNT };
+enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER, PF_SAFET, PF_MATCH, PF_JSON, PF_USES,
+       PF_DEVICES, PF_REPLICAS, PF_COUNT };
 
 
 /* --uses LIST: comma-separated use names into FOS_WEIGHT_USE_* bits; -1 with err on a bad one. */
@@ -238,6 +339,13 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 					       "quantized, high_precision, dequantized (default all); it\n"
 					       "keeps only what they need, other uses fail\n"
 					       "FAILED_PRECONDITION", 0, 0},
+		[PF_DEVICES] = {"--devices", "LIST", "the devices to put it on, comma-separated indices as\n"
+						     "`fos health` lists them (e.g. 0,1); a device it was on\n"
+						     "and is not listed drops its copy", 0, 0},
+		[PF_REPLICAS] = {"--replicas", "N|all", "put it on N devices (all: every device fosd serves),\n"
+							"those it is on first, then the least loaded; default\n"
+							"(neither option): where it is now, else the one\n"
+							"least loaded device", 0, 0},
 	};
 	static const char *const pos_names[] = {"NAME", "W.npy"};
 	static const char *const pos_help[] = {"the name forwards will use: 1 to 128 of [A-Za-z0-9._:/-]",
@@ -247,7 +355,8 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		.name = "put-weight",
 		.synopsis = "NAME W.npy [--version V] [--weight-block 16x16|1x16] [--err mae|mse]\n"
 			    "           [--bound 256|448] [--pin] [--drop-master] [--eager-columnwise]\n"
-			    "           [--uses forward,quantized,high_precision,dequantized] [--json]\n"
+			    "           [--uses forward,quantized,high_precision,dequantized]\n"
+			    "           [--devices LIST | --replicas N|all] [--json]\n"
 			    "   or: fos put-weight --safetensors FILE [--match GLOB] [the options above]",
 		.summary = "Quantize a weight once into fosd's cache; `fos forward NAME ...` then uses it.",
 		CLI_CMD_ARGS(pos_names, pos_help, flags),
@@ -270,6 +379,15 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 	    (!safet && cli_check_weight_name(cmd.pos[0], &err)) ||
 	    (flags[PF_USES].given && parse_uses(flags[PF_USES].value, &uses, &err)))
 		return cli_report(&err, CLI_EXIT_USAGE);
+	cli_placement place;
+	memset(&place, 0, sizeof place);
+	if (flags[PF_DEVICES].given && flags[PF_REPLICAS].given) {
+		cli_errf(&err, "put-weight: give --devices or --replicas, not both");
+		return cli_report(&err, CLI_EXIT_USAGE);
+	}
+	if ((flags[PF_DEVICES].given && parse_devices(flags[PF_DEVICES].value, &place, &err)) ||
+	    (flags[PF_REPLICAS].given && parse_replicas(flags[PF_REPLICAS].value, &place, &err)))
+		return cli_report(&err, CLI_EXIT_USAGE);
 	fos_weight_config cfg = {.weight_block = fos_block_to_wire(block),
 				 .err_mode = errm,
 				 .bound = bound,
@@ -278,7 +396,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 				 .eager_columnwise = flags[PF_EAGER].given,
 				 .uses = uses};
 	if (safet)
-		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg);
+		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg, &place);
 	const char *name = cmd.pos[0], *wp = cmd.pos[1];
 	npy_array w = {0};
 	if (cli_load_bf16(wp, 2, "(N, K)", &w, &err) || cli_check_nonempty(&w, wp, &err)) {
@@ -290,10 +408,15 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		npy_free(&w);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
+	if (cli_placement_resolve(c, &place, &err)) {
+		fos_close(c);
+		npy_free(&w);
+		return cli_report(&err, CLI_EXIT_FAIL);
+	}
 	fos_tensor t = cli_tensor_bf16(&w);
-	fos_weight_info info;
+	fos_weight_entry info;
 	fos_status st;
-	int code = fos_put_weight(c, name, version, &t, &cfg, &info, &st);
+	int code = fos_put_weight_on(c, name, version, &t, &cfg, &place.pl, &info, &st);
 	fos_close(c);
 	npy_free(&w);
 	if (code) {
@@ -376,17 +499,19 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "[--json]",
 		.summary = "List the weights in fosd's cache, in byte order of their names.",
 		CLI_CMD_FLAGS(flags),
-		.about = "fosd answers in pages of up to 1000 weights; all pages are fetched and listed.",
+		.about = "fosd answers in pages of up to 1000 weights; all pages are fetched and listed.\n"
+			 "DEVICES (--json: \"devices\") are the devices holding a copy, by their index in\n"
+			 "`fos health`; BYTES and the parts are one copy's.",
 	};
 	fos_client *c;
 	int ex;
 	if (!cli_parse_connect(g, &cmd, argc, argv, &c, &ex))
 		return ex;
 	fos_err err = {0, ""};
-	fos_weight_info *list = NULL;
+	fos_weight_entry *list = NULL;
 	size_t n = 0;
 	fos_status st;
-	int code = fos_list_weights(c, &list, &n, &st);
+	int code = fos_list_weight_entries(c, &list, &n, &st);
 	fos_close(c);
 	if (code) {
 		cli_status_err(&st, "list-weights", &err);
@@ -407,11 +532,11 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 	} else if (n == 0) {
 		printf("no weights cached at %s\n", g->server);
 	} else {
-		printf("%-24s %8s %-14s %-6s %-4s %5s %10s %s\n", "NAME", "VERSION", "SHAPE (N, K)", "BLOCK", "ERR", "BOUND",
-		       "BYTES", "FLAGS");
+		printf("%-24s %8s %-14s %-6s %-4s %5s %10s %-8s %s\n", "NAME", "VERSION", "SHAPE (N, K)", "BLOCK", "ERR",
+		       "BOUND", "BYTES", "DEVICES", "FLAGS");
 		for (size_t i = 0; i < n; i++) {
-			const fos_weight_info *wi = &list[i];
-			char shape[64], bb[32], fl[320], cb[32], colb[32], mb[32], tb[32], fu[64] = "";
+			const fos_weight_info *wi = &list[i].info;
+			char shape[64], bb[32], fl[320], cb[32], colb[32], mb[32], tb[32], fu[64] = "", dl[400];
 			snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)wi->n, (long long)wi->k);
 			for (int u = 0; u < 4; u++)
 				if (wi->weight_uses & (1 << u))
@@ -423,9 +548,10 @@ int cli_list_weights_main(const cli_global *g, int argc, char **argv)
 				 cli_human_bytes(wi->columnwise_bytes, colb, sizeof colb),
 				 cli_human_bytes(wi->master_bytes, mb, sizeof mb),
 				 cli_human_bytes(wi->decoded_tier_bytes, tb, sizeof tb));
-			printf("%-24s %8llu %-14s %-6s %-4s %5d %10s %s\n", wi->name, (unsigned long long)wi->version, shape,
-			       cli_block_name(wi->weight_block, 1), cli_errmode_name(wi->err_mode), wi->bound ? wi->bound : 256,
-			       cli_human_bytes(wi->bytes, bb, sizeof bb), fl);
+			printf("%-24s %8llu %-14s %-6s %-4s %5d %10s %-8s %s\n", wi->name, (unsigned long long)wi->version,
+			       shape, cli_block_name(wi->weight_block, 1), cli_errmode_name(wi->err_mode),
+			       wi->bound ? wi->bound : 256, cli_human_bytes(wi->bytes, bb, sizeof bb),
+			       cli_devices_str(&list[i], dl, sizeof dl), fl);
 		}
 	}
 	free(list);

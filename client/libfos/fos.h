@@ -185,8 +185,11 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st);
 /* Stats as named values, every numeric one fosd sends (new ones too, with no change to this ABI),
  * by their fos.proto names: "cache_hits", "msg_pool_active" (0 or 1); per op "ops.OP.requests",
  * "ops.OP.bytes_in", "ops.OP.latency.p99_us" (also .queue. and .run.: count, mean_us, p50_us,
- * p90_us, p99_us, p999_us, max_us), "ops.OP.codes.CODE.count" ("ops.forward.codes.NOT_FOUND.count").
- * Strings ("backend", "device") through fos_stats_text. Names are unique, in the order fosd sends
+ * p90_us, p99_us, p999_us, max_us), "ops.OP.codes.CODE.count" ("ops.forward.codes.NOT_FOUND.count");
+ * per device (fosd --devices; PROTOCOL.md "Devices") "devices.I.FIELD" with I the device's index
+ * ("devices.0.cache_bytes", "devices.1.queued", "devices.1.requests"; the top-level cache, context,
+ * decoded tier, scratch, device mapping and queued counters are their sums).
+ * Strings ("backend", "device", "devices.I.device") through fos_stats_text. Names are unique, in the order fosd sends
  * them; a name fosd does not send is not there (NOT_FOUND), so read what you need by name. */
 typedef struct fos_stats_snapshot fos_stats_snapshot;
 
@@ -545,6 +548,72 @@ typedef struct fos_connect_opts {
 int fos_connect_with(const char *url, const fos_connect_opts *o, fos_client **out, fos_status *st);
 /* Weights the handle has put again after a NOT_FOUND (reput_weights). */
 uint64_t fos_reput_count(const fos_client *c);
+
+
+/* ---- several devices (PROTOCOL.md "Devices") -------------------------------------------------- *
+ *
+ * A fosd started with `--devices` serves several devices (GPUs, or cpu stand-ins "cpu:0",
+ * "cpu:1", ...), each with its own executor, weight cache and saved contexts. Devices are named by
+ * their index 0..n-1 in fos_health_devices' list (not by CUDA ordinal). A weight is put on one
+ * device (by default the least loaded by cached bytes; a re-put stays where its name was) or on
+ * several (fos_put_weight_on); a forward runs on a device holding its weight (the one of its
+ * device tensors' GPU, else the least busy), a backward where its context was saved. The calls
+ * above work unchanged against such a fosd, with the default placement; fos_stats_info and
+ * fos_weight_info carry the sums and one copy's bytes. A fosd that predates devices is one
+ * device 0. */
+
+#define FOS_DEVICES_MAX 64 /* devices one weight entry (fos_weight_entry) can list */
+
+/* One device fosd serves. */
+typedef struct fos_device_info {
+	uint32_t index;       /* its index: what fos_placement, fos_weight_entry and fos_last_device name */
+	char backend[16];     /* "cpu" or "cuda" */
+	char device[128];     /* its name: "cuda:1 (NVIDIA H200 (sm_90))" (CUDA ordinal 1), "cpu:2 (...)" */
+	int has_gpu_uuid;     /* 1: gpu_uuid holds its GPU's UUID (cuda) */
+	uint8_t gpu_uuid[16];
+} fos_device_info;
+
+/* One Health request: the devices fosd serves, in index order. out[0..cap-1] gets the first cap of
+ * them and *n their number (out may be NULL with cap 0 to ask for the number). OK, or OUT_OF_RANGE
+ * when cap < *n (the first cap are filled). */
+int fos_health_devices(fos_client *c, fos_device_info *out, size_t cap, size_t *n, fos_status *st);
+
+/* Where fos_put_weight_on puts a weight: devices (n_devices indices, each once; each must be <
+ * the device count, else fosd answers INVALID_ARGUMENT naming it), or replicas (a count of
+ * devices, at most the device count: fosd takes those of the name's current entry first, then the
+ * GPU of a device tensor w, then the least loaded by cached bytes, ties to the lower index); not
+ * both, unless replicas equals n_devices. All zero (or pl NULL): as many as the name's current
+ * entry has (so the same devices), else one. A device the weight was on and is not chosen now
+ * drops its copy. Each copy counts against the tenant's cache quota and its device's budget. */
+typedef struct fos_placement {
+	const uint32_t *devices;
+	size_t n_devices;  /* at most FOS_DEVICES_MAX */
+	uint32_t replicas; /* 0: by devices, or the default */
+} fos_placement;
+
+/* A weight and the devices holding a copy (info's bytes and parts are one copy's). */
+typedef struct fos_weight_entry {
+	fos_weight_info info;
+	size_t n_devices;                  /* 0 only from a fosd that predates devices */
+	uint32_t devices[FOS_DEVICES_MAX]; /* ascending */
+} fos_weight_entry;
+
+/* fos_put_weight with a placement (pl NULL: the default); out (may be NULL) gets the entry and
+ * where it went. Client-side INVALID_ARGUMENT: replicas other than n_devices with devices, a device listed twice,
+ * n_devices above FOS_DEVICES_MAX, devices NULL with n_devices > 0. With reput_weights the
+ * placement is kept with the copy and used again. */
+int fos_put_weight_on(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+		      const fos_weight_config *cfg, const fos_placement *pl, fos_weight_entry *out, fos_status *st);
+/* fos_list_weights and fos_list_weights_page with each weight's devices: one entry per name,
+ * whatever the number of copies. *list is malloc'd (free() it). */
+int fos_list_weight_entries(fos_client *c, fos_weight_entry **list, size_t *count, fos_status *st);
+int fos_list_weight_entries_page(fos_client *c, const char *page_token, uint32_t page_size,
+				 fos_weight_entry **list, size_t *count, char **next_token, fos_status *st);
+/* The device (index) that ran the last call of this handle answered OK (with several threads
+ * calling at once: the last such reply to arrive); -1 before any. fosd reports device 0 for
+ * requests it answers without a device (health, stats, listings), and a fosd that predates
+ * devices always 0. */
+int fos_last_device(const fos_client *c);
 
 #ifdef __cplusplus
 }

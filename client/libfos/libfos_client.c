@@ -130,6 +130,7 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	c->cuda_mu_ok = pthread_mutex_init(&c->cuda_mu, NULL) == 0;
 	const char *spin = getenv("FOS_SPIN_US");
 	atomic_init(&c->spin_us, spin ? atoi(spin) : 0);
+	atomic_init(&c->last_device, -1);
 	if (getrandom(&c->client_id, sizeof c->client_id, 0) != (ssize_t)sizeof c->client_id)
 		c->client_id = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
 	if (!c->client_id)
@@ -171,6 +172,7 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 		return code;
 	}
 	c->max_message = h.max_message_bytes;
+	atomic_store(&c->last_device, -1); /* the connect's own Health is no call of the caller's */
 	*out = c;
 	return fosc_status(st, FOS_CODE_OK, "connected to %s (%s on %s)", url, h.backend, h.device);
 }
@@ -293,6 +295,11 @@ void fos_set_timeout(fos_client *c, int timeout_ms)
 uint64_t fos_max_message_bytes(const fos_client *c)
 {
 	return c->max_message;
+}
+
+int fos_last_device(const fos_client *c)
+{
+	return c ? atomic_load(&c->last_device) : -1;
 }
 
 void fosc_reply_free(fosc_reply *r)
@@ -473,6 +480,7 @@ parse:;
 			code = FOSC_RETRY_SOCKET;
 		goto done;
 	}
+	atomic_store(&c->last_device, out->resp->device <= INT32_MAX ? (int)out->resp->device : -1);
 	fosc_status(st, FOS_CODE_OK, "ok");
 done:
 	if (io)

@@ -53,6 +53,8 @@ struct fos_client {
 	void *cuda_stream, *cuda_stream_ctx;
 	struct fosc_devev *dev_events;
 	atomic_uint_fast64_t dev_exports, dev_closes;
+	/* Response.device of the last OK reply (fos_last_device; -1: none yet) */
+	atomic_int last_device;
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -217,13 +219,20 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 int fosc_dial(fos_client *c, const char *url, const fos_connect_opts *o, fos_status *st);
 /* The re-put registry: remember a weight put through c, forget a dropped one, put one again after
  * a NOT_FOUND (returns OK when it is there again; NOT_FOUND when c does not hold it). */
+/* A checked copy of a fos_placement (libfos_ops.c): n devices, or replicas, or all 0 (the
+ * default). */
+typedef struct fosc_place {
+	uint32_t devices[FOS_DEVICES_MAX];
+	size_t n;
+	uint32_t replicas;
+} fosc_place;
 void fosc_reput_remember(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			 const fos_weight_config *cfg);
+			 const fos_weight_config *cfg, const fosc_place *pl);
 void fosc_reput_forget(fos_client *c, const char *name);
 int fosc_reput_restore(fos_client *c, const char *name);
 void fosc_reput_free(fos_client *c);
-/* PutWeight without remembering it (libfos_ops.c). */
+/* PutWeight without remembering it (libfos_ops.c); pl NULL: the default placement. */
 int fosc_put_weight_raw(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			const fos_weight_config *cfg, fos_status *st);
+			const fos_weight_config *cfg, const fosc_place *pl, fos_status *st);
 
 #endif

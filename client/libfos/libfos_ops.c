@@ -1,4 +1,5 @@
-/* libfos_ops.c: libfos's operations: health, stats, the weight cache, forward / backward (with the
+/* libfos_ops.c: libfos's operations: health (and its devices), stats, the weight cache (with
+ * placements over several devices), forward / backward (with the
  * recompute of an expired context), release, quantize, dequantize and the one-shot linear. Each
  * fills a fos.Request, calls fosc_call (through call_result) and copies the reply's results out. */
 #include "libfos_internal.h"
@@ -131,6 +132,45 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	return FOS_CODE_OK;
 }
 
+int fos_health_devices(fos_client *c, fos_device_info *out, size_t cap, size_t *n, fos_status *st)
+{
+	if (!n)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "fos_health_devices: n is NULL");
+	*n = 0;
+	if (cap && !out)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "fos_health_devices: out is NULL with cap %zu", cap);
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__HealthRequest h = FOS__HEALTH_REQUEST__INIT;
+	rq.op_case = FOS__REQUEST__OP_HEALTH;
+	rq.health = &h;
+	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL};
+	opreply rp;
+	const Fos__HealthResult *hr = op_call(c, &rq, &oc, &rp, st);
+	if (!hr)
+		return rp.code;
+	fosc_cuda_health(c, &hr->gpu_uuid);
+	/* a fosd that predates devices serves one: the top-level fields */
+	size_t total = hr->n_devices ? hr->n_devices : 1;
+	for (size_t i = 0; i < total && i < cap; i++) {
+		const Fos__DeviceInfo *d = hr->n_devices ? hr->devices[i] : NULL;
+		fos_device_info *o = &out[i];
+		memset(o, 0, sizeof *o);
+		o->index = d ? d->index : 0;
+		copy_str(o->backend, sizeof o->backend, d ? d->backend : hr->backend);
+		copy_str(o->device, sizeof o->device, d ? d->device : hr->device);
+		const ProtobufCBinaryData *u = d ? &d->gpu_uuid : &hr->gpu_uuid;
+		if (u->len == 16) {
+			memcpy(o->gpu_uuid, u->data, 16);
+			o->has_gpu_uuid = 1;
+		}
+	}
+	fosc_reply_free(&rp.r);
+	*n = total;
+	if (cap < total && (cap || out))
+		return fosc_status(st, FOS_CODE_OUT_OF_RANGE, "fosd serves %zu devices, room for %zu", total, cap);
+	return fosc_status(st, FOS_CODE_OK, "%zu device%s", total, total == 1 ? "" : "s");
+}
+
 /* One LatencyStats (may be absent: all stay 0) into fos_op_stats' fields PRE_count, PRE_mean_us,
  * PRE_p50_us ... PRE_max_us. */
 #define STATS_LATENCY_FROM(o, pre, l)                                                                    \
@@ -236,8 +276,56 @@ static void weight_info_from(const Fos__WeightInfo *wi, fos_weight_info *o)
 	o->decoded_tier_bytes = wi->decoded_tier_bytes;
 }
 
+/* A reply's WeightInfo with its devices (sorted) into e (DATA_LOSS past FOS_DEVICES_MAX). */
+static int weight_entry_from(const Fos__WeightInfo *wi, fos_weight_entry *e, fos_status *st)
+{
+	weight_info_from(wi, &e->info);
+	if (wi->n_devices > FOS_DEVICES_MAX)
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "weight %s is on %zu devices, more than FOS_DEVICES_MAX (%d)",
+				   e->info.name, wi->n_devices, FOS_DEVICES_MAX);
+	e->n_devices = wi->n_devices;
+	memset(e->devices, 0, sizeof e->devices);
+	for (size_t i = 0; i < wi->n_devices; i++) { /* ascending, whatever order fosd sends */
+		size_t j = i;
+		for (; j > 0 && e->devices[j - 1] > wi->devices[i]; j--)
+			e->devices[j] = e->devices[j - 1];
+		e->devices[j] = wi->devices[i];
+	}
+	return FOS_CODE_OK;
+}
+
+/* Checks pl and copies it into *out (pl NULL: all 0, the default placement). */
+static int place_check(const fos_placement *pl, fosc_place *out, fos_status *st)
+{
+	memset(out, 0, sizeof *out);
+	if (!pl)
+		return FOS_CODE_OK;
+	if (pl->n_devices && pl->replicas && pl->replicas != pl->n_devices)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
+				   "placement: replicas is %u but devices lists %zu devices; give one of them",
+				   (unsigned)pl->replicas, pl->n_devices);
+	if (pl->n_devices > FOS_DEVICES_MAX)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "placement: devices lists %zu devices, at most %d allowed",
+				   pl->n_devices, FOS_DEVICES_MAX);
+	if (pl->n_devices && !pl->devices)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "placement: devices is NULL with n_devices %zu",
+				   pl->n_devices);
+	for (size_t i = 0; i < pl->n_devices; i++) {
+		for (size_t j = 0; j < i; j++)
+			if (pl->devices[j] == pl->devices[i])
+				return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
+						   "placement: devices lists device %u twice (entries %zu and %zu)",
+						   (unsigned)pl->devices[i], j, i);
+		out->devices[i] = pl->devices[i];
+	}
+	out->n = pl->n_devices;
+	out->replicas = pl->replicas;
+	return FOS_CODE_OK;
+}
+
 static int put_weight_call(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
+			   const fos_weight_config *cfg, const fosc_place *pl, fos_weight_info *info,
+			   fos_weight_entry *entry, fos_status *st)
 {
 	if (!name)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
@@ -267,6 +355,13 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		if (cfg->uses & (1 << b))
 			uses[pw.n_uses++] = (Fos__WeightUse)(b + 1);
 	pw.uses = uses;
+	uint32_t devs[FOS_DEVICES_MAX];
+	if (pl) {
+		memcpy(devs, pl->devices, pl->n * sizeof devs[0]);
+		pw.devices = devs;
+		pw.n_devices = pl->n;
+		pw.replicas = pl->replicas;
+	}
 	fosc_in ins[1] = {{&tw, w, "w"}};
 	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL};
 	opreply rp;
@@ -277,24 +372,40 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight info");
 	}
+	int code = FOS_CODE_OK;
 	if (info)
 		weight_info_from(pr->info, info);
+	if (entry)
+		code = weight_entry_from(pr->info, entry, st);
 	fosc_reply_free(&rp.r);
-	return FOS_CODE_OK;
+	return code;
 }
 
 int fosc_put_weight_raw(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			const fos_weight_config *cfg, fos_status *st)
+			const fos_weight_config *cfg, const fosc_place *pl, fos_status *st)
 {
-	return put_weight_call(c, name, version, w, cfg, NULL, st);
+	return put_weight_call(c, name, version, w, cfg, pl, NULL, NULL, st);
 }
 
 int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
 		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
 {
-	int code = put_weight_call(c, name, version, w, cfg, info, st);
+	int code = put_weight_call(c, name, version, w, cfg, NULL, info, NULL, st);
 	if (code == FOS_CODE_OK)
-		fosc_reput_remember(c, name, version, w, cfg); /* only with reput_weights (libfos_trust.c) */
+		fosc_reput_remember(c, name, version, w, cfg, NULL); /* only with reput_weights (libfos_trust.c) */
+	return code;
+}
+
+int fos_put_weight_on(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+		      const fos_weight_config *cfg, const fos_placement *pl, fos_weight_entry *out, fos_status *st)
+{
+	fosc_place p;
+	int code = place_check(pl, &p, st);
+	if (code)
+		return code;
+	code = put_weight_call(c, name, version, w, cfg, &p, NULL, out, st);
+	if (code == FOS_CODE_OK)
+		fosc_reput_remember(c, name, version, w, cfg, &p); /* only with reput_weights (libfos_trust.c) */
 	return code;
 }
 
@@ -316,8 +427,9 @@ int fos_drop_weight(fos_client *c, const char *name, fos_status *st)
 	return code;
 }
 
-int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_size, fos_weight_info **list,
-			  size_t *count, char **next_token, fos_status *st)
+/* One ListWeights page as fos_weight_info (entries 0) or fos_weight_entry (entries 1) elements. */
+static int list_page(fos_client *c, const char *page_token, uint32_t page_size, int entries, void **list,
+		     size_t *count, char **next_token, fos_status *st)
 {
 	*list = NULL;
 	*count = 0;
@@ -333,7 +445,8 @@ int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_s
 	const Fos__ListWeightsResult *lr = op_call(c, &rq, &oc, &rp, st);
 	if (!lr)
 		return rp.code;
-	fos_weight_info *a = calloc(lr->n_weights ? lr->n_weights : 1, sizeof *a);
+	size_t esz = entries ? sizeof(fos_weight_entry) : sizeof(fos_weight_info);
+	char *a = calloc(lr->n_weights ? lr->n_weights : 1, esz);
 	char *next = lr->next_page_token && lr->next_page_token[0] ? strdup(lr->next_page_token) : NULL;
 	if (!a || (lr->next_page_token && lr->next_page_token[0] && !next)) {
 		free(a);
@@ -341,8 +454,19 @@ int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_s
 		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	for (size_t i = 0; i < lr->n_weights; i++)
-		weight_info_from(lr->weights[i], &a[i]);
+	for (size_t i = 0; i < lr->n_weights; i++) {
+		if (!entries) {
+			weight_info_from(lr->weights[i], (fos_weight_info *)(void *)(a + i * esz));
+			continue;
+		}
+		int code = weight_entry_from(lr->weights[i], (fos_weight_entry *)(void *)(a + i * esz), st);
+		if (code) {
+			free(a);
+			free(next);
+			fosc_reply_free(&rp.r);
+			return code;
+		}
+	}
 	*list = a;
 	*count = lr->n_weights;
 	*next_token = next;
@@ -350,18 +474,20 @@ int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_s
 	return FOS_CODE_OK;
 }
 
-int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st)
+/* Every page of list_page, concatenated. */
+static int list_all(fos_client *c, int entries, void **list, size_t *count, fos_status *st)
 {
-	fos_weight_info *all = NULL;
+	size_t esz = entries ? sizeof(fos_weight_entry) : sizeof(fos_weight_info);
+	char *all = NULL;
 	size_t n = 0;
 	char *token = NULL;
 	*list = NULL;
 	*count = 0;
 	do {
-		fos_weight_info *page;
+		void *page;
 		size_t k;
 		char *next;
-		int code = fos_list_weights_page(c, token, 0, &page, &k, &next, st);
+		int code = list_page(c, token, 0, entries, &page, &k, &next, st);
 		if (code) {
 			free(all);
 			free(token);
@@ -375,7 +501,7 @@ int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_s
 			free(token);
 			return fosc_status(st, FOS_CODE_DATA_LOSS, "the weight list's next page token does not advance");
 		}
-		fos_weight_info *grown = k ? realloc(all, (n + k) * sizeof *all) : all;
+		char *grown = k ? realloc(all, (n + k) * esz) : all;
 		if (k && !grown) {
 			free(page);
 			free(next);
@@ -385,17 +511,51 @@ int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_s
 		}
 		all = grown;
 		if (k)
-			memcpy(all + n, page, k * sizeof *page);
+			memcpy(all + n * esz, page, k * esz);
 		n += k;
 		free(page);
 		free(token);
 		token = next;
 	} while (token);
-	*list = all ? all : calloc(1, sizeof *all);
+	*list = all ? all : calloc(1, esz);
 	if (!*list)
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
 	*count = n;
 	return FOS_CODE_OK;
+}
+
+int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_size, fos_weight_info **list,
+			  size_t *count, char **next_token, fos_status *st)
+{
+	void *l;
+	int code = list_page(c, page_token, page_size, 0, &l, count, next_token, st);
+	*list = l;
+	return code;
+}
+
+int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st)
+{
+	void *l;
+	int code = list_all(c, 0, &l, count, st);
+	*list = l;
+	return code;
+}
+
+int fos_list_weight_entries_page(fos_client *c, const char *page_token, uint32_t page_size,
+				 fos_weight_entry **list, size_t *count, char **next_token, fos_status *st)
+{
+	void *l;
+	int code = list_page(c, page_token, page_size, 1, &l, count, next_token, st);
+	*list = l;
+	return code;
+}
+
+int fos_list_weight_entries(fos_client *c, fos_weight_entry **list, size_t *count, fos_status *st)
+{
+	void *l;
+	int code = list_all(c, 1, &l, count, st);
+	*list = l;
+	return code;
 }
 
 /* ---- forward / backward --------------------------------------------------------------------- */

@@ -4,9 +4,9 @@
  * The list is made by walking the StatsResult message through protobuf-c's descriptors, so every
  * numeric field fosd sends is in it by its fos.proto name, new ones included, with no code here:
  * a scalar field is "NAME"; a field of a nested message is "NAME.FIELD"; an element of a repeated
- * message is named by its first field's value (a string, or an enum's value name) and its other
- * fields follow: "ops.forward.requests", "ops.forward.latency.p99_us",
- * "ops.forward.codes.NOT_FOUND.count". Strings other than such a naming first field are kept
+ * message is named by its first field's value (a string, an enum's value name, or an unsigned
+ * number in decimal) and its other fields follow: "ops.forward.requests",
+ * "ops.forward.latency.p99_us", "ops.forward.codes.NOT_FOUND.count", "devices.1.cache_bytes". Strings other than such a naming first field are kept
  * apart (fos_stats_text). Names are unique within a snapshot (a repeated element whose name was
  * already taken is skipped), in the order of the message. */
 #include "libfos_internal.h"
@@ -64,8 +64,9 @@ static void snap_add(fos_stats_snapshot *s, const char *name, int is_double, uin
 	s->n++;
 }
 
-/* The name an element of a repeated message takes: its first field's value, or NULL. */
-static const char *elem_name(const ProtobufCMessage *m)
+/* The name an element of a repeated message takes: its first field's value (a number written into
+ * buf), or NULL. */
+static const char *elem_name(const ProtobufCMessage *m, char *buf, size_t cap)
 {
 	const ProtobufCMessageDescriptor *md = m->descriptor;
 	if (md->n_fields == 0)
@@ -80,6 +81,14 @@ static const char *elem_name(const ProtobufCMessage *m)
 		const ProtobufCEnumValue *ev =
 			protobuf_c_enum_descriptor_get_value((const ProtobufCEnumDescriptor *)f->descriptor, *(const int *)p);
 		return ev ? ev->name : NULL;
+	}
+	if (f->type == PROTOBUF_C_TYPE_UINT32 || f->type == PROTOBUF_C_TYPE_FIXED32) {
+		snprintf(buf, cap, "%u", (unsigned)*(const uint32_t *)p);
+		return buf;
+	}
+	if (f->type == PROTOBUF_C_TYPE_UINT64 || f->type == PROTOBUF_C_TYPE_FIXED64) {
+		snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p);
+		return buf;
 	}
 	return NULL;
 }
@@ -151,7 +160,8 @@ static void walk(fos_stats_snapshot *s, const ProtobufCMessage *m, const char *p
 		size_t count = *(const size_t *)((const char *)m + f->quantifier_offset);
 		ProtobufCMessage *const *elems = *(ProtobufCMessage *const *const *)p;
 		for (size_t j = 0; j < count; j++) {
-			const char *en = elems[j] ? elem_name(elems[j]) : NULL;
+			char num[24];
+			const char *en = elems[j] ? elem_name(elems[j], num, sizeof num) : NULL;
 			char sub[FOSC_STATS_NAME_MAX];
 			if (!en || !en[0] || strchr(en, '.'))
 				continue;

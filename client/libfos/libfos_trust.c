@@ -1,7 +1,8 @@
 /* libfos_trust.c: what libfos adds for trust and recovery: dialing with TLS (a CA file and the
  * server name the certificate must carry) for tls+tcp:// URLs, fos_connect_with, and the opt-in
- * re-put of weights: the handle keeps a copy of each weight put through it and, when the server
- * answers NOT_FOUND for one (after a restart, or an eviction), puts it again and retries. */
+ * re-put of weights: the handle keeps a copy of each weight put through it (with its config and
+ * placement) and, when the server answers NOT_FOUND for one (after a restart, or an eviction),
+ * puts it again the same way and retries. */
 #include "libfos_internal.h"
 
 #include <stdio.h>
@@ -19,6 +20,7 @@ struct fosc_reput_entry {
 	fos_tensor w;            /* owns w.data */
 	fos_weight_config cfg;
 	int has_cfg;
+	fosc_place place;        /* all 0: the default placement */
 	struct fosc_reput_entry *next;
 };
 
@@ -175,7 +177,7 @@ static struct fosc_reput_entry *fosc_unlink(struct fosc_reput *rp, const char *n
 }
 
 void fosc_reput_remember(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			 const fos_weight_config *cfg)
+			 const fos_weight_config *cfg, const fosc_place *pl)
 {
 	if (!c->reput || strlen(name) > FOS_NAME_MAX)
 		return;
@@ -205,6 +207,8 @@ void fosc_reput_remember(fos_client *c, const char *name, uint64_t version, cons
 		e->cfg = *cfg;
 		e->has_cfg = 1;
 	}
+	if (pl)
+		e->place = *pl;
 	pthread_mutex_lock(&c->reput->mu);
 	struct fosc_reput_entry *old = fosc_unlink(c->reput, name);
 	e->next = c->reput->head;
@@ -234,7 +238,7 @@ int fosc_reput_restore(fos_client *c, const char *name)
 	if (!e)
 		return FOS_CODE_NOT_FOUND;
 	fos_status st;
-	int code = fosc_put_weight_raw(c, e->name, e->version, &e->w, e->has_cfg ? &e->cfg : NULL, &st);
+	int code = fosc_put_weight_raw(c, e->name, e->version, &e->w, e->has_cfg ? &e->cfg : NULL, &e->place, &st);
 	if (code == FOS_CODE_ALREADY_EXISTS) /* another thread of this handle put it first */
 		code = FOS_CODE_OK;
 	if (code == FOS_CODE_OK)
