@@ -242,7 +242,32 @@ static void test_replicas(void **state)
 	assert_true(e.devices[0] == 1 || e.devices[1] == 1);
 	forward_on("rep.grow", g_w2, &e);
 
+	/* the old listing: one entry per name too; the paged one with devices */
+	fos_weight_info *wl;
+	size_t n;
 	fos_status st;
+	assert_int_equal(fos_list_weights(g_c, &wl, &n, &st), FOS_CODE_OK);
+	assert_int_equal(n, 3);
+	assert_string_equal(wl[0].name, "rep.all");
+	assert_int_equal(wl[0].bytes, l.info.bytes);
+	free(wl);
+	fos_weight_entry *page;
+	char *next = NULL;
+	assert_int_equal(fos_list_weight_entries_page(g_c, NULL, 2, &page, &n, &next, &st), FOS_CODE_OK);
+	assert_int_equal(n, 2);
+	assert_non_null(next);
+	assert_string_equal(page[0].info.name, "rep.all");
+	expect_devices(&page[0], NDEV, all);
+	free(page);
+	char *last = NULL;
+	assert_int_equal(fos_list_weight_entries_page(g_c, next, 2, &page, &n, &last, &st), FOS_CODE_OK);
+	assert_int_equal(n, 1);
+	assert_null(last);
+	assert_string_equal(page[0].info.name, "rep.two");
+	assert_int_equal(page[0].n_devices, 2);
+	free(page);
+	free(next);
+
 	assert_int_equal(fos_drop_weight(g_c, "rep.all", &st), FOS_CODE_OK);
 	assert_int_equal(fos_drop_weight(g_c, "rep.two", &st), FOS_CODE_OK);
 	assert_int_equal(fos_drop_weight(g_c, "rep.grow", &st), FOS_CODE_OK);
