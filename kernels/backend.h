@@ -373,7 +373,9 @@ int fos_linear_forward(fos_backend *be, const uint16_t *x, int64_t m, const fos_
 		       const fos_linear_opts *o, const uint16_t *bias, uint16_t *y, fos_saved *saved,
 		       fos_err *err);
 /* dx (M, K), dw (N, K), db (N, optional) bf16 from dy (M, N) bf16 and what forward saved.
- * qw must be the same weight, made for the saved override's use (else EINVAL naming it). */
+ * qw must be the same weight, made for the saved override's use (else EINVAL naming it). dx or dw
+ * NULL: that gradient is not computed (its GEMM and operands skipped; the other gradients' bits
+ * are the same as with it). */
 int fos_linear_backward_w(fos_backend *be, const fos_saved *saved, const fos_qweight *qw, const fos_wops *wo,
 			  const uint16_t *dy, uint16_t *dx, uint16_t *dw, uint16_t *db, fos_err *err);
 /* fos_linear_backward_w with wo NULL. */

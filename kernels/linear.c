@@ -646,10 +646,10 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qw
 		return fos_seterr(err, FOS_EINVAL,
 				  "saved context's columnwise X has %lld columns, not M = %lld padded to %lld",
 				  (long long)sv->xcol.cols, (long long)m, (long long)mp);
-	/* w_col's decoded operand: the caller's, or decoded now (freed with the scratch s) */
-	const uint16_t *wcol;
+	/* w_col's decoded operand (dX only): the caller's, or decoded now (freed with the scratch s) */
+	const uint16_t *wcol = 0;
 	void *wown = 0;
-	if ((rc = wop_get(be, qw, wo, 1, wo ? wo->wcol_dec : 0, &wcol, &wown, err)))
+	if (dx && (rc = wop_get(be, qw, wo, 1, wo ? wo->wcol_dec : 0, &wcol, &wown, err)))
 		return rc;
 	if (wown && s->n < 16)
 		s->p[s->n++] = wown;
@@ -666,7 +666,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qw
 	float g_dinv = 1.0f / 2688.0f, dinv = 1.0f / fos_bound_d(qw->opts.bound);
 	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, dinv, 0, 0};
 	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, dinv, 0, 0};
-	if (be->grad_pair) {
+	if (be->grad_pair && dx && dw) {
 		/* Both decoded gradient operands (the GEMMs use nothing else of the two quantizes) from one
 		 * pass over dY: the same bytes as the two quantizes below, so the same GEMM calls give the
 		 * same dX and dW. Peak memory: both (M, N) bf16 operands are live together during the dX
@@ -695,13 +695,17 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qw
 	fos_qtensor dq;
 	uint16_t *ddec = 0;
 	/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
-	if ((rc = quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
-		return rc;
-	rc = be->gemm(be, ddec, wcol, m, k, n, &e1, dx, err);
-	fos_qtensor_free(be, &dq);
-	be->free(be, ddec);
-	if (rc)
-		return rc;
+	if (dx) {
+		if ((rc = quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
+			return rc;
+		rc = be->gemm(be, ddec, wcol, m, k, n, &e1, dx, err);
+		fos_qtensor_free(be, &dq);
+		be->free(be, ddec);
+		if (rc)
+			return rc;
+	}
+	if (!dw)
+		return FOS_OK;
 	/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
 	if ((rc = quantize_new(be, dyp, 1, n, mp, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
@@ -725,18 +729,24 @@ static int backward_bf16(fos_backend *be, const fos_saved *sv, const uint16_t *w
 	if (be->gemm_ex) {
 		/* dX[m, k] = sum_n dY[m, n] W[n, k]: W read as stored-transposed B.
 		 * dW[n, k] = sum_m dY[m, n] X[m, k]: dY and X both read as stored-transposed. */
-		int rc = be->gemm_ex(be, dyp, 0, wop, 1, m, k, n, &ex, dx, err);
-		return rc ? rc : be->gemm_ex(be, dyp, 1, xop, 1, n, k, mp, &ew, dw, err);
+		int rc = dx ? be->gemm_ex(be, dyp, 0, wop, 1, m, k, n, &ex, dx, err) : FOS_OK;
+		return rc || !dw ? rc : be->gemm_ex(be, dyp, 1, xop, 1, n, k, mp, &ew, dw, err);
 	}
-	uint16_t *wt = scr_alloc(s, (size_t)(n * k) * 2), *xt = scr_alloc(s, (size_t)(mp * k) * 2);
-	uint16_t *dyt = scr_alloc(s, (size_t)(mp * n) * 2);
-	if (!wt || !xt || !dyt)
+	int rc = FOS_OK;
+	if (dx) {
+		uint16_t *wt = scr_alloc(s, (size_t)(n * k) * 2);
+		if (!wt)
+			return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the backward operands");
+		rc = be->transpose(be, wop, wt, n, k, 2, err);
+		if (!rc)
+			rc = be->gemm(be, dyp, wt, m, k, n, &ex, dx, err);
+	}
+	if (rc || !dw)
+		return rc;
+	uint16_t *xt = scr_alloc(s, (size_t)(mp * k) * 2), *dyt = scr_alloc(s, (size_t)(mp * n) * 2);
+	if (!xt || !dyt)
 		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the backward operands");
-	int rc = be->transpose(be, wop, wt, n, k, 2, err);
-	if (!rc)
-		rc = be->gemm(be, dyp, wt, m, k, n, &ex, dx, err);
-	if (!rc)
-		rc = be->transpose(be, dyp, dyt, mp, n, 2, err);
+	rc = be->transpose(be, dyp, dyt, mp, n, 2, err);
 	if (!rc)
 		rc = be->transpose(be, xop, xt, mp, k, 2, err);
 	if (!rc)
@@ -806,7 +816,7 @@ int fos_linear_backward_w(fos_backend *be, const fos_saved *sv, const fos_qweigh
 		const uint16_t *xp = sv->x;
 		if (!qw->master)
 			rc = fos_seterr(err, FOS_EINVAL, "high_precision backward needs the weight's master copy");
-		else if (mp != m) {
+		else if (mp != m && dw) {
 			uint16_t *t = scr_alloc(&s, (size_t)(mp * k) * 2);
 			rc = t ? pad_rows(be, sv->x, m, mp, k, t, err)
 			       : fos_seterr(err, FOS_ENOMEM, "out of backend memory padding X to %lld rows",
@@ -816,21 +826,23 @@ int fos_linear_backward_w(fos_backend *be, const fos_saved *sv, const fos_qweigh
 		if (!rc)
 			rc = backward_bf16(be, sv, qw->master, xp, dyp, mp, 0, 0, dx, dw, &s, err);
 	} else if (sv->override == FOS_OVR_DEQUANTIZED) {
-		/* deq(W) into the caller's scratch when there is one */
-		uint16_t *wd = (wo && wo->ws) ? fos_wscratch_get(be, wo->ws, (size_t)(n * k) * 2, err)
-					      : scr_alloc(&s, (size_t)(n * k) * 2);
-		uint16_t *xd = scr_alloc(&s, (size_t)(mp * k) * 2);
-		rc = (!wd || !xd) ? fos_seterr(err, FOS_ENOMEM, "out of backend memory dequantizing operands") : 0;
-		if (!rc)
+		/* deq(W) (for dX) into the caller's scratch when there is one; deq(X) (for dW) */
+		uint16_t *wd = !dx ? 0
+			       : (wo && wo->ws) ? fos_wscratch_get(be, wo->ws, (size_t)(n * k) * 2, err)
+						: scr_alloc(&s, (size_t)(n * k) * 2);
+		uint16_t *xd = dw ? scr_alloc(&s, (size_t)(mp * k) * 2) : 0;
+		rc = ((dx && !wd) || (dw && !xd)) ? fos_seterr(err, FOS_ENOMEM, "out of backend memory dequantizing operands")
+						   : 0;
+		if (!rc && wd)
 			rc = be->dequantize(be, &qw->q, FOS_BF16, wd, err);
-		if (!rc)
+		if (!rc && xd)
 			rc = be->dequantize(be, &sv->xq, FOS_BF16, xd, err);
-		if (!rc && mp != m) /* deq(X) with zero rows up to Mp */
+		if (!rc && xd && mp != m) /* deq(X) with zero rows up to Mp */
 			rc = be->zero(be, xd + m * k, (size_t)((mp - m) * k) * 2, err);
 		const uint16_t *zw = 0, *zx = 0; /* see deq_zero_row */
-		if (!rc && n % 128)
+		if (!rc && dx && n % 128)
 			rc = deq_zero_row(be, &qw->q, k, &s, &zw, err);
-		if (!rc && m % 128 && !sv->xq.row_scaled)
+		if (!rc && dw && m % 128 && !sv->xq.row_scaled)
 			rc = deq_zero_row(be, &sv->xq, k, &s, &zx, err);
 		if (!rc)
 			rc = backward_bf16(be, sv, wd, xd, dyp, mp, zw, zx, dx, dw, &s, err);

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <nng/nng.h>
@@ -25,7 +26,8 @@ int traw_open(nng_socket *s, const char *url)
 	return 0;
 }
 
-Fos__Response *traw_call(nng_socket s, Fos__Request *rq, const fosw_placer *pl, const void *bytes, size_t n)
+Fos__Response *traw_call_data(nng_socket s, Fos__Request *rq, const fosw_placer *pl, const void *bytes, size_t n,
+			      uint8_t **data_out, size_t *dlen_out)
 {
 	static uint64_t id = 1000;
 	rq->id = ++id;
@@ -41,10 +43,21 @@ Fos__Response *traw_call(nng_socket s, Fos__Request *rq, const fosw_placer *pl, 
 	char why[256];
 	assert_int_equal(fosw_split(nng_msg_body(rep), nng_msg_len(rep), &hdr, &hlen, &data, &dlen, why, sizeof why), 0);
 	Fos__Response *resp = fos__response__unpack(NULL, hlen, hdr);
+	if (data_out) {
+		*data_out = malloc(dlen ? dlen : 1);
+		assert_non_null(*data_out);
+		memcpy(*data_out, data, dlen);
+		*dlen_out = dlen;
+	}
 	nng_msg_free(rep);
 	assert_non_null(resp);
 	assert_int_equal(resp->id, rq->id);
 	return resp;
+}
+
+Fos__Response *traw_call(nng_socket s, Fos__Request *rq, const fosw_placer *pl, const void *bytes, size_t n)
+{
+	return traw_call_data(s, rq, pl, bytes, n, NULL, NULL);
 }
 
 void traw_check(Fos__Response *r, int code, const char *needle)

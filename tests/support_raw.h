@@ -20,6 +20,11 @@ int traw_open(nng_socket *s, const char *url);
  * fos__response__free_unpacked), after checking that it answers rq's id. */
 Fos__Response *traw_call(nng_socket s, Fos__Request *rq, const fosw_placer *pl, const void *bytes, size_t n);
 
+/* traw_call that also gives the reply's data section: a malloc'd copy in *data (free it), *dlen
+ * bytes. */
+Fos__Response *traw_call_data(nng_socket s, Fos__Request *rq, const fosw_placer *pl, const void *bytes, size_t n,
+			      uint8_t **data, size_t *dlen);
+
 /* Frees the reply r, failing the test first unless its code is code (0: OK) and, with needle
  * not NULL, its message contains needle. */
 void traw_check(Fos__Response *r, int code, const char *needle);

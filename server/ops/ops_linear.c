@@ -281,21 +281,26 @@ out:
 
 /* Backend buffers for dX (m, k), dW (n, k) and, with a bias, db (n), in that order: 0, or -1 with
  * e; what was allocated stays in *dx, *dw, *db for the caller to free. */
-static int grads_alloc(fosd_opctx *c, int64_t m, int64_t n, int64_t k, int has_bias, void **dx, void **dw, void **db,
-		       fos_err *e)
+/* The gradients' buffers; skip_dx / skip_dw: that one left NULL (not computed). */
+static int grads_alloc(fosd_opctx *c, int64_t m, int64_t n, int64_t k, int has_bias, int skip_dx, int skip_dw,
+		       void **dx, void **dw, void **db, fos_err *e)
 {
-	if (!(*dx = fosd_dev_out(c, "dx", (size_t)(m * k * 2), e)) || !(*dw = fosd_dev_out(c, "dw", (size_t)(n * k * 2), e)) ||
+	if ((!skip_dx && !(*dx = fosd_dev_out(c, "dx", (size_t)(m * k * 2), e))) ||
+	    (!skip_dw && !(*dw = fosd_dev_out(c, "dw", (size_t)(n * k * 2), e))) ||
 	    (has_bias && !(*db = fosd_dev_out(c, "db", (size_t)n * 2, e))))
 		return -1;
 	return 0;
 }
 
-/* The gradients as outputs of a reply, into its dx, dw and db fields (db when there is one). */
+/* The gradients computed as outputs of a reply, into its dx, dw and db fields (each when there is
+ * one). */
 static void grads_out(fosd_outs *o, int64_t m, int64_t n, int64_t k, const void *dx, const void *dw, const void *db,
 		      Fos__Tensor **tdx, Fos__Tensor **tdw, Fos__Tensor **tdb)
 {
-	*tdx = fosd_out_add(o, BF16, m, k, dx);
-	*tdw = fosd_out_add(o, BF16, n, k, dw);
+	if (dx)
+		*tdx = fosd_out_add(o, BF16, m, k, dx);
+	if (dw)
+		*tdw = fosd_out_add(o, BF16, n, k, dw);
 	if (db)
 		*tdb = fosd_out_add(o, BF16, n, 0, db);
 }
@@ -324,15 +329,16 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
 				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
 	/* the inline results only: those written into regions are bounded by their regions */
-	uint64_t out = (fosd_shm_output_named(s->rq, "dx") ? 0 : (uint64_t)m * (uint64_t)k * 2) +
-		       (fosd_shm_output_named(s->rq, "dw") ? 0 : (uint64_t)n * (uint64_t)k * 2) +
+	uint64_t out = (a->skip_dx || fosd_shm_output_named(s->rq, "dx") ? 0 : (uint64_t)m * (uint64_t)k * 2) +
+		       (a->skip_dw || fosd_shm_output_named(s->rq, "dw") ? 0 : (uint64_t)n * (uint64_t)k * 2) +
 		       (sv->has_bias && !fosd_shm_output_named(s->rq, "db") ? (uint64_t)n * 2 : 0);
 	if (out + 4096 > srv->cfg->max_message_bytes)
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "dX, dW, db (%llu bytes) would exceed the message limit",
 				 (unsigned long long)out);
 	nng_msg *r = NULL;
 	void *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL;
-	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) || grads_alloc(oc, m, n, k, sv->has_bias, &dx, &dw, &db, &e)) {
+	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) ||
+	    grads_alloc(oc, m, n, k, sv->has_bias, a->skip_dx, a->skip_dw, &dx, &dw, &db, &e)) {
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
@@ -411,7 +417,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		goto out;
 	}
 	if (a->has_dy) {
-		if (grads_alloc(c, m, n, k, a->has_bias, &dx, &dw, &db, &e)) {
+		if (grads_alloc(c, m, n, k, a->has_bias, 0, 0, &dx, &dw, &db, &e)) {
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}

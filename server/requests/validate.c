@@ -279,6 +279,15 @@ int fosd_validate_backward(vctx *v, const Fos__Request *rq, fosd_args *args, uin
 	(void)max_reply;
 	a->id = r->context_id;
 	a->keep = r->keep_context;
+	a->skip_dx = r->skip_dx;
+	a->skip_dw = r->skip_dw;
+	for (size_t i = 0; i < rq->n_shm_outputs; i++) {
+		const char *res = rq->shm_outputs[i] ? rq->shm_outputs[i]->result : NULL;
+		if (res && ((a->skip_dx && !strcmp(res, "dx")) || (a->skip_dw && !strcmp(res, "dw")))) {
+			snprintf(v->msg, v->msgsz, "shm_outputs[%zu] names %s, which backward.skip_%s leaves out", i, res, res);
+			return INVALID;
+		}
+	}
 	return get_tensor(v, r->dy, "dy", FOS__DTYPE__DTYPE_BF16, 2, &a->dy);
 }
 

@@ -36,6 +36,7 @@ typedef struct fosd_bwd_args {
 	uint64_t id;
 	fosw_tensor dy;
 	int keep;
+	int skip_dx, skip_dw; /* gradients not computed */
 } fosd_bwd_args;
 
 typedef struct fosd_quant_args {
