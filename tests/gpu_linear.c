@@ -575,6 +575,19 @@ static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *
 	/* GEMM outputs */
 	uint16_t *yg = host_copy(g_gpu, y, (size_t)(m * n) * 2), *dxg = host_copy(g_gpu, dx, (size_t)(m * k) * 2);
 	uint16_t *dwg = host_copy(g_gpu, dw, (size_t)(n * k) * 2);
+	/* one gradient skipped (BackwardRequest.skip_dx / skip_dw): the other's bits unchanged */
+	for (int skip = 0; skip < 2; skip++) {
+		uint16_t *g1 = g_gpu->alloc(g_gpu, skip ? (size_t)(m * k) * 2 : (size_t)(n * k) * 2);
+		rc = fos_linear_backward(g_gpu, &sg, &wg, dy, skip ? g1 : NULL, skip ? NULL : g1, NULL, &e);
+		if (rc)
+			fprintf(stderr, "backward skipping d%s: %s
+", skip ? "W" : "X", e.msg);
+		assert_int_equal(rc, FOS_OK);
+		uint16_t *h1 = host_copy(g_gpu, g1, skip ? (size_t)(m * k) * 2 : (size_t)(n * k) * 2);
+		assert_memory_equal(h1, skip ? dxg : dwg, skip ? (size_t)(m * k) * 2 : (size_t)(n * k) * 2);
+		free(h1);
+		g_gpu->free(g_gpu, g1);
+	}
 	double s_y = sqnr_db(yc, yg, m * n), s_dx = sqnr_db(dxc, dxg, m * k), s_dw = sqnr_db(dwc, dwg, n * k);
 	double s_db = 999.0;
 	if (bh) {
