@@ -580,8 +580,7 @@ static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *
 		uint16_t *g1 = g_gpu->alloc(g_gpu, skip ? (size_t)(m * k) * 2 : (size_t)(n * k) * 2);
 		rc = fos_linear_backward(g_gpu, &sg, &wg, dy, skip ? g1 : NULL, skip ? NULL : g1, NULL, &e);
 		if (rc)
-			fprintf(stderr, "backward skipping d%s: %s
-", skip ? "W" : "X", e.msg);
+			fprintf(stderr, "backward skipping d%s: %s\n", skip ? "W" : "X", e.msg);
 		assert_int_equal(rc, FOS_OK);
 		uint16_t *h1 = host_copy(g_gpu, g1, skip ? (size_t)(m * k) * 2 : (size_t)(n * k) * 2);
 		assert_memory_equal(h1, skip ? dxg : dwg, skip ? (size_t)(m * k) * 2 : (size_t)(n * k) * 2);
