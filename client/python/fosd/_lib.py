@@ -26,6 +26,7 @@ CODE_NAMES = {
 OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 3, 4, 5
 FAILED_PRECONDITION, UNAVAILABLE, CANCELLED = 9, 14, 1
 PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, DATA_LOSS = 7, 8, 12, 15
+OUT_OF_RANGE = 11
 
 DTYPE_BF16, DTYPE_F32, DTYPE_U8, DTYPE_E4M3 = 1, 2, 3, 4
 DTYPE_BYTES = {DTYPE_BF16: 2, DTYPE_F32: 4, DTYPE_U8: 1, DTYPE_E4M3: 1}
@@ -116,6 +117,24 @@ class WeightInfo(ctypes.Structure):
                 ("decoded_tier_bytes", c_u64)]
 
 
+DEVICES_MAX = 64  # FOS_DEVICES_MAX: devices one fos_weight_entry lists
+
+
+class DeviceInfo(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("backend", c_char * 16), ("device", c_char * 128),
+                ("has_gpu_uuid", c_int), ("gpu_uuid", ctypes.c_uint8 * 16)]
+
+
+class Placement(ctypes.Structure):
+    _fields_ = [("devices", ctypes.POINTER(ctypes.c_uint32)), ("n_devices", ctypes.c_size_t),
+                ("replicas", ctypes.c_uint32)]
+
+
+class WeightEntry(ctypes.Structure):
+    _fields_ = [("info", WeightInfo), ("n_devices", ctypes.c_size_t),
+                ("devices", ctypes.c_uint32 * DEVICES_MAX)]
+
+
 class ForwardOpts(ctypes.Structure):
     _fields_ = [("weight_version", c_u64), ("override", c_int), ("row_scaled", c_int),
                 ("save_context", c_int)]
@@ -157,6 +176,8 @@ LAYOUTS = {
     "ContextStruct": ("fos_context", ContextStruct), "BackwardOpts": ("fos_backward_opts", BackwardOpts),
     "QuantConfig": ("fos_quant_config", QuantConfig), "LinearConfig": ("fos_linear_config", LinearConfig),
     "ConnectOpts": ("fos_connect_opts", ConnectOpts),
+    "Placement": ("fos_placement", Placement), "WeightEntry": ("fos_weight_entry", WeightEntry),
+    "DeviceInfo": ("fos_device_info", DeviceInfo),
 }
 
 # ---- finding and loading the library --------------------------------------------------------
@@ -229,10 +250,30 @@ def _declare(lib):
         "fos_cuda_release": (I, [V, V, ST]),
         "fos_cuda_ptr_uuid": (I, [V, ctypes.c_char_p, ST]),
     }
-    for name, (res, args) in sig.items():
-        f = getattr(lib, name)
+    # calls a libfos of an earlier release may lack (has(name) says whether this one has them)
+    optional = {
+        "fos_put_weight_on": (I, [V, S, U64, T, P(WeightConfig), P(Placement), P(WeightEntry), ST]),
+        "fos_list_weight_entries": (I, [V, P(P(WeightEntry)), P(SZ), ST]),
+        "fos_health_devices": (I, [V, P(DeviceInfo), SZ, P(SZ), ST]),
+    }
+    for name, (res, args) in list(sig.items()) + list(optional.items()):
+        try:
+            f = getattr(lib, name)
+        except AttributeError:
+            if name in optional:
+                continue
+            raise
         f.restype = res
         f.argtypes = args
+
+
+def has(lib, name):
+    """Whether the loaded libfos has the call name (see _declare's optional ones)."""
+    try:
+        getattr(lib, name)
+    except AttributeError:
+        return False
+    return True
 
 
 def load():

@@ -83,9 +83,9 @@ class WeightInfo:
 
     __slots__ = ("name", "version", "n", "k", "weight_block", "err", "bound", "bytes", "pinned",
                  "has_master", "has_columnwise", "uses", "idle_ms", "weight_uses", "codes_bytes",
-                 "columnwise_bytes", "master_bytes", "decoded_tier_bytes")
+                 "columnwise_bytes", "master_bytes", "decoded_tier_bytes", "devices")
 
-    def __init__(self, s):
+    def __init__(self, s, devices=None):
         self.name = _s(s.name)
         self.version = s.version
         self.n, self.k = s.n, s.k
@@ -100,6 +100,43 @@ class WeightInfo:
         self.weight_uses = tuple(u for u, b in _lib.WEIGHT_USES.items() if s.weight_uses & b)
         self.codes_bytes, self.columnwise_bytes = s.codes_bytes, s.columnwise_bytes
         self.master_bytes, self.decoded_tier_bytes = s.master_bytes, s.decoded_tier_bytes
+        # the indices of the devices holding a copy (PROTOCOL.md "Devices"; bytes are one copy's),
+        # None where libfos does not say (a libfos without fos_list_weight_entries)
+        self.devices = devices
+
+
+def _entry_devices(e):
+    return tuple(e.devices[i] for i in range(min(e.n_devices, _lib.DEVICES_MAX)))
+
+
+def _u32(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 32:
+        raise Error(_lib.INVALID_ARGUMENT, "%s: %r is not a device index or count (an integer 0 .. 2^32-1)"
+                    % (what, v))
+    return v
+
+
+def placement(devices=None, replicas=0):
+    """The fos_placement of put_weight's devices and replicas (checked), or None for the default
+    (neither given). Keeps its device array alive as ._keep."""
+    if devices is None and not replicas:
+        _u32(replicas, "replicas")
+        return None
+    if devices is not None and replicas:
+        raise Error(_lib.INVALID_ARGUMENT, "devices and replicas: give one of them, not both")
+    pl = _lib.Placement()
+    if devices is not None:
+        if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+            raise Error(_lib.INVALID_ARGUMENT, "devices: %r is not a list of device indices" % (devices,))
+        idx = [_u32(d, "devices") for d in devices]
+        if not idx:
+            raise Error(_lib.INVALID_ARGUMENT, "devices is empty (None: the default placement)")
+        arr = (ctypes.c_uint32 * len(idx))(*idx)
+        pl.devices, pl.n_devices = ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint32)), len(idx)
+        pl._keep = arr
+    else:
+        pl.replicas = _u32(replicas, "replicas")
+    return pl
 
     def __repr__(self):
         return "WeightInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
@@ -344,6 +381,26 @@ class Client:
                 "uptime_ms": info.uptime_ms, "max_message_bytes": info.max_message_bytes,
                 "draining": bool(info.draining)}
 
+    def health_devices(self):
+        """The devices fosd serves (fosd --devices; one for a fosd without), in index order: dicts
+        of "index" (what put_weight's devices name), "backend", "device" and "gpu_uuid" (16 bytes,
+        None without a GPU)."""
+        if not _lib.has(self._lib, "fos_health_devices"):
+            raise Error(_lib.UNIMPLEMENTED, "health_devices: this libfos has no fos_health_devices "
+                        "(a libfos of an earlier release)")
+        h = self._h()
+        n = ctypes.c_size_t()
+        st = _lib.Status()
+        check(self._lib.fos_health_devices(h, None, 0, ctypes.byref(n), ctypes.byref(st)), st)
+        while True:
+            arr = (_lib.DeviceInfo * max(n.value, 1))()
+            rc = self._lib.fos_health_devices(h, arr, len(arr), ctypes.byref(n), ctypes.byref(st))
+            if rc != _lib.OUT_OF_RANGE:  # OUT_OF_RANGE: more devices than a moment ago
+                check(rc, st)
+                break
+        return [{"index": d.index, "backend": _s(d.backend), "device": _s(d.device),
+                 "gpu_uuid": bytes(d.gpu_uuid) if d.has_gpu_uuid else None} for d in arr[:n.value]]
+
     def stats(self):
         """fosd's Stats as a dict of every value fosd sends (libfos's named snapshot, so counters
         added to fosd appear without a change here): top-level counters by their fos.proto names,
@@ -399,24 +456,29 @@ class Client:
     # ---- the weight cache ----
 
     def put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, *,
-                   pin=False, drop_master=False, eager_columnwise=False, uses=None):
+                   pin=False, drop_master=False, eager_columnwise=False, uses=None, devices=None,
+                   replicas=0):
         """Quantizes w (N, K) once and caches it as (name, version); returns its WeightInfo.
 
         uses: what the weight serves, names out of "forward", "quantized", "high_precision",
-        "dequantized" (None: all); it keeps only what they need (PROTOCOL.md "Weight uses")."""
-        return WeightInfo(self._put_weight(name, w, version, weight_block, err, bound, pin, drop_master,
-                                           eager_columnwise, uses))
-
-    def _put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, pin=False,
-                    drop_master=False, eager_columnwise=False, uses=None):
-        """put_weight, returning libfos's fos_weight_info."""
+        "dequantized" (None: all); it keeps only what they need (PROTOCOL.md "Weight uses").
+        devices, replicas: where a fosd serving several devices (fosd --devices) keeps copies
+        (PROTOCOL.md "Devices"): devices, a list of device indices (health_devices lists
+        them); or replicas, a number of devices fosd picks; not both. Neither: the devices
+        of the name's current copies, else the least loaded one. The WeightInfo's devices say
+        where it went."""
         a = _arr(w, "w", 2)
         cfg = self._weight_config(weight_block, err, bound, pin, drop_master, eager_columnwise, uses)
+        pl = placement(devices, replicas)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise Error(_lib.INVALID_ARGUMENT, "version must be a non-negative integer, got %r" % (version,))
-        info = _lib.WeightInfo()
-        self._put(name, self._name(name), a, version, cfg, info)
-        return info
+        if pl is None and not _lib.has(self._lib, "fos_put_weight_on"):
+            info = _lib.WeightInfo()
+            self._put(name, self._name(name), a, version, cfg, info)
+            return WeightInfo(info)
+        entry = _lib.WeightEntry()
+        self._put(name, self._name(name), a, version, cfg, entry=entry, placement=pl)
+        return WeightInfo(entry.info, _entry_devices(entry))
 
     @staticmethod
     def _weight_config(weight_block="16x16", err="mae", bound=256, pin=False, drop_master=False,
@@ -437,15 +499,25 @@ class Client:
                                  _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(pin)),
                                  int(bool(drop_master)), int(bool(eager_columnwise)), ubits)
 
-    def _put(self, name, bname, a, version, cfg, info=None):
+    def _put(self, name, bname, a, version, cfg, info=None, entry=None, placement=None):
         """The put of Arr a (N, K) as (name, version) with a checked fos_weight_config; bname is
-        name encoded. info: a fos_weight_info to fill (None: libfos fills none)."""
+        name encoded. info: a fos_weight_info to fill (None: libfos fills none). With a placement
+        (fosd.client.placement) or an entry (a fos_weight_entry to fill): fos_put_weight_on."""
         h = self._h()
         lib = self._lib
-        ref = ctypes.byref(info) if info is not None else None
+        on = placement is not None or entry is not None
+        if on and not _lib.has(lib, "fos_put_weight_on"):
+            raise Error(_lib.UNIMPLEMENTED, "devices, replicas: this libfos has no fos_put_weight_on "
+                        "(a libfos of an earlier release)")
+        target = entry if on else info
+        ref = ctypes.byref(target) if target is not None else None
+        pref = ctypes.byref(placement) if placement is not None else None
 
         def fn(i, o):
             st = _lib.Status()
+            if on:
+                return lib.fos_put_weight_on(h, bname, version, i[0], ctypes.byref(cfg), pref, ref,
+                                             ctypes.byref(st)), st
             return lib.fos_put_weight(h, bname, version, i[0], ctypes.byref(cfg), ref, ctypes.byref(st)), st
 
         self._plane.call([(a, _wire(a, "w", (BF16,)))], [], fn)
@@ -464,13 +536,17 @@ class Client:
         check(self._lib.fos_drop_weight(self._h(), self._name(name), ctypes.byref(st)), st)
 
     def list_weights(self):
-        """The tenant's cached weights, most recently used first."""
-        p = ctypes.POINTER(_lib.WeightInfo)()
+        """The tenant's cached weights, most recently used first (each once, its devices saying
+        where its copies are)."""
+        entries = _lib.has(self._lib, "fos_list_weight_entries")
+        p = ctypes.POINTER(_lib.WeightEntry if entries else _lib.WeightInfo)()
         n = ctypes.c_size_t()
         st = _lib.Status()
-        check(self._lib.fos_list_weights(self._h(), ctypes.byref(p), ctypes.byref(n), ctypes.byref(st)), st)
+        f = self._lib.fos_list_weight_entries if entries else self._lib.fos_list_weights
+        check(f(self._h(), ctypes.byref(p), ctypes.byref(n), ctypes.byref(st)), st)
         try:
-            out = [WeightInfo(p[i]) for i in range(n.value)]
+            out = [WeightInfo(p[i].info, _entry_devices(p[i])) if entries else WeightInfo(p[i])
+                   for i in range(n.value)]
         finally:
             if p:
                 _lib.libc_free(ctypes.cast(p, ctypes.c_void_p))

@@ -2,9 +2,11 @@
 
   Linear(in_features, out_features, bias=True, *, client=None, name=None, override=None,
          weight_block="16x16", row_scaled=False, err="mae", bound=256, device=None,
-         dtype=torch.bfloat16)
+         dtype=torch.bfloat16, devices=None, replicas=0)
       an nn.Module like torch.nn.Linear (same parameters, same initialization), y = x W^T + b
       computed by fosd as an NVFP4 four-over-six linear layer, with its backward through fosd.
+      devices, replicas: where a fosd serving several devices keeps the weight's copies
+      (Client.put_weight's; PROTOCOL.md "Devices"), passed with every put.
   linear(x, weight, bias=None, *, client=None, **options)   the same as a function
   convert(module, *, client=None, include=None, **options)  replaces the nn.Linear layers of a
       model by Linear layers sharing their parameters (an optimizer made before keeps working)
@@ -39,7 +41,7 @@ import fosd as _fosd
 
 from . import _lib
 from ._errors import Error
-from .client import _arr, _opt
+from .client import _arr, _opt, placement
 
 __all__ = ["Linear", "linear", "convert"]
 
@@ -52,7 +54,8 @@ def unique_name():
     return "py.%s.%d" % (_tag, next(_seq))
 
 
-def _check_options(override, weight_block, row_scaled, err, bound):
+def _check_options(override, weight_block, row_scaled, err, bound, devices=None, replicas=0):
+    placement(devices, replicas)
     _opt(_lib.OVERRIDES, override, "override")
     _opt(_lib.BLOCKS, weight_block, "weight_block")
     _opt(_lib.ERR_MODES, err, "err")
@@ -76,11 +79,12 @@ class _WeightSlot:
     """One weight's copy in fosd's cache: its name, the version last put, and the parameter
     state (storage, in-place version, dtype, device, shape) it was put from."""
 
-    def __init__(self, client, name, weight_block, err, bound):
+    def __init__(self, client, name, weight_block, err, bound, devices=None, replicas=0):
         self.client, self.name = client, name
         self.weight_block, self.err, self.bound = weight_block, err, bound
         self.bname = client._name(name)
         self.cfg = client._weight_config(weight_block, err, bound)
+        self.placement = placement(devices, replicas)  # None: fosd's default
         self.version = 0
         self.key = None
         self.puts = 0
@@ -99,7 +103,8 @@ class _WeightSlot:
         key = self._key(w)
         # a new number for every try: a put whose reply was lost may have landed under the last one
         self.version += 1
-        self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, self.cfg)
+        self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, self.cfg,
+                         placement=self.placement)
         self.key = key
         self.puts += 1
         return self.version
@@ -186,15 +191,16 @@ class Linear(nn.Module):
 
     def __init__(self, in_features, out_features, bias=True, *, client=None, name=None, override=None,
                  weight_block="16x16", row_scaled=False, err="mae", bound=256, device=None,
-                 dtype=torch.bfloat16):
+                 dtype=torch.bfloat16, devices=None, replicas=0):
         super().__init__()
         w = nn.Parameter(torch.empty((out_features, in_features), device=device, dtype=dtype))
         b = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
-        self._setup(w, b, client, name, override, weight_block, row_scaled, err, bound)
+        self._setup(w, b, client, name, override, weight_block, row_scaled, err, bound, devices, replicas)
         self.reset_parameters()
 
-    def _setup(self, weight, bias, client, name, override, weight_block, row_scaled, err, bound):
-        _check_options(override, weight_block, row_scaled, err, bound)
+    def _setup(self, weight, bias, client, name, override, weight_block, row_scaled, err, bound,
+               devices=None, replicas=0):
+        _check_options(override, weight_block, row_scaled, err, bound, devices, replicas)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.weight = weight
         if bias is not None:
@@ -203,6 +209,8 @@ class Linear(nn.Module):
             self.register_parameter("bias", None)
         self.override, self.weight_block, self.row_scaled = override, weight_block, bool(row_scaled)
         self.err, self.bound = err, bound
+        self.devices = list(devices) if devices is not None else None
+        self.replicas = replicas
         self._client = client
         self._auto_name = name is None
         self.name = name if name is not None else unique_name()
@@ -214,7 +222,8 @@ class Linear(nn.Module):
         """A Linear sharing lin's weight and bias parameters (the same Parameter objects)."""
         m = cls.__new__(cls)
         nn.Module.__init__(m)
-        o = dict(override=None, weight_block="16x16", row_scaled=False, err="mae", bound=256)
+        o = dict(override=None, weight_block="16x16", row_scaled=False, err="mae", bound=256, devices=None,
+                 replicas=0)
         for k, v in options.items():
             if k not in o:
                 raise TypeError("from_linear: unknown option %r" % k)
@@ -242,7 +251,8 @@ class Linear(nn.Module):
     def _weight_slot(self):
         c = self.client
         if self._slot is None or self._slot.client is not c:
-            self._slot = _WeightSlot(c, self.name, self.weight_block, self.err, self.bound)
+            self._slot = _WeightSlot(c, self.name, self.weight_block, self.err, self.bound,
+                                     getattr(self, "devices", None), getattr(self, "replicas", 0))
         return self._slot
 
     def forward(self, x):
@@ -254,10 +264,15 @@ class Linear(nn.Module):
         return _LinearFn.apply(x, self.weight, self.bias, call)
 
     def extra_repr(self):
-        return "in_features=%d, out_features=%d, bias=%s, name=%r, override=%s, weight_block=%s, " \
-               "row_scaled=%s, err=%s, bound=%d" % (
-                   self.in_features, self.out_features, self.bias is not None, self.name,
-                   self.override or "default", self.weight_block, self.row_scaled, self.err, self.bound)
+        s = "in_features=%d, out_features=%d, bias=%s, name=%r, override=%s, weight_block=%s, " \
+            "row_scaled=%s, err=%s, bound=%d" % (
+                self.in_features, self.out_features, self.bias is not None, self.name,
+                self.override or "default", self.weight_block, self.row_scaled, self.err, self.bound)
+        if getattr(self, "devices", None) is not None:
+            s += ", devices=%s" % (self.devices,)
+        if getattr(self, "replicas", 0):
+            s += ", replicas=%d" % self.replicas
+        return s
 
     # a copy (deepcopy, pickle) is another layer: a fresh slot, and a fresh name unless one was
     # given; a deep copy shares the client (a Client cannot be pickled: pickle the state_dict)
@@ -282,25 +297,25 @@ def _forward(x, weight, bias, call):
 
 
 def linear(x, weight, bias=None, *, client=None, override=None, weight_block="16x16", row_scaled=False,
-           err="mae", bound=256):
+           err="mae", bound=256, devices=None, replicas=0):
     """y = x weight^T + bias through fosd, with its backward (see the module comment). fosd keeps
     weight quantized under a name tied to the weight tensor, put again when it changes and dropped
     when the tensor is garbage collected."""
-    _check_options(override, weight_block, row_scaled, err, bound)
+    _check_options(override, weight_block, row_scaled, err, bound, devices, replicas)
     c = client if client is not None else _fosd.default_client()
     slots = weight.__dict__.setdefault("_fosd_slots", {})
-    key = (id(c), weight_block, err, bound)
+    key = (id(c), weight_block, err, bound, tuple(devices) if devices is not None else None, replicas)
     slot = slots.get(key)
     if slot is None or slot.client is not c:
-        slot = slots[key] = _WeightSlot(c, unique_name(), weight_block, err, bound)
+        slot = slots[key] = _WeightSlot(c, unique_name(), weight_block, err, bound, devices, replicas)
     return _forward(x, weight, bias, _Call(c, slot, override, row_scaled))
 
 
 def convert(module, *, client=None, include=None, **options):
     """Replaces every torch.nn.Linear in module (itself included) by a fosd.torch.Linear sharing its
-    parameters, with options (override, weight_block, row_scaled, err, bound). include: a function
-    (qualified_name, linear) -> bool choosing which to replace (default: all). Returns the module
-    (a new one when module itself is an nn.Linear)."""
+    parameters, with options (override, weight_block, row_scaled, err, bound, devices, replicas).
+    include: a function (qualified_name, linear) -> bool choosing which to replace (default: all).
+    Returns the module (a new one when module itself is an nn.Linear)."""
 
     def want(name, m):
         return isinstance(m, nn.Linear) and (include is None or include(name, m))
