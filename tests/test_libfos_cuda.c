@@ -326,8 +326,9 @@ static fos_client *conn_fake(void)
 	fos_client *c = conn();
 	uint8_t u[16];
 	f_uuid(u, 0);
-	ProtobufCBinaryData b = {16, u};
-	fosc_cuda_health(c, &b);
+	Fos__HealthResult hr = FOS__HEALTH_RESULT__INIT;
+	hr.gpu_uuid = (ProtobufCBinaryData){16, u};
+	fosc_cuda_health(c, &hr);
 	return c;
 }
 
@@ -638,8 +639,9 @@ static void test_other_gpu(void **state)
 	fos_status st;
 	uint8_t other[16];
 	memset(other, 0x5A, sizeof other);
-	ProtobufCBinaryData u = {16, other};
-	fosc_cuda_health(c, &u); /* as if fosd ran on another GPU */
+	Fos__HealthResult hr = FOS__HEALTH_RESULT__INIT;
+	hr.gpu_uuid = (ProtobufCBinaryData){16, other};
+	fosc_cuda_health(c, &hr); /* as if fosd ran on another GPU */
 	uint8_t got[16];
 	ASSERT_OK(fos_server_gpu_uuid(c, got, &st), st);
 	assert_memory_equal(got, other, 16);
@@ -660,6 +662,40 @@ static void test_other_gpu(void **state)
 	else
 		ASSERT_OK(fos_server_gpu_uuid(c, got, &st), st);
 	assert_memory_not_equal(got, other, 16);
+	fos_close(c);
+}
+
+/* A fosd over several GPUs (Health.devices): a tensor on any of them is sent as a device tensor,
+ * one on none of them refused by libfos naming fosd's first GPU. */
+static void test_several_gpus(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn();
+	fos_status st;
+	uint8_t other[16], mine[16];
+	memset(other, 0x5A, sizeof other);
+	f_uuid(mine, 0);
+	Fos__DeviceInfo d0 = FOS__DEVICE_INFO__INIT, d1 = FOS__DEVICE_INFO__INIT, *dp[2] = {&d0, &d1};
+	d0.gpu_uuid = (ProtobufCBinaryData){16, other};
+	d1.index = 1;
+	d1.gpu_uuid = (ProtobufCBinaryData){16, mine};
+	Fos__HealthResult hr = FOS__HEALTH_RESULT__INIT;
+	hr.gpu_uuid = d0.gpu_uuid;
+	hr.n_devices = 2;
+	hr.devices = dp;
+	fosc_cuda_health(c, &hr);
+	uint8_t *p = fake_alloc_at(0, FAKE_BASE, 1 << 20, 1);
+	fos_tensor tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, p), y = fos_tensor_out();
+	int code = fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st);
+	if (strstr(st.message, "fosd runs on"))
+		fail_msg("a tensor on fosd's second GPU refused by libfos: %s", st.message);
+	assert_true(code != FOS_CODE_OK || y.data);
+	free(y.data);
+	hr.n_devices = 1; /* the tensor's GPU not among them: refused before sending */
+	fosc_cuda_health(c, &hr);
+	ASSERT_CODE(fos_forward(c, "w", &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "fosd runs on GPU-5a5a5a5a-5a5a");
 	fos_close(c);
 }
 
@@ -841,6 +877,7 @@ int main(void)
 		cmocka_unit_test(test_memory_helpers),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_other_gpu),
+		cmocka_unit_test(test_several_gpus),
 		cmocka_unit_test(test_reply_check),
 		cmocka_unit_test(test_event_path),
 		cmocka_unit_test(test_cpu_fosd_refuses),

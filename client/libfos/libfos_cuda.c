@@ -410,15 +410,18 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 	r->offset = off;
 	r->avail = avail;
 	pthread_mutex_lock(&c->cuda_mu);
-	int known = c->srv_gpu_len == 16, same = known && !memcmp(c->srv_gpu, r->uuid, 16);
+	int known = c->srv_gpu_len == 16, same = 0;
+	for (int i = 0; i < c->n_srv_gpus && !same; i++)
+		same = !memcmp(c->srv_gpus[i], r->uuid, 16);
 	uint8_t srv[16];
 	memcpy(srv, c->srv_gpu, sizeof srv);
+	int nsrv = c->n_srv_gpus;
 	pthread_mutex_unlock(&c->cuda_mu);
 	if (known && !same) {
 		char a1[41], a2[41];
-		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "tensor %s is in memory of %s; fosd runs on %s "
-				   "(device tensors must be on fosd's GPU)", what, fos_gpu_uuid_str(r->uuid, a1),
-				   fos_gpu_uuid_str(srv, a2));
+		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "tensor %s is in memory of %s; fosd runs on %s%s "
+				   "(device tensors must be on one of fosd's GPUs)", what, fos_gpu_uuid_str(r->uuid, a1),
+				   fos_gpu_uuid_str(srv, a2), nsrv > 1 ? " and its other devices" : "");
 	}
 	return FOS_CODE_OK;
 }
@@ -507,17 +510,25 @@ int fosc_cuda_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, i
 	return fosc_out_fits(out, &v, what, st);
 }
 
-void fosc_cuda_health(fos_client *c, const ProtobufCBinaryData *uuid)
+void fosc_cuda_health(fos_client *c, const Fos__HealthResult *hr)
 {
 	if (!c->cuda_mu_ok)
 		return;
 	pthread_mutex_lock(&c->cuda_mu);
+	const ProtobufCBinaryData *uuid = &hr->gpu_uuid;
 	if (uuid->len == 16) {
 		memcpy(c->srv_gpu, uuid->data, 16);
 		c->srv_gpu_len = 16;
 	} else {
 		c->srv_gpu_len = 0;
 	}
+	/* every GPU of a fosd over several (--devices): device tensors on any of them go in place */
+	c->n_srv_gpus = 0;
+	for (size_t i = 0; i < hr->n_devices && c->n_srv_gpus < 16; i++)
+		if (hr->devices[i] && hr->devices[i]->gpu_uuid.len == 16)
+			memcpy(c->srv_gpus[c->n_srv_gpus++], hr->devices[i]->gpu_uuid.data, 16);
+	if (!c->n_srv_gpus && c->srv_gpu_len == 16)
+		memcpy(c->srv_gpus[c->n_srv_gpus++], c->srv_gpu, 16);
 	pthread_mutex_unlock(&c->cuda_mu);
 }
 

@@ -42,13 +42,16 @@ struct fos_client {
 	atomic_int chan_reopening;
 	atomic_uint_fast64_t chan_tried_ms;
 	/* device tensors (libfos_cuda.c), under cuda_mu: the allocations exported through this handle,
-	 * fosd's GPU UUID from its Health (srv_gpu_len 16, else 0: none), the stream of
+	 * fosd's GPU UUID from its Health (srv_gpu_len 16, else 0: none; of device 0 when it serves
+	 * several) and those of all its GPUs (srv_gpus, n_srv_gpus of them), the stream of
 	 * fos_set_cuda_stream (cuda_stream_on) and its context, and pooled interprocess events */
 	pthread_mutex_t cuda_mu;
 	int cuda_mu_ok;
 	struct fosc_dev *devs;
 	uint8_t srv_gpu[16];
 	int srv_gpu_len;
+	uint8_t srv_gpus[16][16];
+	int n_srv_gpus;
 	int cuda_stream_on;
 	void *cuda_stream, *cuda_stream_ctx;
 	struct fosc_devev *dev_events;
@@ -161,8 +164,8 @@ int fosc_cuda_outputs(fos_client *c, Fos__Request *rq, fosc_shm_outs *so, const 
  * and describes out (no copy). */
 int fosc_cuda_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, int dtype, int64_t exp_d0,
 		  int64_t exp_d1, fos_tensor *out, fos_status *st);
-/* fosd's GPU UUID from a Health reply (empty: none). */
-void fosc_cuda_health(fos_client *c, const ProtobufCBinaryData *uuid);
+/* fosd's GPU UUIDs from a Health reply: its GPU (device 0's) and every device's (none: a cpu fosd). */
+void fosc_cuda_health(fos_client *c, const Fos__HealthResult *hr);
 /* With fos_set_cuda_stream on: records a pooled interprocess event on the stream and sets
  * rq->cuda_wait_event to its handle; *ev (NULL when off) goes back with fosc_cuda_event_done
  * once the reply came or the call failed. */

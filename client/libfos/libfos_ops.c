@@ -127,7 +127,7 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	out->uptime_ms = hr->uptime_ms;
 	out->max_message_bytes = hr->max_message_bytes;
 	out->draining = hr->draining;
-	fosc_cuda_health(c, &hr->gpu_uuid);
+	fosc_cuda_health(c, hr);
 	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }
@@ -148,7 +148,7 @@ int fos_health_devices(fos_client *c, fos_device_info *out, size_t cap, size_t *
 	const Fos__HealthResult *hr = op_call(c, &rq, &oc, &rp, st);
 	if (!hr)
 		return rp.code;
-	fosc_cuda_health(c, &hr->gpu_uuid);
+	fosc_cuda_health(c, hr);
 	/* a fosd that predates devices serves one: the top-level fields */
 	size_t total = hr->n_devices ? hr->n_devices : 1;
 	for (size_t i = 0; i < total && i < cap; i++) {
