@@ -19,7 +19,8 @@ def two():
     from conftest import Fosd
     s = Fosd(("--devices", "0,1"))
     yield s
-    s.cleanup()
+    rc = s.cleanup()
+    assert rc == 0, "fosd exited %s:\n%s" % (rc, s.log_text())
 
 
 @pytest.fixture
