@@ -3,7 +3,7 @@
  * not multiples of 128 (the padded paths): the gradients asked for have the reference's bits (the
  * in-process backward computing all of them) and the skipped ones are absent from the reply; a
  * shm_outputs entry for a skipped gradient is INVALID_ARGUMENT; the context, kept, serves a full
- * backward after. */
+ * backward after; libfos asks for the skip when fos_backward's dx or dw is NULL. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,11 +163,36 @@ static void test_skipped_output_refused(void **state)
 	free(dw.data);
 }
 
+/* libfos: a NULL dx or dw asks fosd to skip it; the other has the reference's bits. */
+static void test_libfos_null_gradient(void **state)
+{
+	(void)state;
+	static uint16_t ry[M * N], rdx[M * K], rdw[N * K];
+	fos_linear_opts lo = fos_linear_opts_default();
+	assert_int_equal(tsrv_ref_linear(g_x, g_w, NULL, g_dy, M, N, K, &lo, ry, rdx, rdw, NULL), 0);
+	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), y = fos_tensor_out();
+	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy), dx = fos_tensor_out(), dw = fos_tensor_out();
+	fos_forward_opts fo = {.save_context = 1};
+	fos_backward_opts bo = {.keep_context = 1};
+	fos_context ctx;
+	fos_status st;
+	ASSERT_OK(fos_forward(g_c, "skip.w", &tx, NULL, &fo, &y, &ctx, &st), st);
+	free(y.data);
+	ASSERT_OK(fos_backward(g_c, &ctx, &tdy, &bo, NULL, &dw, NULL, &st), st);
+	assert_memory_equal(dw.data, rdw, sizeof rdw);
+	ASSERT_OK(fos_backward(g_c, &ctx, &tdy, NULL, &dx, NULL, NULL, &st), st);
+	assert_memory_equal(dx.data, rdx, sizeof rdx);
+	assert_int_equal(ctx.id, 0); /* consumed by the second */
+	free(dx.data);
+	free(dw.data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_skips),
 		cmocka_unit_test(test_skipped_output_refused),
+		cmocka_unit_test(test_libfos_null_gradient),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

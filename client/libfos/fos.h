@@ -340,7 +340,9 @@ typedef struct fos_backward_opts {
 } fos_backward_opts;
 
 /* dx (M, K), dw (N, K), db (N, when the forward had a bias) bf16 from dy (M, N) bf16. The context
- * is consumed (ctx->id = 0) unless o->keep_context. o may be NULL. db may be NULL. */
+ * is consumed (ctx->id = 0) unless o->keep_context. o may be NULL. db may be NULL. dx or dw NULL:
+ * that gradient is not wanted, and fosd does not compute it (an input that needs no gradient, a
+ * frozen weight: its GEMM is skipped; the other gradients' bits are the same). */
 int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fos_backward_opts *o,
 		 fos_tensor *dx, fos_tensor *dw, fos_tensor *db, fos_status *st);
 /* Frees a saved context on the server now (ctx->id = 0). */

@@ -723,6 +723,8 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	br.context_id = ctx->id;
 	br.dy = &tdy;
 	br.keep_context = keep;
+	br.skip_dx = !dx; /* not wanted: not computed (BackwardRequest.skip_dx) */
+	br.skip_dw = !dw;
 	fosc_in ins[1] = {{&tdy, dy, "dy"}};
 	static const char *const out_names[] = {"dx", "dw", "db"};
 	fos_tensor *outs[] = {dx, dw, db};
@@ -732,8 +734,8 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	if (!res)
 		return rp.code;
 	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
-	if ((rp.code = fosc_out(&rp.r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st)) ||
-	    (rp.code = fosc_out(&rp.r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st)))
+	if ((dx && (rp.code = fosc_out(&rp.r, res->dx, "dx", FOS_DTYPE_BF16, k ? m : -1, k, dx, st))) ||
+	    (dw && (rp.code = fosc_out(&rp.r, res->dw, "dw", FOS_DTYPE_BF16, k ? n : -1, k, dw, st))))
 		goto fail;
 	if (res->db) {
 		if ((rp.code = fosc_out(&rp.r, res->db, "db", FOS_DTYPE_BF16, n, 0, db, st)))
