@@ -100,7 +100,7 @@ def median_ms(fn, steps, warmup, sync):
 def start_fosd(build, sock_dir, chan_spin_us=None, backend="cuda"):
     url = "ipc://%s/fosd.sock" % sock_dir
     log = open(os.path.join(sock_dir, "fosd.log"), "wb")
-    argv = [os.path.join(build, "fosd"), "--backend", backend, "--listen", url]
+    argv = [os.path.join(build, "fosd"), "--backend", backend, "--listen", url, "--metrics-listen", "off"]
     if chan_spin_us is not None:
         argv += ["--channel-spin-us", str(chan_spin_us)]
     p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -229,6 +229,28 @@ def interleaved(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
         if rc:
             raise SystemExit("libfos through ctypes: %s" % st.message.decode())
 
+    def ctypes_fwd_bwd_new_outputs():  # results in tensors from torch.empty, as the package's
+        news = [torch.empty(s, device=dev, dtype=torch.bfloat16) for s in ((M, N), (M, K), (N, K), (N,))]
+        y_, dx_, dw_, db_ = (dev_tensor(t) for t in news)  # news keeps their memory until the calls return
+        ctx = _lib.ContextStruct()
+        rc = lib.fos_forward(h, b"bench.phase.w", P(tx), P(tb) if bias else None, P(fo), P(y_), P(ctx), P(st))
+        if not rc:
+            rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(dx_), P(dw_), P(db_) if bias else None, P(st))
+        if rc:
+            raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
+    stream_sync = (lambda: None) if cpu else (lambda: torch.cuda.current_stream(dev).synchronize())
+
+    def ctypes_fwd_bwd_synced():  # the current stream synchronized before each call, as the package does
+        ctx = _lib.ContextStruct()
+        stream_sync()
+        rc = lib.fos_forward(h, b"bench.phase.w", P(tx), P(tb) if bias else None, P(fo), P(ty), P(ctx), P(st))
+        if not rc:
+            stream_sync()
+            rc = lib.fos_backward(h, P(ctx), P(tdy), None, P(tdx), P(tdw), P(tdb) if bias else None, P(st))
+        if rc:
+            raise SystemExit("libfos through ctypes: %s" % st.message.decode())
+
     def torch_step():
         y = lin(x)
         y.backward(dy)
@@ -238,6 +260,8 @@ def interleaved(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
                 ("fosd.torch.Linear fwd+bwd (weight unchanged)", linear_fwd_bwd),
                 ("Client.forward+backward", client_fwd_bwd),
                 ("libfos fwd+bwd via ctypes (device buffers)", ctypes_fwd_bwd),
+                ("libfos fwd+bwd via ctypes, results in new tensors (torch.empty) each call", ctypes_fwd_bwd_new_outputs),
+                ("libfos fwd+bwd via ctypes, the current stream synchronized before each call", ctypes_fwd_bwd_synced),
                 ("Client.put_weight (a new version)", client_put),
                 ("torch.nn.Linear bf16 step", torch_step)]
     client_put()  # the last version put stays cached: the forwards below ask for whichever is
