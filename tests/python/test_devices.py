@@ -17,7 +17,7 @@ from conftest import bits
 @pytest.fixture(scope="module")
 def two():
     from conftest import Fosd
-    s = Fosd(("--devices", "0,1"))
+    s = Fosd(("--devices", "0,1"), backend="cpu")  # cpu stand-ins, whatever $FOS_TEST_BACKEND says
     yield s
     rc = s.cleanup()
     assert rc == 0, "fosd exited %s:\n%s" % (rc, s.log_text())
