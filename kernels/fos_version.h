@@ -5,7 +5,7 @@
 #define FOS_VERSION_H
 
 #define FOS_VERSION_MAJOR 0
-#define FOS_VERSION_MINOR 1
+#define FOS_VERSION_MINOR 2
 #define FOS_VERSION_PATCH 0
 
 /* libfos's C ABI: the shared library's SONAME is libfos.so.FOS_SOVERSION (the Makefile reads it
