@@ -14,7 +14,7 @@ from ._errors import Error
 from .client import Client, Context, WeightInfo, connect
 
 __all__ = ["Client", "Context", "Error", "WeightInfo", "connect", "default_client", "__version__"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _default = None
 
