@@ -60,7 +60,8 @@ def test_put_weight_placement(dclient):
             want = bits(y)
         assert np.array_equal(bits(y), want), name
     # a re-put without a placement stays where the name is
-    assert dclient.put_weight("pl.one", w, version=2).devices == (1,)
+    info = dclient.put_weight("pl.one", w, version=2)
+    assert info.devices == (1,) and "devices=(1,)" in repr(info) and "name='pl.one'" in repr(info)
     for name in ("pl.default", "pl.both", "pl.one", "pl.tuple", "pl.replicas", "pl.replica"):
         dclient.drop_weight(name)
 

@@ -104,6 +104,9 @@ class WeightInfo:
         # None where libfos does not say (a libfos without fos_list_weight_entries)
         self.devices = devices
 
+    def __repr__(self):
+        return "WeightInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+
 
 def _entry_devices(e):
     return tuple(e.devices[i] for i in range(min(e.n_devices, _lib.DEVICES_MAX)))
@@ -119,6 +122,8 @@ def _u32(v, what):
 def placement(devices=None, replicas=0):
     """The fos_placement of put_weight's devices and replicas (checked), or None for the default
     (neither given). Keeps its device array alive as ._keep."""
+    if replicas is None:
+        replicas = 0
     if devices is None and not replicas:
         _u32(replicas, "replicas")
         return None
@@ -137,9 +142,6 @@ def placement(devices=None, replicas=0):
     else:
         pl.replicas = _u32(replicas, "replicas")
     return pl
-
-    def __repr__(self):
-        return "WeightInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
 
 
 def _release_ctx(c, struct):
