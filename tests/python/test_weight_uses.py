@@ -61,3 +61,30 @@ def test_bad_uses(client):
     with pytest.raises(fosd.Error) as ei:
         client.put_weight("u.bad", w, uses=("high_precision",), drop_master=True)
     assert ei.value.code == "INVALID_ARGUMENT" and "drop_master" in ei.value.message
+
+
+@pytest.mark.parametrize("override,row_scaled,want", [
+    (None, False, ("forward", "quantized")), (None, True, ("forward", "high_precision")),
+    ("quantized", False, ("forward", "quantized")), ("high_precision", False, ("forward", "high_precision")),
+    ("dequantized", True, ("forward", "dequantized"))])
+def test_layer_puts_its_uses(client, override, row_scaled, want):
+    """fosd.torch.Linear puts its weight for forwards without a context and for the backward its
+    override resolves to (the default: quantized, high_precision with row-scaled X), so no bf16
+    master is kept unless it is high_precision; a training step and a no-grad forward run; a
+    change of the layer's override puts the weight again, for the new use."""
+    import fosd.torch as ft
+    torch.manual_seed(9)
+    m = ft.Linear(128, 64, client=client, override=override, row_scaled=row_scaled)
+    x, dy = torch.randn(32, 128).to(torch.bfloat16), torch.randn(32, 64).to(torch.bfloat16)
+    m(x).backward(dy)
+    with torch.no_grad():
+        m(x)
+    info = {i.name: i for i in client.list_weights()}[m.name]
+    assert info.weight_uses == want
+    assert (info.master_bytes == 0) == ("high_precision" not in want)
+    assert m.puts == 1
+    m.override = "dequantized" if override != "dequantized" else "high_precision"
+    m.row_scaled = True
+    m(x).backward(dy)
+    assert m.puts == 2
+    assert {i.name: i for i in client.list_weights()}[m.name].weight_uses == ("forward", m.override)

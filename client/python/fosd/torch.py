@@ -16,8 +16,11 @@ How a layer talks to fosd:
     layer (name=, else one made from the process id, a random tag and a counter), put again at the
     first forward after the weight changed: an optimizer step (the parameter's in-place version
     counter moves), a load_state_dict, a move to another device. Each put has the next version
-    number, and the forward asks for exactly that version. The copy is dropped from fosd when the
-    layer (for linear(): the weight tensor) is garbage collected.
+    number, and the forward asks for exactly that version. Each put declares the uses the layer's
+    calls need (forwards without a context, and the backward of its override), so fosd keeps no
+    more than those (no bf16 master unless the override is high_precision; PROTOCOL.md "Weight
+    uses"). The copy is dropped from fosd when the layer (for linear(): the weight tensor) is
+    garbage collected.
   * With autograd on, the forward saves its context on fosd; the backward sends dY and gets dX, dW
     and db. The context belongs to the autograd graph: a graph freed without a backward (an
     evaluation with grad on, an exception) releases it, through a finalizer of the Context kept on
@@ -75,15 +78,27 @@ def _drop(client, name):
         pass
 
 
+# fos_override_opt code -> the weight use its backward needs (PROTOCOL.md "Weight uses")
+_BACKWARD_USE = {1: "quantized", 2: "high_precision", 3: "dequantized"}
+
+
+def _uses(override, row_scaled):
+    """The uses a layer's puts declare, given its checked override code: forwards without a
+    context, and the backward its forwards with one resolve to (the default override: quantized,
+    high_precision for row-scaled X; fos_wire_enums.h). fosd then keeps only what they need (no
+    bf16 master unless high_precision); the results are the same bits."""
+    return ("forward", _BACKWARD_USE[override or (2 if row_scaled else 1)])
+
+
 class _WeightSlot:
     """One weight's copy in fosd's cache: its name, the version last put, and the parameter
-    state (storage, in-place version, dtype, device, shape) it was put from."""
+    state (storage, in-place version, dtype, device, shape) and uses it was put with."""
 
     def __init__(self, client, name, weight_block, err, bound, devices=None, replicas=0):
         self.client, self.name = client, name
         self.weight_block, self.err, self.bound = weight_block, err, bound
         self.bname = client._name(name)
-        self.cfg = client._weight_config(weight_block, err, bound)
+        self._cfgs = {}  # uses -> its checked fos_weight_config
         self.placement = placement(devices, replicas)  # None: fosd's default
         self.version = 0
         self.key = None
@@ -95,25 +110,30 @@ class _WeightSlot:
     def _key(w):
         return (w.data_ptr(), w._version, w.dtype, w.device, tuple(w.shape))
 
-    def put(self, w):
+    def put(self, w, uses):
         with self._mu:
-            return self._put(w)
+            return self._put(w, uses)
 
-    def _put(self, w):
-        key = self._key(w)
+    def _put(self, w, uses):
+        key = (self._key(w), uses)
+        cfg = self._cfgs.get(uses)
+        if cfg is None:
+            cfg = self._cfgs[uses] = self.client._weight_config(self.weight_block, self.err, self.bound,
+                                                                uses=uses)
         # a new number for every try: a put whose reply was lost may have landed under the last one
         self.version += 1
-        self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, self.cfg,
+        self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, cfg,
                          placement=self.placement)
         self.key = key
         self.puts += 1
         return self.version
 
-    def ensure(self, w):
-        """The version of w in fosd's cache, put first when w changed since the last put."""
+    def ensure(self, w, uses):
+        """The version of w in fosd's cache, put first when w changed since the last put or the
+        uses differ from that put's (the layer's override changed)."""
         with self._mu:
-            if self._key(w) != self.key:
-                return self._put(w)
+            if (self._key(w), uses) != self.key:
+                return self._put(w, uses)
             return self.version
 
 
@@ -121,11 +141,12 @@ class _Call:
     """What one forward of a layer needs (kept on the autograd node): the client, the weight's
     slot and the forward's option codes (checked)."""
 
-    __slots__ = ("client", "slot", "options", "override", "row_scaled")
+    __slots__ = ("client", "slot", "options", "override", "row_scaled", "uses")
 
     def __init__(self, client, slot, override, row_scaled):
         self.client, self.slot, self.options = client, slot, (override, row_scaled)
         self.override, self.row_scaled = _opt(_lib.OVERRIDES, override, "override"), 1 if row_scaled else 0
+        self.uses = _uses(self.override, self.row_scaled)
 
 
 class _LinearFn(torch.autograd.Function):
@@ -140,7 +161,7 @@ class _LinearFn(torch.autograd.Function):
         need = ctx.needs_input_grad
         save = need[0] or need[1] or need[2]
         slot, client = call.slot, call.client
-        version = slot.ensure(weight)
+        version = slot.ensure(weight, call.uses)
         ax, ab = _arr(x2, "x", 2), _arr(bias, "bias", 1)
         args = (ax, ab, version, call.override, call.row_scaled, save)
         try:
@@ -148,7 +169,7 @@ class _LinearFn(torch.autograd.Function):
         except Error as e:
             if e.code_number != _lib.NOT_FOUND:
                 raise
-            version = slot.put(weight)  # fosd lost the weight: put it again, once
+            version = slot.put(weight, call.uses)  # fosd lost the weight: put it again, once
             r = client._forward(slot.name, slot.bname, ax, ab, version, *args[3:])
         if save:
             y, ctx.fos = r  # the Context is released by its finalizer when the graph (this node) is freed
@@ -304,11 +325,14 @@ def linear(x, weight, bias=None, *, client=None, override=None, weight_block="16
     _check_options(override, weight_block, row_scaled, err, bound, devices, replicas)
     c = client if client is not None else _fosd.default_client()
     slots = weight.__dict__.setdefault("_fosd_slots", {})
-    key = (id(c), weight_block, err, bound, tuple(devices) if devices is not None else None, replicas)
+    call = _Call(c, None, override, row_scaled)
+    # one copy per use: calls with different overrides on one weight do not put it again in turn
+    key = (id(c), weight_block, err, bound, tuple(devices) if devices is not None else None, replicas, call.uses)
     slot = slots.get(key)
     if slot is None or slot.client is not c:
         slot = slots[key] = _WeightSlot(c, unique_name(), weight_block, err, bound, devices, replicas)
-    return _forward(x, weight, bias, _Call(c, slot, override, row_scaled))
+    call.slot = slot
+    return _forward(x, weight, bias, call)
 
 
 def convert(module, *, client=None, include=None, **options):
