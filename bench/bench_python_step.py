@@ -500,6 +500,11 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     return out
 
 
+def _deref(r):
+    """The struct behind a ctypes.byref() or a ctypes.pointer()."""
+    return r._obj if hasattr(r, "_obj") else r.contents
+
+
 class _StubLib:
     """--overhead: a libfos that answers every call at once (no fosd), filling results' shapes and
     contexts as libfos would; with it the package's own Python per call is all that is timed."""
@@ -510,7 +515,7 @@ class _StubLib:
     @staticmethod
     def _fill(p, rows, cols):
         if p:
-            t = p._obj
+            t = _deref(p)
             t.ndim = 2 if cols else 1
             t.shape[0] = rows
             t.shape[1] = cols
@@ -528,9 +533,9 @@ class _StubLib:
 
     def fos_forward(self, h, name, x, bias, fo, y, ctx, st):
         self.calls += 1
-        xt = x._obj
+        xt = _deref(x)
         m, k = xt.shape[0], xt.shape[1]
-        n = y._obj.size // (2 * m)
+        n = _deref(y).size // (2 * m)
         self._fill(y, m, n)
         c = ctx._obj
         c.id, c.m, c.n, c.k, c.has_bias = 1, m, n, k, 1 if bias else 0
