@@ -181,3 +181,41 @@ def test_any_shape(client, cli, tmp_path, rng, m, n, k):
     want = cli_linear(cli, tmp_path, x, w, b, dy, "default", "16x16", False, "mae", 256)
     for g, wnt, what in zip(got, want, ("y", "dx", "dw", "db")):
         assert_bits(g, wnt, what)
+
+
+def test_gradients_not_needed_are_skipped(client, rng):
+    """An input without requires_grad (a first layer) and a frozen weight (fine-tuning): fosd is
+    asked for only the gradients autograd needs (BackwardRequest.skip_dx / skip_dw), and those have
+    the bits of the layer computing all of them."""
+    N, K, M = 64, 128, 48
+    x, dy = rand_bf16(rng, M, K), rand_bf16(rng, M, N)
+    w, b = rand_bf16(rng, N, K, scale=0.05), rand_bf16(rng, N)
+    layer = ft.Linear(K, N, client=client)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    y, dx, dw, db = run_layer(layer, x, dy)
+    # X needs no gradient: only dW and db
+    layer.weight.grad = layer.bias.grad = None
+    y2 = layer(x)
+    y2.backward(dy)
+    assert_bits(y2.detach(), y, "y")
+    assert_bits(layer.weight.grad, dw, "dw without dx")
+    assert_bits(layer.bias.grad, db, "db without dx")
+    # a frozen weight: only dX (and db)
+    layer.weight.requires_grad_(False)
+    layer.weight.grad = layer.bias.grad = None
+    xg = x.clone().requires_grad_(True)
+    layer(xg).backward(dy)
+    assert layer.weight.grad is None
+    assert_bits(xg.grad, dx, "dx without dw")
+    assert_bits(layer.bias.grad, db, "db without dw")
+    # the Client call itself: the skipped ones come back None
+    y3, ctx = client.forward(layer.name, x, save_context=True)
+    gx, gw, gb = client.backward(ctx, dy, need_dx=False)
+    assert gx is None and gb is None
+    assert_bits(gw, dw, "Client.backward dw")
+    y4, ctx = client.forward(layer.name, x, save_context=True)
+    gx, gw, gb = client.backward(ctx, dy, need_dw=False)
+    assert gw is None
+    assert_bits(gx, dx, "Client.backward dx")

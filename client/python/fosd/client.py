@@ -595,10 +595,11 @@ class Client:
             return y, Context(self, ctx)
         return y
 
-    def backward(self, ctx, dy, keep_context=False, x=None, bias=None):
+    def backward(self, ctx, dy, keep_context=False, x=None, bias=None, need_dx=True, need_dw=True):
         """(dx, dw, db) from dy (M, N) and a saved Context (db None when the forward had no
         bias). The context is consumed unless keep_context. If it has expired (or was consumed),
-        x (and bias) of the forward recompute it, against the same weight version."""
+        x (and bias) of the forward recompute it, against the same weight version. need_dx /
+        need_dw False: that gradient is not computed (fosd skips its GEMM) and comes back None."""
         if not isinstance(ctx, Context):
             raise Error(_lib.INVALID_ARGUMENT, "ctx must be a fosd Context (from forward with save_context)")
         ad = _arr(dy, "dy", 2)
@@ -606,7 +607,7 @@ class Client:
         h = self._h()
         m, n = ad.shape
         k = s.k
-        outs = [Out((m, k), BF16, ad), Out((n, k), BF16, ad),
+        outs = [Out((m, k), BF16, ad) if need_dx else None, Out((n, k), BF16, ad) if need_dw else None,
                 Out((n,), BF16, ad) if s.has_bias else None]
 
         def run(ax, ab):

@@ -187,16 +187,18 @@ class _LinearFn(torch.autograd.Function):
         xshape, xdtype = ctx.shape
         dy = gy if gy.dim() == 2 else gy.reshape(-1, gy.shape[-1])
         client = ctx.call.client
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        # a gradient autograd does not need (an input without requires_grad, a frozen weight) is
+        # not computed: fosd skips its GEMM
         try:
-            dx, dw, db = client.backward(ctx.fos, dy)
+            dx, dw, db = client.backward(ctx.fos, dy, need_dx=need_x, need_dw=need_w)
         except Error as e:
             if e.code_number != _lib.NOT_FOUND:
                 raise
             # the context expired (or a second backward consumed it): recompute it from the saved
             # X and bias; autograd refuses here if X was modified in place or freed
             x2, bias = ctx.saved_tensors
-            dx, dw, db = client.backward(ctx.fos, dy, x=x2, bias=bias)
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+            dx, dw, db = client.backward(ctx.fos, dy, x=x2, bias=bias, need_dx=need_x, need_dw=need_w)
         gx = None
         if need_x:
             gx = dx if dx.shape == xshape else dx.reshape(xshape)
