@@ -734,21 +734,29 @@ def main():
         # fosd.torch.Linear on the GPU: CUDA tensors as device tensors (fosd reads and writes them
         # in place) through the request channel and over the socket, then through host memory
         # (device_tensors=False), all in this run
+        # X requires a gradient here, so the layer computes dX, dW and db as the in-process step
+        # does (its grad is dropped each step: no accumulation kernel); the "dX not needed" row
+        # below is the layer of a first layer, which fosd skips dX for (as torch.nn.Linear does)
+        xg = x.detach().requires_grad_(True)
         for c, how in ((client, "device tensors"),
-                       (socket_client, "device tensors, socket"), (host_client, "host memory")):
+                       (socket_client, "device tensors, socket"), (host_client, "host memory"),
+                       (client, "device tensors, dX not needed")):
             layer = ft.Linear(K, N, bias=bias, client=c, device=dev)
             params = [p for p in layer.parameters()]
+            xin = x if how.endswith("not needed") else xg
 
             def fosd_step():
-                y = layer(x)
+                y = layer(xin)
                 y.backward(dy)
                 sgd(params)
+                xg.grad = None
 
             def fosd_fwd_bwd():
-                y = layer(x)
+                y = layer(xin)
                 y.backward(dy)
                 for p in params:
                     p.grad = None
+                xg.grad = None
 
             log("fosd %s on %s; timing fosd.torch.Linear, CUDA tensors as %s (channel: %s)" % (
                 health["backend"], health["device"], how, "yes" if c.channel else c.channel_off_reason))
@@ -944,6 +952,14 @@ def main():
             sgd(tparams)
 
         rows["torch.nn.Linear bf16 step"] = median_ms(torch_step, a.steps, a.warmup, sync)
+
+        def torch_step_dx():
+            y = lin(xg)
+            y.backward(dy)
+            sgd(tparams)
+            xg.grad = None
+
+        rows["torch.nn.Linear bf16 step, dX too"] = median_ms(torch_step_dx, a.steps, a.warmup, sync)
         lin = tparams = None
         client.close()
     finally:
