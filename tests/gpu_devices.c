@@ -19,6 +19,7 @@
 #include "fos.h"
 #include "fos_wire.h"
 #include "support_assert.h"
+#include "support_devices.h"
 #include "support_raw.h"
 #include "support_server.h"
 #include "support_trust.h"
@@ -92,50 +93,17 @@ static int teardown(void **state)
 
 static void put_on(const char *name, const uint32_t *devices, size_t nd, uint32_t replicas)
 {
-	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
-	Fos__Tensor t = FOS__TENSOR__INIT;
-	int64_t shape_store[2];
-	fosw_placer pl;
-	memset(&pl, 0, sizeof pl);
-	fosw_tensor_init(&t, shape_store, &pl, FOS__DTYPE__DTYPE_BF16, 2, (int64_t[]){N, K});
-	pw.name = (char *)name;
-	pw.version = 1;
-	pw.w = &t;
-	pw.devices = (uint32_t *)devices;
-	pw.n_devices = nd;
-	pw.replicas = replicas;
-	Fos__Request rq = FOS__REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
-	rq.put_weight = &pw;
-	traw_check(traw_call(g_sock, &rq, &pl, g_w, sizeof g_w), 0, NULL);
+	traw_check(tdev_put(g_sock, name, 1, g_w, N, K, devices, nd, replicas, 0), 0, NULL);
 }
 
 static void requests_per_device(uint64_t *out)
 {
-	Fos__StatsRequest sr = FOS__STATS_REQUEST__INIT;
-	Fos__Request rq = FOS__REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_STATS;
-	rq.stats = &sr;
-	Fos__Response *r = traw_call(g_sock, &rq, NULL, NULL, 0);
-	assert_int_equal(r->stats->n_devices, g_ndev);
-	for (int i = 0; i < g_ndev; i++)
-		out[i] = r->stats->devices[i]->requests;
-	fos__response__free_unpacked(r, NULL);
+	tdev_requests(g_sock, g_ndev, out);
 }
 
-/* The one device that ran a request since before. */
 static int ran_on(const uint64_t *before)
 {
-	uint64_t now[MAXD];
-	requests_per_device(now);
-	int dev = -1;
-	for (int i = 0; i < g_ndev; i++)
-		if (now[i] != before[i]) {
-			assert_int_equal(dev, -1);
-			dev = i;
-		}
-	assert_true(dev >= 0);
-	return dev;
+	return tdev_ran_on(g_sock, g_ndev, before);
 }
 
 static void test_health(void **state)

@@ -18,6 +18,7 @@
 
 #include "fos.h"
 #include "support_assert.h"
+#include "support_devices.h"
 #include "support_raw.h"
 #include "support_server.h"
 #include "support_trust.h"
@@ -74,32 +75,7 @@ static int g_pin; /* put() puts pinned weights */
 
 static Fos__Response *put(const char *name, uint64_t version, const uint32_t *devices, size_t nd, uint32_t replicas)
 {
-	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
-	pw.pin = g_pin;
-	Fos__Tensor t = FOS__TENSOR__INIT;
-	int64_t shape_store[2];
-	fosw_placer pl;
-	memset(&pl, 0, sizeof pl);
-	fosw_tensor_init(&t, shape_store, &pl, FOS__DTYPE__DTYPE_BF16, 2, (int64_t[]){N, K});
-	pw.name = (char *)name;
-	pw.version = version;
-	pw.w = &t;
-	pw.devices = (uint32_t *)devices;
-	pw.n_devices = nd;
-	pw.replicas = replicas;
-	Fos__Request rq = FOS__REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
-	rq.put_weight = &pw;
-	return traw_call(g_sock, &rq, &pl, g_w, sizeof g_w);
-}
-
-/* The devices of a WeightInfo as a bit set. */
-static unsigned devset(const Fos__WeightInfo *wi)
-{
-	unsigned m = 0;
-	for (size_t i = 0; i < wi->n_devices; i++)
-		m |= 1u << wi->devices[i];
-	return m;
+	return tdev_put(g_sock, name, version, g_w, N, K, devices, nd, replicas, g_pin);
 }
 
 /* Puts and checks the reply: OK, and the devices it says the weight is on. */
@@ -110,48 +86,25 @@ static void put_ok(const char *name, uint64_t version, const uint32_t *devices, 
 	if (r->status && r->status->code)
 		fail_msg("put %s: %s", name, r->status->message);
 	assert_int_equal(r->result_case, FOS__RESPONSE__RESULT_PUT_WEIGHT);
-	if (devset(r->put_weight->info) != want)
-		fail_msg("put %s went to devices %#x, expected %#x", name, devset(r->put_weight->info), want);
+	if (tdev_set(r->put_weight->info) != want)
+		fail_msg("put %s went to devices %#x, expected %#x", name, tdev_set(r->put_weight->info), want);
 	assert_true(want >> r->device & 1); /* the reply comes from one of them */
 	fos__response__free_unpacked(r, NULL);
 }
 
 static Fos__Response *stats(void)
 {
-	Fos__StatsRequest sr = FOS__STATS_REQUEST__INIT;
-	Fos__Request rq = FOS__REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_STATS;
-	rq.stats = &sr;
-	Fos__Response *r = traw_call(g_sock, &rq, NULL, NULL, 0);
-	assert_int_equal(r->result_case, FOS__RESPONSE__RESULT_STATS);
-	assert_int_equal(r->stats->n_devices, NDEV);
-	return r;
+	return tdev_stats(g_sock, NDEV);
 }
 
 static void requests_per_device(uint64_t *out)
 {
-	Fos__Response *r = stats();
-	for (int i = 0; i < NDEV; i++) {
-		assert_int_equal(r->stats->devices[i]->index, i);
-		out[i] = r->stats->devices[i]->requests;
-	}
-	fos__response__free_unpacked(r, NULL);
+	tdev_requests(g_sock, NDEV, out);
 }
 
-/* The device that ran what happened between two requests_per_device calls (exactly one). */
 static int ran_on(const uint64_t *before)
 {
-	uint64_t now[NDEV];
-	requests_per_device(now);
-	int dev = -1;
-	for (int i = 0; i < NDEV; i++)
-		if (now[i] != before[i]) {
-			assert_int_equal(dev, -1);
-			assert_int_equal(now[i], before[i] + 1);
-			dev = i;
-		}
-	assert_true(dev >= 0);
-	return dev;
+	return tdev_ran_on(g_sock, NDEV, before);
 }
 
 /* The weight's devices as ListWeights says (0: not listed). */
@@ -173,7 +126,7 @@ static unsigned listed(const char *name)
 		if (!strcmp(r->list_weights->weights[i]->name, name)) {
 			assert_int_equal(seen, 0); /* a name once, whatever its copies */
 			seen = 1;
-			m = devset(r->list_weights->weights[i]);
+			m = tdev_set(r->list_weights->weights[i]);
 		}
 	assert_int_equal(n, r->list_weights->n_weights);
 	fos__response__free_unpacked(r, NULL);
@@ -403,7 +356,7 @@ static void test_staged_put_fails(void **state)
 	Fos__Response *r = traw_call(g_sock, &rq, NULL, NULL, 0);
 	assert_int_equal(r->list_weights->n_weights, 2);
 	assert_string_equal(r->list_weights->weights[1]->name, "full.b");
-	assert_int_equal(devset(r->list_weights->weights[1]), 1u << 0);
+	assert_int_equal(tdev_set(r->list_weights->weights[1]), 1u << 0);
 	fos__response__free_unpacked(r, NULL);
 	fos_client *c = tt_connect(s2.url, NULL);
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), y = fos_tensor_out();
