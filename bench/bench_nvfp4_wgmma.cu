@@ -12,28 +12,38 @@
  *   - A tile is BM rows (BM / 64 consumer warpgroups of 64 rows) by BN columns of y; a CTA walks K in
  *     steps of 64 through an S-stage shared-memory ring, for one tile or (persistent variants) for
  *     tiles blockIdx.x, + gridDim.x, ... in turn, the ring running on from one tile to the next.
- *     Warpgroup 0 is the producer: its thread 0 loads the x tile (BM x 64 bf16) by TMA (128-byte
- *     swizzle, rows past M read as zeros) onto the stage's "full" mbarrier; all 128 producer threads
- *     copy their W bytes (codes and the row's 4 scale bytes of the step) with cp.async into a
- *     private R-slot ring (R - 1 steps ahead), decode them with the byte permutes of fcu_dec_words
- *     (cuda_q46.cuh) from a 2 KiB table of the 8 magnitudes of each scale byte, store the bf16 W
- *     tile (BN x 64) in the same 128-byte swizzled K-major layout the TMA writes (16-byte chunk c of
- *     row r at r * 128 + ((c ^ (r % 8)) * 16)), fence the generic stores for the async proxy and
- *     arrive on "full". The consumers wait on "full", issue 4 wgmma.mma_async m64nBNk16 (bf16, FP32
- *     accumulators in registers, both operands K-major from shared memory through descriptors:
- *     128-byte swizzle, 1024-byte stride between 8-row groups, the start advanced 32 bytes per k16),
- *     keep one wgmma group in flight, free a stage on its "empty" mbarrier once its group is
- *     complete, and write the bf16 cast of a finished tile from the accumulators.
- *   - Cluster variants (CL CTAs along N, consecutive tiles of the same rows): the CTAs share the x
- *     tile, rank r loading rows r BM / CL .. of it into all of them (TMA multicast), and a stage is
- *     reused only once the consumers of every CTA of the cluster have released it.
+ *     The first P warpgroups (P = 1 or 2) are the producers. They decode W's bytes of a step with
+ *     the byte permutes of fcu_dec_words (cuda_q46.cuh) from a 2 KiB table of the 8 magnitudes of
+ *     each scale byte (all the table rows of a step loaded before the wait for its stage), store
+ *     the bf16 W tile (BN x 64) in the same 128-byte swizzled K-major layout the TMA writes (16-byte
+ *     chunk c of row r at r * 128 + ((c ^ (r % 8)) * 16)), fence the generic stores for the async
+ *     proxy and arrive on the stage's "full" mbarrier; U = 2: two steps are decoded together and
+ *     share one fence. W's bytes come into an R-slot ring, R - 1 steps ahead, by one of:
+ *       TW 0: each producer thread copies its own bytes (codes and the row's 4 scale bytes of the
+ *             step) with cp.async; producer thread 0 loads the x tile (BM x 64 bf16) by TMA
+ *             (128-byte swizzle, rows past M read as zeros) onto "full";
+ *       TW 1: a loader warp after the consumers (its lane 0) issues every TMA: the x tile once the
+ *             stage is free, W's codes as a box of 32 bytes x BN rows per step and W's scale bytes
+ *             as a box of 16 bytes (4 steps) x BN rows every 4th step, onto the slot's "rawfull"
+ *             mbarrier; the producers only read shared memory (their scale words of 4 steps kept
+ *             in registers), arrive on the slot's "rawempty" once they have read it, decode and
+ *             write shared memory;
+ *       TW 2: the same TMA loads issued by producer thread 0 (no extra warp: the thread count, so
+ *             the register budget, of TW 0; the 128 x 256 tile needs it).
+ *     The consumers wait on "full", issue 4 wgmma.mma_async m64nBNk16 (bf16, FP32 accumulators in
+ *     registers, both operands K-major from shared memory through descriptors: 128-byte swizzle,
+ *     1024-byte stride between 8-row groups, the start advanced 32 bytes per k16), keep one wgmma
+ *     group in flight, free a stage on its "empty" mbarrier once its group is complete, and write
+ *     the bf16 cast of a finished tile from the accumulators.
  *   - Every output's FP32 sum is the same sequence of k16 steps in K order whatever the tile shape,
  *     the grid or M (no split-K, nothing chosen by M): bits are deterministic and do not depend on M
  *     (batch-invariant).
- *   - Needs N % (BN CL) == 0, K % 64 == 0, codes 16-byte and scales 4-byte aligned (the launcher
- *     refuses other operands); any M >= 1.
+ *   - Needs N % BN == 0, K % 64 == 0 (TW 1, 2: K % 256 == 0), codes 16-byte and scales 4-byte
+ *     (TW 1, 2: 16-byte) aligned (the launcher refuses other operands); any M >= 1.
  *   - A wait on an mbarrier gives up after about 0.2 s, sets a device flag and lets the CTA run to
- *     its end (garbage out): the bench reports the variant as hung instead of hanging.
+ *     its end (garbage out): the bench reports the variant as hung instead of hanging. FW 0 reads
+ *     the flag (a global load) and the global clock every 16th try of a wait, FW 1 ("fast waits")
+ *     the SM's cycle counter every 256th try and the flag every 4096th.
  *
  * The program quantizes a random bf16 W with the weight's default options (4/6, 16x16 blocks, MAE,
  * bound 256: fos_qweight_make_uses), decodes it with fos_qweight_decode for the reference paths,
@@ -119,40 +129,6 @@ __device__ __forceinline__ uint32_t mbar_try(uint32_t bar, uint32_t parity)
 	return ok;
 }
 
-/* The same with cluster-scope acquire: for a barrier that consumers of other CTAs arrive on. */
-__device__ __forceinline__ uint32_t mbar_try_cl(uint32_t bar, uint32_t parity)
-{
-	uint32_t ok;
-	asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-		     "selp.u32 %0, 1, 0, p;\n}\n"
-		     : "=r"(ok)
-		     : "r"(bar), "r"(parity)
-		     : "memory");
-	return ok;
-}
-
-/* Arrive on the barrier at CTA-relative address bar of CTA `rank` of this cluster (cluster-scope
- * release). */
-__device__ __forceinline__ void mbar_arrive_cl(uint32_t bar, uint32_t rank)
-{
-	uint32_t r;
-	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(bar), "r"(rank));
-	asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(r) : "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_rank(void)
-{
-	uint32_t r;
-	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-	return r;
-}
-
-/* Every thread of every CTA of the cluster. */
-__device__ __forceinline__ void cluster_sync(void)
-{
-	asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 __device__ __forceinline__ uint64_t gtimer(void)
 {
 	uint64_t t;
@@ -161,23 +137,45 @@ __device__ __forceinline__ uint64_t gtimer(void)
 }
 
 /* Waits for the phase of parity `parity` of bar (try_wait suspends the thread until the phase
- * completes or a hardware time limit passes; CL: with cluster-scope acquire); after about 0.2 s sets
- * g_hung and returns, and returns soon while g_hung is set (one hung wait does not make every later
- * one wait too). */
-template <bool CL = false> __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+ * completes or a hardware time limit passes); after about 0.2 s sets g_hung and returns, and returns
+ * soon while g_hung is set (one hung wait does not make every later one wait too).
+ * FAST 0: the flag and the global clock every 16th try (the clock first at the 16th). FAST 1: no
+ * global load in the loop but every 4096th try (the flag), the SM's cycle counter every 256th try
+ * (the limit: 4e8 cycles, at least 0.2 s at the H200's clocks). */
+template <int FAST> __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
 {
-	if (CL ? mbar_try_cl(bar, parity) : mbar_try(bar, parity))
-		return;
-	const uint64_t t0 = gtimer();
-	for (uint32_t spins = 1;; spins++) {
-		if (CL ? mbar_try_cl(bar, parity) : mbar_try(bar, parity))
-			return;
-		if ((spins & 15u) == 0) { /* the clock and the flag only now and then: a global load is slow */
-			if (*(volatile unsigned int *)&g_hung)
+	if constexpr (FAST != 0) {
+		long long c0 = 0;
+		for (uint32_t spins = 1;; spins++) {
+			if (mbar_try(bar, parity))
 				return;
-			if (gtimer() - t0 > 200000000ull) {
-				atomicExch(&g_hung, 1u);
+			if ((spins & 255u) == 0) {
+				if ((spins & 4095u) == 0 && *(volatile unsigned int *)&g_hung)
+					return;
+				const long long now = clock64();
+				if (c0 == 0)
+					c0 = now;
+				else if (now - c0 > 400000000ll) {
+					atomicExch(&g_hung, 1u);
+					return;
+				}
+			}
+		}
+	} else {
+		uint64_t t0 = 0;
+		for (uint32_t spins = 1;; spins++) {
+			if (mbar_try(bar, parity))
 				return;
+			if ((spins & 15u) == 0) {
+				if (*(volatile unsigned int *)&g_hung)
+					return;
+				const uint64_t now = gtimer();
+				if (t0 == 0)
+					t0 = now;
+				else if (now - t0 > 200000000ull) {
+					atomicExch(&g_hung, 1u);
+					return;
+				}
 			}
 		}
 	}
@@ -192,17 +190,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 {
 	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
 		     ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
-		     : "memory");
-}
-
-/* The same box, written at the same offset of every CTA of the cluster in mask, each completing
- * on its own barrier at offset bar. */
-__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
-					       uint16_t mask)
-{
-	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-		     "[%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-		     "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
 		     : "memory");
 }
 
@@ -351,65 +338,123 @@ template <int BN> __device__ __forceinline__ void wg_mma(float *d, uint64_t da, 
 
 #define WG_BK 64 /* k per pipeline step: one 128-byte swizzle row of bf16 */
 
-template <int BM, int BN, int S, int R> struct wg_cfg {
+/* TW 0: the producer warpgroup copies W's bytes itself (cp.async, each thread its own) and its
+ * thread 0 loads x by TMA; TW 1: an extra warp (the last) loads x and W's bytes by TMA and the
+ * producer warpgroup only decodes, from shared memory to shared memory; TW 2: the same loads by TMA,
+ * issued by producer thread 0 (no extra warp: the thread count, so the register budget, of TW 0). */
+template <int BM, int BN, int S, int R, int TW, int P, int U> struct wg_cfg {
 	static constexpr int C = BM / 64;                  /* consumer warpgroups */
-	static constexpr int NT = 128 * (1 + C);           /* threads */
-	static constexpr int RPT = BN > 128 ? BN / 128 : 1; /* W rows per producer thread */
-	static constexpr int TPR = BN < 128 ? 128 / BN : 1; /* producer threads per W row */
+	static constexpr int PT = 128 * P;                 /* producer threads (P warpgroups) */
+	static constexpr int NTC = PT + 128 * C;           /* producer + consumer threads */
+	static constexpr int NT = NTC + (TW == 1 ? 32 : 0); /* threads */
+	static constexpr int RPT = BN > PT ? BN / PT : 1;  /* W rows per producer thread */
+	static constexpr int TPR = BN < PT ? PT / BN : 1;  /* producer threads per W row */
 	static constexpr int CBR = 32 / TPR;               /* code bytes of one row per producer thread per step */
 	static constexpr int NB = CBR / 8;                 /* 1x16 blocks of one row per producer thread per step */
 	static constexpr int CB = RPT * CBR;               /* code bytes per producer thread per step */
 	static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;
-	static constexpr int RAW_C = R * 128 * CB, RAW_S = R * 128 * 4 * RPT;
-	static constexpr int SMEM = S * (A_BYTES + B_BYTES) + RAW_C + RAW_S + 2048 + 16 * S + 1024;
+	static constexpr int RS = (R + 3) / 4;             /* TW: slots of 4 steps' scale bytes */
+	static constexpr int RAW_C = R * BN * 32;           /* a slot: the step's BN x 32 code bytes */
+	static constexpr int RAW_S = TW ? RS * BN * 16 : R * 128 * 4 * RPT;
+	static constexpr int NBAR = 2 * S + (TW ? 2 * R : 0);
+	static constexpr int SMEM = S * (A_BYTES + B_BYTES) + RAW_C + RAW_S + 2048 + 8 * NBAR + 1024;
 	static_assert(BM == 64 || BM == 128, "BM");
 	static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 256, "BN");
 	static_assert(S >= 3 && R >= 2, "stages");
+	static_assert(CBR >= 8 && (TW != 0 || (P == 1 && U == 1)) && (U == 1 || U == 2) && S >= 2 * U && R >= 2 * U, "producers");
 };
 
 /* Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... of the (M / BM) x (N / BN) tile grid, N fastest
- * (a grid of one CTA per tile, or a persistent one). Both roles walk the same sequence of steps
- * (tile, k step); step g uses stage g % S in its round g / S and raw slot g % R. With CL > 1 the CTAs
- * of a cluster of CL along N (consecutive tiles: the same rows of x, gridDim.x and N / BN multiples
- * of CL) share the x tile: CTA rank r loads rows r BM / CL .. of it for all of them (TMA multicast),
- * and a stage is free once the consumers of every CTA of the cluster have arrived on its "empty"
- * barrier (each consumer warp arrives on that barrier in all CL CTAs). */
-template <int BM, int BN, int S, int R, int CL>
-__global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
-	k_wg(const __grid_constant__ CUtensorMap xmap, const uint8_t *__restrict__ codes,
+ * (a grid of one CTA per tile, or a persistent one). Every role walks the same sequence of steps
+ * (tile, k step); step g uses stage g % S in its round g / S and raw slot g % R (TW: its scale bytes
+ * come with the step g - g % 4, in scale slot (g / 4) % RS; K % 256 == 0, so a tile has a multiple
+ * of 4 steps). Barriers: full[S] (an arrival of every producer thread and the x TMA's bytes), empty[S]
+ * (lane 0 of every consumer warp); TW also rawfull[R] (W's TMA bytes) and rawempty[R] (lane 0 of
+ * every producer warp, once it has read the slot into registers). */
+template <int BM, int BN, int S, int R, int TW, int P, int U, int FW>
+__global__ void __launch_bounds__(wg_cfg<BM, BN, S, R, TW, P, U>::NT, 1)
+	k_wg(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap cmap,
+	     const __grid_constant__ CUtensorMap smap, const uint8_t *__restrict__ codes,
 	     const uint8_t *__restrict__ scales, int m, int n, int k, uint16_t *__restrict__ y)
 {
-	typedef wg_cfg<BM, BN, S, R> cfg;
+	typedef wg_cfg<BM, BN, S, R, TW, P, U> cfg;
 	extern __shared__ uint8_t smraw[];
 	const uint32_t pad = (1024u - (smem_u32(smraw) & 1023u)) & 1023u;
 	uint8_t *sm = smraw + pad;
 	uint8_t *sA = sm, *sB = sA + S * cfg::A_BYTES, *rc = sB + S * cfg::B_BYTES, *rs = rc + cfg::RAW_C;
 	uint16_t *tab = reinterpret_cast<uint16_t *>(rs + cfg::RAW_S); /* bf16(e2m1 magnitude c * float(sf)), [sf][c] */
-	uint64_t *bars = reinterpret_cast<uint64_t *>(tab + 1024);     /* full[S], empty[S] */
+	uint64_t *bars = reinterpret_cast<uint64_t *>(tab + 1024);     /* full[S], empty[S], rawfull[R], rawempty[R] */
 	const int tid = threadIdx.x;
 	for (int i = tid; i < 128 * 8; i += cfg::NT)
 		tab[i] = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)i & 7u), fos_e4m3_to_f32((uint32_t)i >> 3)));
 	if (tid == 0) {
 		for (int s = 0; s < S; s++) {
-			mbar_init(smem_u32(bars + s), 129);           /* 128 producer threads + the TMA issuer's expect_tx */
-			mbar_init(smem_u32(bars + S + s), 4 * cfg::C * CL); /* lane 0 of every consumer warp of the cluster */
+			mbar_init(smem_u32(bars + s), cfg::PT + 1);   /* the producer threads + the x TMA's expect_tx */
+			mbar_init(smem_u32(bars + S + s), 4 * cfg::C); /* lane 0 of every consumer warp */
+		}
+		if constexpr (TW != 0) {
+			for (int r = 0; r < R; r++) {
+				mbar_init(smem_u32(bars + 2 * S + r), 1);
+				mbar_init(smem_u32(bars + 2 * S + R + r), cfg::PT / 32);
+			}
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	}
 	__syncthreads();
-	if constexpr (CL > 1)
-		cluster_sync(); /* the peers' barriers are initialized before anyone arrives on them */
-	const uint32_t rank = CL > 1 ? cluster_rank() : 0;
 
 	const int nk = k / WG_BK, ntn = n / BN, ntiles = ntn * ((m + BM - 1) / BM);
 	const int t0 = blockIdx.x, tstep = gridDim.x;
-	if (tid < 128) {
-		/* producer: row rr of thread tid is W row n0 + tid / TPR + rr * (128 / TPR), its code bytes
+	int wit = t0, wiks = 0, wj = 0; /* TW: the W stream of the loader, (wit, wiks) is W step wj */
+	auto issue_w = [&]() { /* W's bytes of the next step, once raw slot wj % R is free */
+		if (wit >= ntiles)
+			return;
+		const int slot = wj % R, n0 = (wit % ntn) * BN;
+		if (wj >= R)
+			mbar_wait<FW>(smem_u32(bars + 2 * S + R + slot), ((wj / R) & 1) ^ 1);
+		const uint32_t fb = smem_u32(bars + 2 * S + slot);
+		const bool sc = (wiks & 3) == 0;
+		mbar_arrive_tx(fb, (uint32_t)(BN * 32 + (sc ? BN * 16 : 0)));
+		tma_load_2d(smem_u32(rc) + slot * BN * 32, &cmap, wiks * 32, n0, fb);
+		if (sc)
+			tma_load_2d(smem_u32(rs) + ((wj / 4) % cfg::RS) * BN * 16, &smap, wiks * 4, n0, fb);
+		wj++;
+		if (++wiks == nk) {
+			wiks = 0;
+			wit += tstep;
+		}
+	};
+	if (TW == 1 && tid >= cfg::NTC) {
+		/* the loader (lane 0 of the last warp): x of step g once stage g % S is free, and W's bytes
+		 * of step g + R - 1 once the producers have read raw slot (g - 1) % R */
+		if (tid != cfg::NTC)
+			return;
+#pragma unroll 1
+		for (int i = 0; i < R - 1; i++)
+			issue_w();
+		int s = 0, ph = 0;
+#pragma unroll 1
+		for (int t = t0; t < ntiles; t += tstep) {
+			const int m0 = (t / ntn) * BM;
+#pragma unroll 1
+			for (int ks = 0; ks < nk; ks++) {
+				mbar_wait<FW>(smem_u32(bars + S + s), ph ^ 1);
+				mbar_arrive_tx(smem_u32(bars + s), cfg::A_BYTES);
+				tma_load_2d(smem_u32(sA + s * cfg::A_BYTES), &xmap, ks * WG_BK, m0, smem_u32(bars + s));
+				issue_w();
+				if (++s == S) {
+					s = 0;
+					ph ^= 1;
+				}
+			}
+		}
+	} else if (tid < cfg::PT) {
+		/* producer: row rr of thread tid is W row n0 + tid / TPR + rr * (PT / TPR), its code bytes
 		 * part * CBR .. + CBR - 1 of each step's 32 */
 		const int part = tid % cfg::TPR, row0 = tid / cfg::TPR;
 		const int64_t kc = k / 2, ksc = k / 16;
+		/* TW 0: the copy stream, R - 1 steps ahead, (it, iks) the next step to copy; thread tid's
+		 * bytes of a slot at tid * CB (codes) and tid * 4 RPT (scales) */
 		const uint32_t myc = smem_u32(rc) + tid * cfg::CB, mys = smem_u32(rs) + tid * 4 * cfg::RPT;
-		/* the copy stream, R - 1 steps ahead: (it, iks) is the next step to copy */
 		int it = t0, iks = 0, islot = 0;
 		auto issue = [&]() {
 			if (it < ntiles) {
@@ -417,7 +462,7 @@ __global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
 				const uint32_t dc = myc + islot * 128 * cfg::CB, ds = mys + islot * 512 * cfg::RPT;
 #pragma unroll
 				for (int rr = 0; rr < cfg::RPT; rr++) {
-					const int64_t r = n0 + row0 + rr * (128 / cfg::TPR);
+					const int64_t r = n0 + row0 + rr * (cfg::PT / cfg::TPR);
 					const uint8_t *src = codes + r * kc + part * cfg::CBR + (int64_t)iks * 32;
 					if constexpr (cfg::CBR == 32) {
 						cp16(dc + rr * 32, src);
@@ -438,102 +483,175 @@ __global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
 			if (++islot == R)
 				islot = 0;
 		};
+		if constexpr (TW == 0) {
 #pragma unroll 1
-		for (int i = 0; i < R - 1; i++)
-			issue();
-		int s = 0, ph = 0, slot = 0;
+			for (int i = 0; i < R - 1; i++)
+				issue();
+		} else if (TW == 2 && tid == 0) {
+#pragma unroll 1
+			for (int i = 0; i < R - 1; i++)
+				issue_w();
+		}
+		int s = 0, ph = 0, slot = 0, rph = 0, qslot = 0;
+		uint32_t sq[cfg::RPT][4]; /* TW: the row's scale words of the current 4 steps */
 #pragma unroll 1
 		for (int t = t0; t < ntiles; t += tstep) {
 			const int m0 = (t / ntn) * BM;
 #pragma unroll 1
-			for (int ks = 0; ks < nk; ks++) {
-				issue();
-				cp_wait<R - 1>();
-				uint32_t cw[cfg::CB / 4], sfw[cfg::RPT];
-				const uint8_t *pc = rc + slot * 128 * cfg::CB + tid * cfg::CB;
-				if constexpr (cfg::CB >= 16) {
+			for (int ks = 0; ks < nk; ks += U) {
+				/* U steps at once: their raw bytes, table rows, stages, decodes, one fence */
+				uint32_t cw[U][cfg::CB / 4], sfw[U][cfg::RPT];
+				int su[U], phu[U], slu[U];
 #pragma unroll
-					for (int q = 0; q < cfg::CB / 16; q++) {
-						const uint4 v = reinterpret_cast<const uint4 *>(pc)[q];
-						cw[4 * q] = v.x;
-						cw[4 * q + 1] = v.y;
-						cw[4 * q + 2] = v.z;
-						cw[4 * q + 3] = v.w;
-					}
-				} else {
-					const uint2 v = *reinterpret_cast<const uint2 *>(pc);
-					cw[0] = v.x;
-					cw[1] = v.y;
-				}
+				for (int u = 0; u < U; u++) {
+					const int kq = ks + u;
+					if constexpr (TW == 0) {
+						issue();
+						cp_wait<R - 1>();
+						const uint8_t *pc = rc + slot * 128 * cfg::CB + tid * cfg::CB;
+						if constexpr (cfg::CB >= 16) {
 #pragma unroll
-				for (int rr = 0; rr < cfg::RPT; rr++)
-					sfw[rr] = reinterpret_cast<const uint32_t *>(rs + slot * 512 * cfg::RPT + tid * 4 * cfg::RPT)[rr];
-				mbar_wait<(CL > 1)>(smem_u32(bars + S + s), ph ^ 1);
-				if (tid == 0) {
-					if constexpr (CL > 1) {
-						/* slices wholly past row M are not loaded (their rows' outputs are not
-						 * stored): nsl slices land here, from ranks 0 .. nsl - 1 */
-						constexpr int SR = BM / CL;
-						const int left = m - m0, nsl = left >= BM ? CL : (left + SR - 1) / SR;
-						mbar_arrive_tx(smem_u32(bars + s), (uint32_t)(nsl * SR * 128));
-						if ((int)rank < nsl)
-							tma_load_2d_mc(smem_u32(sA + s * cfg::A_BYTES) + rank * SR * 128, &xmap,
-								       ks * WG_BK, m0 + (int)rank * SR, smem_u32(bars + s),
-								       (uint16_t)((1u << CL) - 1u));
+							for (int q = 0; q < cfg::CB / 16; q++) {
+								const uint4 v = reinterpret_cast<const uint4 *>(pc)[q];
+								cw[u][4 * q] = v.x;
+								cw[u][4 * q + 1] = v.y;
+								cw[u][4 * q + 2] = v.z;
+								cw[u][4 * q + 3] = v.w;
+							}
+						} else {
+							const uint2 v = *reinterpret_cast<const uint2 *>(pc);
+							cw[u][0] = v.x;
+							cw[u][1] = v.y;
+						}
+#pragma unroll
+						for (int rr = 0; rr < cfg::RPT; rr++)
+							sfw[u][rr] = reinterpret_cast<const uint32_t *>(rs + slot * 512 * cfg::RPT +
+												 tid * 4 * cfg::RPT)[rr];
 					} else {
-						mbar_arrive_tx(smem_u32(bars + s), cfg::A_BYTES);
-						tma_load_2d(smem_u32(sA + s * cfg::A_BYTES), &xmap, ks * WG_BK, m0,
-							    smem_u32(bars + s));
+						mbar_wait<FW>(smem_u32(bars + 2 * S + slot), rph);
+#pragma unroll
+						for (int rr = 0; rr < cfg::RPT; rr++) {
+							const int row = row0 + rr * (cfg::PT / cfg::TPR);
+							const uint8_t *pc = rc + slot * BN * 32 + row * 32 + part * cfg::CBR;
+							if constexpr (cfg::CBR == 32) {
+								const uint4 v0 = reinterpret_cast<const uint4 *>(pc)[0];
+								const uint4 v1 = reinterpret_cast<const uint4 *>(pc)[1];
+								cw[u][rr * 8] = v0.x;
+								cw[u][rr * 8 + 1] = v0.y;
+								cw[u][rr * 8 + 2] = v0.z;
+								cw[u][rr * 8 + 3] = v0.w;
+								cw[u][rr * 8 + 4] = v1.x;
+								cw[u][rr * 8 + 5] = v1.y;
+								cw[u][rr * 8 + 6] = v1.z;
+								cw[u][rr * 8 + 7] = v1.w;
+							} else if constexpr (cfg::CBR == 16) {
+								const uint4 v = *reinterpret_cast<const uint4 *>(pc);
+								cw[u][rr * 4] = v.x;
+								cw[u][rr * 4 + 1] = v.y;
+								cw[u][rr * 4 + 2] = v.z;
+								cw[u][rr * 4 + 3] = v.w;
+							} else {
+								const uint2 v = *reinterpret_cast<const uint2 *>(pc);
+								cw[u][rr * 2] = v.x;
+								cw[u][rr * 2 + 1] = v.y;
+							}
+							if ((kq & 3) == 0) {
+								const uint4 v = *reinterpret_cast<const uint4 *>(rs + qslot * BN * 16 + row * 16);
+								sq[rr][0] = v.x;
+								sq[rr][1] = v.y;
+								sq[rr][2] = v.z;
+								sq[rr][3] = v.w;
+							}
+							const int j = kq & 3;
+							sfw[u][rr] = j == 0 ? sq[rr][0] : j == 1 ? sq[rr][1] : j == 2 ? sq[rr][2] : sq[rr][3];
+						}
+						if ((kq & 3) == 3 && ++qslot == cfg::RS)
+							qslot = 0;
+					}
+					su[u] = s;
+					phu[u] = ph;
+					slu[u] = slot;
+					if (++s == S) {
+						s = 0;
+						ph ^= 1;
+					}
+					if (++slot == R) {
+						slot = 0;
+						rph ^= 1;
 					}
 				}
-				const uint32_t bst = smem_u32(sB) + s * cfg::B_BYTES;
+				if constexpr (TW != 0) {
+					__syncwarp();
+					if ((tid & 31) == 0) {
 #pragma unroll
-				for (int rr = 0; rr < cfg::RPT; rr++) {
-					const int row = row0 + rr * (128 / cfg::TPR);
-					const uint32_t rb = bst + row * 128, sw = (uint32_t)(row & 7);
+						for (int u = 0; u < U; u++)
+							mbar_arrive(smem_u32(bars + 2 * S + R + slu[u]));
+					}
+					if (TW == 2 && tid == 0) {
 #pragma unroll
-					for (int b = 0; b < cfg::NB; b++) {
-						const int bi = part * cfg::NB + b; /* the 1x16 block of the row's 64 k */
-						const uint32_t sf = (sfw[rr] >> (8 * bi)) & 0x7Fu;
-						const uint4 t4 = *reinterpret_cast<const uint4 *>(tab + sf * 8);
-						const int w = rr * (cfg::CBR / 4) + 2 * b;
-						uint32_t o[8];
-						fcu_dec_words((uint64_t)cw[w] | ((uint64_t)cw[w + 1] << 32), sf, t4.x, t4.y, t4.z, t4.w, o);
-						const uint32_t c0 = (uint32_t)(2 * bi), c1 = c0 + 1;
-						asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(rb + ((c0 ^ sw) << 4)),
-							     "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
-							     : "memory");
-						asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(rb + ((c1 ^ sw) << 4)),
-							     "r"(o[4]), "r"(o[5]), "r"(o[6]), "r"(o[7])
-							     : "memory");
+						for (int u = 0; u < U; u++)
+							issue_w(); /* step g + R - 1 once every producer warp has read step g - 1 */
+					}
+				}
+				uint4 t4[U][cfg::RPT][cfg::NB]; /* all table rows first, before the waits: their loads overlap them */
+#pragma unroll
+				for (int u = 0; u < U; u++)
+#pragma unroll
+					for (int rr = 0; rr < cfg::RPT; rr++)
+#pragma unroll
+						for (int b = 0; b < cfg::NB; b++) {
+							const uint32_t sf = (sfw[u][rr] >> (8 * (part * cfg::NB + b))) & 0x7Fu;
+							t4[u][rr][b] = *reinterpret_cast<const uint4 *>(tab + sf * 8);
+						}
+#pragma unroll
+				for (int u = 0; u < U; u++) {
+					mbar_wait<FW>(smem_u32(bars + S + su[u]), phu[u] ^ 1);
+					if (TW != 1 && tid == 0) {
+						mbar_arrive_tx(smem_u32(bars + su[u]), cfg::A_BYTES);
+						tma_load_2d(smem_u32(sA + su[u] * cfg::A_BYTES), &xmap, (ks + u) * WG_BK, m0,
+							    smem_u32(bars + su[u]));
+					}
+				}
+#pragma unroll
+				for (int u = 0; u < U; u++) {
+					const uint32_t bst = smem_u32(sB) + su[u] * cfg::B_BYTES;
+#pragma unroll
+					for (int rr = 0; rr < cfg::RPT; rr++) {
+						const int row = row0 + rr * (cfg::PT / cfg::TPR);
+						const uint32_t rb = bst + row * 128, sw = (uint32_t)(row & 7);
+#pragma unroll
+						for (int b = 0; b < cfg::NB; b++) {
+							const int bi = part * cfg::NB + b; /* the 1x16 block of the row's 64 k */
+							const uint32_t sf = (sfw[u][rr] >> (8 * bi)) & 0x7Fu;
+							const uint4 q4 = t4[u][rr][b];
+							const int w = rr * (cfg::CBR / 4) + 2 * b;
+							uint32_t o[8];
+							fcu_dec_words((uint64_t)cw[u][w] | ((uint64_t)cw[u][w + 1] << 32), sf, q4.x, q4.y,
+								      q4.z, q4.w, o);
+							const uint32_t c0 = (uint32_t)(2 * bi), c1 = c0 + 1;
+							/* no "memory" clobber: later loads may move above these stores (the
+							 * fence below, volatile with a clobber, keeps them before it) */
+							asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(rb + ((c0 ^ sw) << 4)),
+								     "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]));
+							asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(rb + ((c1 ^ sw) << 4)),
+								     "r"(o[4]), "r"(o[5]), "r"(o[6]), "r"(o[7]));
+						}
 					}
 				}
 				fence_async_smem();
-				mbar_arrive(smem_u32(bars + s));
-				if (++s == S) {
-					s = 0;
-					ph ^= 1;
-				}
-				if (++slot == R)
-					slot = 0;
+#pragma unroll
+				for (int u = 0; u < U; u++)
+					mbar_arrive(smem_u32(bars + su[u]));
 			}
 		}
-		cp_wait<0>();
+		if constexpr (TW == 0)
+			cp_wait<0>();
 	} else {
 		/* consumers: warpgroup wg owns rows m0 + 64 wg .. + 63 of each tile */
-		const int wg = tid / 128 - 1, warp = (tid % 128) / 32, lane = tid % 32;
+		const int wg = (tid - cfg::PT) / 128, warp = (tid % 128) / 32, lane = tid % 32;
 		const int g = lane >> 2, tq = lane & 3;
 		const uint32_t a0 = smem_u32(sA) + wg * 64 * 128, b0 = smem_u32(sB);
 		int s = 0, ph = 0;
-		auto release = [&](int st) {
-			if constexpr (CL > 1) {
-#pragma unroll
-				for (int r = 0; r < CL; r++)
-					mbar_arrive_cl(smem_u32(bars + S + st), (uint32_t)r);
-			} else {
-				mbar_arrive(smem_u32(bars + S + st));
-			}
-		};
 		float acc[BN / 2];
 #pragma unroll 1
 		for (int t = t0; t < ntiles; t += tstep) {
@@ -543,7 +661,7 @@ __global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
 			int sprev = 0;
 #pragma unroll 1
 			for (int ks = 0; ks < nk; ks++) {
-				mbar_wait(smem_u32(bars + s), ph);
+				mbar_wait<FW>(smem_u32(bars + s), ph);
 				const uint64_t da = sw128_desc(a0 + s * cfg::A_BYTES), db = sw128_desc(b0 + s * cfg::B_BYTES);
 				acc_fence<BN / 2>(acc);
 				wg_fence();
@@ -555,7 +673,7 @@ __global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
 				wg_wait<1>();
 				acc_fence<BN / 2>(acc);
 				if (ks > 0 && lane == 0)
-					release(sprev); /* the previous step's group is complete */
+					mbar_arrive(smem_u32(bars + S + sprev)); /* the previous step's group is complete */
 				sprev = s;
 				if (++s == S) {
 					s = 0;
@@ -565,7 +683,7 @@ __global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
 			wg_wait<0>();
 			acc_fence<BN / 2>(acc);
 			if (lane == 0)
-				release(sprev);
+				mbar_arrive(smem_u32(bars + S + sprev));
 			const int n0 = (t % ntn) * BN, m0 = (t / ntn) * BM;
 			const int64_t r0 = m0 + 64 * wg + 16 * warp + g;
 #pragma unroll
@@ -582,84 +700,89 @@ __global__ void __launch_bounds__(wg_cfg<BM, BN, S, R>::NT, 1)
 			}
 		}
 	}
-	if constexpr (CL > 1)
-		cluster_sync(); /* no CTA leaves while a peer may still multicast into it or arrive on its barriers */
 }
 
 /* ---- the launcher ------------------------------------------------------------------------------ */
 
-typedef void (*kern_fn)(const CUtensorMap, const uint8_t *, const uint8_t *, int, int, int, uint16_t *);
+typedef void (*kern_fn)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const uint8_t *, const uint8_t *, int,
+			int, int, uint16_t *);
 
 struct variant {
 	const char *name;
 	kern_fn fn;
 	int bm, bn, smem, threads;
 	int persistent; /* grid: as many CTAs as fit at once (a loop over tiles), else one CTA per tile */
-	int cl;         /* cluster size along N (x tile multicast), 1: none */
+	int tw;         /* W's bytes by TMA from a loader warp (else cp.async by the producers) */
 	int grid_cap;   /* set at start for a persistent variant */
 };
 
-#define VAR(bm, bn, s, r, p, cl, sfx)                                                                          \
+#define VAR(bm, bn, s, r, p, tw, np, u, fw, sfx)                                                                \
 	{"wgmma BM " #bm " BN " #bn " S " #s " R " #r sfx,                                                     \
-	 k_wg<bm, bn, s, r, cl>,                                                                               \
+	 k_wg<bm, bn, s, r, tw, np, u, fw>,                                                                    \
 	 bm,                                                                                                   \
 	 bn,                                                                                                   \
-	 wg_cfg<bm, bn, s, r>::SMEM,                                                                           \
-	 wg_cfg<bm, bn, s, r>::NT,                                                                             \
+	 wg_cfg<bm, bn, s, r, tw, np, u>::SMEM,                                                                \
+	 wg_cfg<bm, bn, s, r, tw, np, u>::NT,                                                                  \
 	 p,                                                                                                    \
-	 cl,                                                                                                   \
+	 tw,                                                                                                   \
 	 0}
 static variant variants[] = {
-	VAR(128, 128, 4, 8, 0, 1, ""),
-	VAR(128, 128, 4, 8, 1, 1, " persistent"),
-	VAR(128, 128, 4, 8, 1, 2, " persistent, cluster 2"),
-	VAR(128, 256, 3, 6, 1, 1, " persistent"),
-	VAR(128, 256, 4, 3, 1, 1, " persistent"),
-	VAR(128, 256, 4, 3, 1, 2, " persistent, cluster 2"),
-	VAR(64, 64, 6, 12, 0, 1, ""),
-	VAR(64, 64, 6, 12, 0, 2, ", cluster 2"),
-	VAR(64, 32, 6, 16, 0, 1, ""),
-	VAR(64, 32, 6, 16, 0, 4, ", cluster 4"),
-	VAR(128, 32, 6, 16, 0, 1, ""),
-	VAR(128, 32, 6, 16, 0, 4, ", cluster 4"),
+	VAR(128, 256, 4, 3, 1, 0, 1, 1, 0, " persistent, W by cp.async"),
+	VAR(128, 256, 4, 3, 1, 2, 1, 1, 0, " persistent, W by TMA from producer thread 0"),
+	VAR(128, 256, 4, 3, 1, 2, 1, 1, 1, " persistent, W by TMA from producer thread 0, fast waits"),
+	VAR(128, 128, 5, 8, 1, 2, 1, 1, 0, " persistent, W by TMA from producer thread 0"),
+	VAR(128, 128, 5, 8, 1, 2, 1, 2, 0, " persistent, W by TMA from producer thread 0, 2 steps per fence"),
+	VAR(128, 128, 5, 8, 1, 2, 1, 1, 1, " persistent, W by TMA from producer thread 0, fast waits"),
+	VAR(128, 128, 5, 8, 1, 2, 1, 2, 1, " persistent, W by TMA from producer thread 0, 2 steps per fence, fast waits"),
+	VAR(128, 64, 6, 8, 1, 1, 1, 1, 0, " persistent, W by TMA"),
+	VAR(128, 32, 6, 16, 0, 1, 1, 1, 0, ", W by TMA"),
+	VAR(128, 32, 6, 16, 0, 1, 1, 1, 1, ", W by TMA, fast waits"),
+	VAR(64, 256, 4, 4, 1, 1, 1, 1, 0, " persistent, W by TMA"),
+	VAR(64, 32, 6, 16, 0, 1, 1, 1, 0, ", W by TMA"),
+	VAR(64, 32, 6, 16, 0, 1, 1, 1, 1, ", W by TMA, fast waits"),
 };
 #define NVAR ((int)(sizeof variants / sizeof variants[0]))
+static_assert(NVAR + 3 <= 16, "time_ops times at most 16 ops (fos_cuda_mark's 32 event slots)");
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
 
-/* Tensor maps of x (boxes of 64 k x `rows` rows) for (pointer, M, K, rows), encoded once and reused
- * (host work kept out of the timed runs). */
+/* Tensor maps (2-D, boxes of bi x bo elements of eb bytes) for (pointer, inner x outer extent, box),
+ * encoded once and reused (host work kept out of the timed runs): x (bf16, 64 k x BM rows, 128-byte
+ * swizzle), W's codes (bytes, 32 x BN) and W's scale bytes (16 x BN, 4 steps). */
 struct tmap_ent {
-	const void *x;
-	int64_t m, k;
-	int bm;
+	const void *p;
+	int64_t inner, outer;
+	int bi, bo;
 	CUtensorMap map;
 };
 static tmap_ent tmaps[64];
 static int ntmaps;
 
-static const CUtensorMap *x_map(const uint16_t *x, int64_t m, int64_t k, int bm)
+static const CUtensorMap *tmap_2d(const void *p, int eb, int64_t inner, int64_t outer, int bi, int bo)
 {
 	for (int i = 0; i < ntmaps; i++)
-		if (tmaps[i].x == x && tmaps[i].m == m && tmaps[i].k == k && tmaps[i].bm == bm)
+		if (tmaps[i].p == p && tmaps[i].inner == inner && tmaps[i].outer == outer && tmaps[i].bi == bi &&
+		    tmaps[i].bo == bo)
 			return &tmaps[i].map;
 	if (ntmaps == 64)
 		ntmaps = 0;
 	tmap_ent *e = &tmaps[ntmaps++];
-	e->x = x;
-	e->m = m;
-	e->k = k;
-	e->bm = bm;
-	const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)m};
-	const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
-	const cuuint32_t box[2] = {WG_BK, (cuuint32_t)bm};
+	e->p = p;
+	e->inner = inner;
+	e->outer = outer;
+	e->bi = bi;
+	e->bo = bo;
+	const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+	const cuuint64_t strides[1] = {(cuuint64_t)(inner * eb)};
+	const cuuint32_t box[2] = {(cuuint32_t)bi, (cuuint32_t)bo};
 	const cuuint32_t estr[2] = {1, 1};
-	const CUresult r = encode_tiled(&e->map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)x, dims, strides, box, estr,
-					CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+	const CUresult r = encode_tiled(&e->map, eb == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+					2, (void *)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+					eb == 2 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
 					CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 	if (r != CUDA_SUCCESS) {
-		fprintf(stderr, "bench_nvfp4_wgmma: cuTensorMapEncodeTiled failed (%d) for %lldx%lld\n", (int)r,
-			(long long)m, (long long)k);
+		fprintf(stderr, "bench_nvfp4_wgmma: cuTensorMapEncodeTiled failed (%d) for %lldx%lld box %dx%d\n", (int)r,
+			(long long)outer, (long long)inner, bo, bi);
 		exit(1);
 	}
 	return &e->map;
@@ -668,33 +791,19 @@ static const CUtensorMap *x_map(const uint16_t *x, int64_t m, int64_t k, int bm)
 static int wg_gemm(const variant *v, const uint16_t *x, const fos_qtensor *q, int64_t m, uint16_t *y)
 {
 	const int64_t n = q->rows, k = q->cols;
-	if (m < 1 || n % (v->bn * v->cl) || k % WG_BK || k > (1 << 30) || (n / v->bn) * ((m + v->bm - 1) / v->bm) > (1 << 30) ||
-	    ((uintptr_t)q->codes & 15u) || ((uintptr_t)q->scales & 3u) || ((uintptr_t)x & 15u))
+	if (m < 1 || n % v->bn || k % (v->tw ? 256 : WG_BK) || k > (1 << 30) ||
+	    (n / v->bn) * ((m + v->bm - 1) / v->bm) > (1 << 30) || ((uintptr_t)q->codes & 15u) ||
+	    ((uintptr_t)q->scales & (v->tw ? 15u : 3u)) || ((uintptr_t)x & 15u))
 		return fos_seterr(&err, FOS_EINVAL, "%s: shape %lldx%lldx%lld or alignment not taken", v->name,
 				  (long long)m, (long long)n, (long long)k);
-	const CUtensorMap *map = x_map(x, m, k, v->bm / v->cl);
+	const CUtensorMap *xm = tmap_2d(x, 2, k, m, WG_BK, v->bm);
+	/* cp.async variants get x's map in all three places (unused) */
+	const CUtensorMap *cm = v->tw ? tmap_2d(q->codes, 1, k / 2, n, 32, v->bn) : xm;
+	const CUtensorMap *sm = v->tw ? tmap_2d(q->scales, 1, k / 16, n, 16, v->bn) : xm;
 	const int64_t tiles = (n / v->bn) * ((m + v->bm - 1) / v->bm);
-	const int64_t grid = v->persistent && tiles > v->grid_cap ? v->grid_cap : tiles; /* a multiple of cl */
-	if (v->cl == 1) {
-		v->fn<<<(unsigned)grid, v->threads, v->smem, fcu(be)->st>>>(*map, q->codes, q->scales, (int)m, (int)n,
-									      (int)k, y);
-		return fcu_launched(&err, v->name);
-	}
-	cudaLaunchConfig_t lc = {};
-	cudaLaunchAttribute at[1] = {};
-	at[0].id = cudaLaunchAttributeClusterDimension;
-	at[0].val.clusterDim.x = (unsigned)v->cl;
-	at[0].val.clusterDim.y = 1;
-	at[0].val.clusterDim.z = 1;
-	lc.gridDim = dim3((unsigned)grid);
-	lc.blockDim = dim3((unsigned)v->threads);
-	lc.dynamicSmemBytes = (size_t)v->smem;
-	lc.stream = fcu(be)->st;
-	lc.attrs = at;
-	lc.numAttrs = 1;
-	const cudaError_t e = cudaLaunchKernelEx(&lc, v->fn, *map, q->codes, q->scales, (int)m, (int)n, (int)k, y);
-	if (e != cudaSuccess)
-		return fos_seterr(&err, FOS_EINTERNAL, "%s: launch: %s", v->name, cudaGetErrorString(e));
+	const int64_t grid = v->persistent && tiles > v->grid_cap ? v->grid_cap : tiles;
+	v->fn<<<(unsigned)grid, v->threads, v->smem, fcu(be)->st>>>(*xm, *cm, *sm, q->codes, q->scales, (int)m, (int)n,
+								      (int)k, y);
 	return fcu_launched(&err, v->name);
 }
 
@@ -1120,27 +1229,6 @@ int main(int argc, char **argv)
 		CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)variants[v].fn, variants[v].threads,
 								 variants[v].smem));
 		variants[v].grid_cap = per_sm * pr.multiProcessorCount;
-		if (variants[v].cl > 1) {
-			/* clusters: as many as fit at once, times their size */
-			cudaLaunchConfig_t lc = {};
-			cudaLaunchAttribute at[1] = {};
-			at[0].id = cudaLaunchAttributeClusterDimension;
-			at[0].val.clusterDim.x = (unsigned)variants[v].cl;
-			at[0].val.clusterDim.y = 1;
-			at[0].val.clusterDim.z = 1;
-			lc.gridDim = dim3((unsigned)(variants[v].cl * 64));
-			lc.blockDim = dim3((unsigned)variants[v].threads);
-			lc.dynamicSmemBytes = (size_t)variants[v].smem;
-			lc.attrs = at;
-			lc.numAttrs = 1;
-			int ncl = 0;
-			if (cudaOccupancyMaxActiveClusters(&ncl, (const void *)variants[v].fn, &lc) != cudaSuccess || ncl < 1) {
-				(void)cudaGetLastError();
-				printf("%s: no cluster of %d fits\n", variants[v].name, variants[v].cl);
-				per_sm = 0;
-			}
-			variants[v].grid_cap = ncl * variants[v].cl;
-		}
 		printf("%d: %s: %d registers, %zu bytes spilled (local), %d bytes dynamic shared, %d threads, %d CTAs per SM%s\n",
 		       v, variants[v].name, fa.numRegs, (size_t)fa.localSizeBytes, variants[v].smem, variants[v].threads, per_sm,
 		       broken[v] ? " (not run)" : "");
