@@ -185,12 +185,19 @@ static const char *cx_why(int why)
 	}
 }
 
-static int cx_not_found_locked(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, char *msg, size_t msgsz)
+/* Why owner's context id went away (FOSD_CTX_*, the latest), or 0 when it is not remembered. */
+static int cx_tomb_why_locked(const fosd_contexts *cx, const fosd_tenant *owner, uint64_t id)
 {
 	int why = 0;
 	for (unsigned i = 0; i < FOSD_CTX_TOMBSTONES; i++)
 		if (cx->tomb_why[i] && cx->tomb_id[i] == id && cx->tomb_owner[i] == owner)
 			why = cx->tomb_why[i];
+	return why;
+}
+
+static int cx_not_found_locked(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id, char *msg, size_t msgsz)
+{
+	int why = cx_tomb_why_locked(cx, owner, id);
 	snprintf(msg, msgsz, "context %016llx %s", (unsigned long long)id, cx_why(why));
 	return FOS__CODE__NOT_FOUND;
 }
@@ -199,10 +206,7 @@ int fosd_contexts_knows(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id
 {
 	pthread_mutex_lock(&cx->mu);
 	fosd_context *c = id ? cx_find_locked(cx, id) : NULL;
-	int known = c && cx_owner(c) == owner ? 2 : 0;
-	for (unsigned i = 0; !known && id && i < FOSD_CTX_TOMBSTONES; i++)
-		if (cx->tomb_why[i] && cx->tomb_id[i] == id && cx->tomb_owner[i] == owner)
-			known = 1;
+	int known = c && cx_owner(c) == owner ? 2 : (id && cx_tomb_why_locked(cx, owner, id)) ? 1 : 0;
 	pthread_mutex_unlock(&cx->mu);
 	return known;
 }
