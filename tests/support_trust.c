@@ -594,6 +594,31 @@ int tt_thread_count(pid_t pid)
 	return (int)tt_status_field(pid, "Threads");
 }
 
+int tt_wait_lanes_busy(const char *url, uint64_t n, int timeout_ms)
+{
+	fos_client *c = NULL;
+	fos_status st;
+	if (fos_connect(url, NULL, 5000, &c, &st))
+		return -1;
+	int rc = -1;
+	for (uint64_t t0 = tsrv_now_ms(); tsrv_now_ms() - t0 < (uint64_t)timeout_ms; usleep(2000)) {
+		fos_stats_snapshot *snap;
+		uint64_t busy = 0, queued = 1;
+		if (fos_stats_take(c, &snap, &st))
+			break;
+		int bad = fos_stats_get(snap, "devices.0.lanes_busy", &busy) || fos_stats_get(snap, "queued", &queued);
+		fos_stats_free(snap);
+		if (bad)
+			break;
+		if (busy == n && queued == 0) {
+			rc = 0;
+			break;
+		}
+	}
+	fos_close(c);
+	return rc;
+}
+
 int tt_fd_count(pid_t pid)
 {
 	char path[64];

@@ -78,6 +78,10 @@ typedef struct tt_async {
 } tt_async;
 int tt_async_start(tt_async *a, const char *url, Fos__Request *rq, tt_tensor *ts, int nt, int timeout_ms);
 int tt_async_wait(tt_async *a, char *msg, size_t msgsz);
+/* Waits (up to timeout_ms) until device 0 of the fosd at url runs n requests on its lanes with
+ * nothing queued: requests started with tt_async_start are then past receiving and resolving,
+ * which "in flight" alone does not say. 0, or -1 on timeout or a failed Stats. */
+int tt_wait_lanes_busy(const char *url, uint64_t n, int timeout_ms);
 
 /* ---- certificates ------------------------------------------------------------------------------ */
 

@@ -241,20 +241,11 @@ static void test_lane_wait_past_deadline(void **state)
 	tt_async s1, s2;
 	slow_start(&s1, s.url, big, 1);
 	slow_start(&s2, s.url, big, 2);
-	/* both slow ones taken (a lane each), nothing queued */
+	/* both slow ones on a lane each, nothing queued */
+	if (tt_wait_lanes_busy(s.url, 2, 10000))
+		fail_msg("the slow requests did not start");
 	fos_client *c = tt_connect(s.url, NULL);
-	fos_stats_info si;
 	fos_status st;
-	uint64_t t0 = tsrv_now_ms();
-	for (;;) {
-		ASSERT_OK(fos_stats(c, &si, &st), st);
-		if (si.inflight >= 3 && si.queued == 0)
-			break;
-		if (tsrv_now_ms() - t0 > 10000)
-			fail_msg("the slow requests did not start");
-		usleep(2000);
-	}
-	usleep(50 * 1000);
 	/* a Linear (side by side) finds no free lane; a PutWeight (alone) finds lanes running */
 	char msg[600];
 	for (int which = 0; which < 2; which++) {

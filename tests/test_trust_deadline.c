@@ -56,23 +56,11 @@ static Fos__Request *put_req(Fos__Request *rq, Fos__PutWeightRequest *pw, Fos__T
 	return rq;
 }
 
-/* Waits until the slow request has been taken by a worker (in flight, nothing queued). */
+/* Waits until the slow request runs on the lane. */
 static void wait_running(const char *url)
 {
-	fos_client *c = tt_connect(url, NULL);
-	fos_stats_info si;
-	fos_status st;
-	uint64_t t0 = tsrv_now_ms();
-	for (;;) {
-		ASSERT_OK(fos_stats(c, &si, &st), st);
-		if (si.inflight >= 2 && si.queued == 0) /* the slow one and this stats request */
-			break;
-		if (tsrv_now_ms() - t0 > 10000)
-			fail_msg("the slow request did not start");
-		usleep(2000);
-	}
-	fos_close(c);
-	usleep(20 * 1000); /* from the queue to the backend lock */
+	if (tt_wait_lanes_busy(url, 1, 10000))
+		fail_msg("the slow request did not start");
 }
 
 static int cached(const char *url, const char *name)
