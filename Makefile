@@ -191,6 +191,10 @@ ifeq ($(CUDA),1)
 $(BUILD)/bench/bench_nvfp4_gemm: $(BUILD)/obj/bench/bench_nvfp4_gemm.cu.o $(LIBNUM)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+# bench/bench_ctx_switch.cu (issue 16): two processes taking turns on the GPU against two threads
+$(BUILD)/bench/bench_ctx_switch: bench/bench_ctx_switch.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcudart
 # bench/bench_nvfp4_wgmma.cu (issue 19, step 2): likewise, for sm_90a (wgmma): make BUILD=build-x build-x/bench/bench_nvfp4_wgmma
 $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o: bench/bench_nvfp4_wgmma.cu
 	@mkdir -p $(dir $@)
