@@ -231,6 +231,12 @@ struct fos_backend {
 	int (*ipc_event_wait)(fos_backend *be, void *ev, fos_err *err);
 	/* The CPU waits for the event's last record. */
 	int (*ipc_event_sync)(fos_backend *be, void *ev, fos_err *err);
+	/* This instance's own interprocess event, for a client to wait on: done_event_handle writes
+	 * its 64-byte CUDA IPC handle (the event is made on first use; the same handle every time);
+	 * done_event_record records it on the stream after the work queued so far (what sync would
+	 * wait for). */
+	int (*done_event_handle)(fos_backend *be, unsigned char handle[64], fos_err *err);
+	int (*done_event_record)(fos_backend *be, fos_err *err);
 	/* dst (host) = n bytes at src (device), synchronously and outside this instance's stream (a
 	 * small read on a thread that is not the instance's, e.g. of checked inputs). */
 	int (*read_sync)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err);

@@ -169,6 +169,8 @@ static void fcu_destroy(fos_backend *be)
 			cudaEventDestroy(im->fork_ev);
 		if (im->join_ev)
 			cudaEventDestroy(im->join_ev);
+		if (im->done_ev)
+			cudaEventDestroy(im->done_ev);
 		if (im->st)
 			cudaStreamDestroy(im->st);
 		pthread_mutex_destroy(&im->mu);

@@ -59,6 +59,8 @@ struct fcu_impl {
 	cudaStream_t side;       /* the side stream (backend.h side_begin) */
 	cudaStream_t main_st;    /* while side work is queued: the main stream (st is then side) */
 	cudaEvent_t fork_ev, join_ev;
+	cudaEvent_t done_ev;     /* interprocess (backend.h done_event_*), made on first use */
+	unsigned char done_handle[64];
 };
 
 static inline struct fcu_impl *fcu(fos_backend *be)

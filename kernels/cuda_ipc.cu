@@ -2,7 +2,9 @@
  * (backend.h ipc_*): CUDA IPC memory handles mapped with cudaIpcOpenMemHandle (the driver counts
  * repeated opens of one handle and returns the same address), the allocation's size asked from the
  * driver API (cuMemGetAddressRange, reached through cudaGetDriverEntryPointByVersion so nothing
- * links libcuda), IPC events that a stream waits on, and small synchronous reads. */
+ * links libcuda), IPC events that a stream waits on, the instance's own IPC event that clients
+ * wait on (one per instance: its handle never changes, each record supersedes the last), and
+ * small synchronous reads. */
 #include "cuda_internal.cuh"
 
 #include <cuda.h>
@@ -105,6 +107,41 @@ static int fcu_ipc_event_sync(fos_backend *be, void *ev, fos_err *err)
 	return fcu_check(cudaEventSynchronize((cudaEvent_t)ev), err, "cudaEventSynchronize");
 }
 
+static int fcu_done_event_handle(fos_backend *be, unsigned char handle[64], fos_err *err)
+{
+	struct fcu_impl *im = fcu(be);
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	if (!im->done_ev) {
+		cudaEvent_t ev = 0;
+		cudaIpcEventHandle_t h;
+		rc = fcu_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess), err,
+			       "cudaEventCreateWithFlags (interprocess)");
+		if (!rc && (rc = fcu_check(cudaIpcGetEventHandle(&h, ev), err, "cudaIpcGetEventHandle")))
+			cudaEventDestroy(ev);
+		if (rc) {
+			cudaGetLastError();
+			return rc;
+		}
+		memcpy(im->done_handle, &h, sizeof im->done_handle);
+		im->done_ev = ev;
+	}
+	memcpy(handle, im->done_handle, sizeof im->done_handle);
+	return FOS_OK;
+}
+
+static int fcu_done_event_record(fos_backend *be, fos_err *err)
+{
+	struct fcu_impl *im = fcu(be);
+	if (!im->done_ev)
+		return fos_seterr(err, FOS_EINVAL, "done_event_record before done_event_handle");
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	return fcu_check(cudaEventRecord(im->done_ev, im->st), err, "cudaEventRecord (done event)");
+}
+
 static int fcu_read_sync(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err)
 {
 	int rc = fcu_enter(be, err);
@@ -123,5 +160,7 @@ void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16])
 	be->ipc_event_close = fcu_ipc_event_close;
 	be->ipc_event_wait = fcu_ipc_event_wait;
 	be->ipc_event_sync = fcu_ipc_event_sync;
+	be->done_event_handle = fcu_done_event_handle;
+	be->done_event_record = fcu_done_event_record;
 	be->read_sync = fcu_read_sync;
 }

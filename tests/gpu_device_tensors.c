@@ -6,7 +6,8 @@
  * amax and output (bf16 and f32); the expect of a checked Forward. Every result is bit-identical to
  * the same op through host memory on the same fosd, over the socket and through a request
  * channel, and with fos_set_cuda_stream's event ordering (an input copied asynchronously on the
- * stream, not synchronized). A weight put from device memory is put again from libfos's host copy
+ * stream, not synchronized), and with fos_set_cuda_order's outputs ordered on a stream too (calls
+ * answered before their GPU work ended). A weight put from device memory is put again from libfos's host copy
  * (reput_weights) after fosd lost it. Also: fos_cuda_release closes fosd's mappings (Stats
  * device_mappings); memory freed and allocated again at the same address gets a new handle and
  * fosd reads the new bytes; a client process that exits with its mappings open leaves none behind
@@ -113,10 +114,16 @@ static void *dcopy(const void *h, size_t n)
 }
 
 /* The device bytes at d equal the host bytes at h. */
+/* The stream every_op's calls are ordered on (fos_set_cuda_order), or NULL: results are read
+ * after it. */
+static void *g_order_stream;
+
 static void same_dev(const void *d, const void *h, size_t n, const char *what)
 {
 	uint8_t *got = malloc(n);
 	assert_non_null(got);
+	if (g_order_stream)
+		assert_int_equal(cudaStreamSynchronize(g_order_stream), 0);
 	assert_int_equal(cudaMemcpy(got, d, n, D2H), 0);
 	if (memcmp(got, h, n)) {
 		size_t i = 0;
@@ -378,6 +385,37 @@ static void test_event_stream(void **state)
 #endif
 }
 
+/* FOS_CUDA_ORDER_OUTPUTS: every op again, ordered on a stream; fosd answers the calls whose
+ * results are all in device memory before their work ends (the stream made to wait for its
+ * event), the others as usual, and every result is the host path's. */
+static void test_every_op_stream_order(void **state)
+{
+	(void)state;
+	NEED();
+#ifdef FOS_HAVE_CUDA
+	for (int chan = 0; chan < 2; chan++) {
+		fos_client *c = conn();
+		fos_status st;
+		if (chan)
+			ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
+		assert_int_equal(cudaStreamCreate(&g_order_stream), 0);
+		ASSERT_OK(fos_set_cuda_order(c, g_order_stream, FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS, &st), st);
+		uint64_t before = atomic_load(&c->done_waits);
+		every_op(c, chan ? "ochan" : "osock");
+		/* PutWeight of W, Forward, Backward, Linear (twice), Dequantize into device memory: early */
+		uint64_t early = atomic_load(&c->done_waits) - before;
+		fprintf(stderr, "%s: %llu calls answered before their work ended\n", chan ? "channel" : "socket",
+			(unsigned long long)early);
+		assert_true(early >= 4);
+		ASSERT_OK(fos_set_cuda_order(c, NULL, 0, &st), st);
+		assert_int_equal(cudaStreamSynchronize(g_order_stream), 0);
+		cudaStreamDestroy(g_order_stream);
+		g_order_stream = NULL;
+		fos_close(c);
+	}
+#endif
+}
+
 /* A weight put from device memory by a handle with reput_weights is put again from libfos's host
  * copy when fosd lost it (here: dropped by another handle of the same tenant). */
 static void test_reput_device_weight(void **state)
@@ -585,6 +623,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_every_op_socket),
 		cmocka_unit_test(test_every_op_channel),
 		cmocka_unit_test(test_event_stream),
+		cmocka_unit_test(test_every_op_stream_order),
 		cmocka_unit_test(test_reput_device_weight),
 		cmocka_unit_test(test_release_closes),
 		cmocka_unit_test(test_realloc_same_address),

@@ -3,7 +3,9 @@
  * GPU memory to map: FAILED_PRECONDITION; malformed handles and UUIDs, a data-section offset or a
  * shm reference beside it, a length that does not match or overflows the shape, a result asked
  * into device memory and a region at once, a wait event, CloseDeviceMemory of a handle never
- * mapped), Health names no GPU, Stats counts nothing, and fosd keeps serving bit-exact results. The
+ * mapped), Health names no GPU, Stats counts nothing, and fosd keeps serving bit-exact results; a
+ * request that allows an early answer (Request.cuda_done_event) is answered the usual way, with
+ * its result and no done event. The
  * paths that map memory run on the GPU (tests/gpu_device_tensors.c); the table's checks with a
  * stand-in backend are tests/test_server_devmem.c. */
 #include <setjmp.h>
@@ -243,11 +245,45 @@ static void test_health_and_stats(void **state)
 	fos__response__free_unpacked(r, NULL);
 }
 
+/* A cpu fosd has no GPU work to answer before: cuda_done_event is a permission, not an error. */
+static void test_done_event_cpu(void **state)
+{
+	(void)state;
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__ForwardRequest fr = FOS__FORWARD_REQUEST__INIT;
+	Fos__Tensor xin = FOS__TENSOR__INIT;
+	int64_t shape[2] = {M, K};
+	fosw_placer pl;
+	memset(&pl, 0, sizeof pl);
+	fosw_tensor_init(&xin, shape, &pl, FOS__DTYPE__DTYPE_BF16, 2, shape);
+	fr.weight = (char *)"w";
+	fr.x = &xin;
+	rq.op_case = FOS__REQUEST__OP_FORWARD;
+	rq.forward = &fr;
+	rq.cuda_done_event = 1;
+	uint8_t *data = NULL;
+	size_t dlen = 0;
+	Fos__Response *r = traw_call_data(g_sock, &rq, &pl, g_x, sizeof g_x, &data, &dlen);
+	assert_non_null(r);
+	assert_true(!r->status || r->status->code == FOS__CODE__OK);
+	assert_int_equal(r->cuda_done_event.len, 0);
+	assert_non_null(r->forward);
+	assert_non_null(r->forward->y);
+	uint16_t ref[M * N];
+	fos_linear_opts o = fos_linear_opts_default();
+	assert_int_equal(tsrv_ref_linear(g_x, g_w, NULL, NULL, M, N, K, &o, ref, NULL, NULL, NULL), 0);
+	assert_true(r->forward->y->offset + sizeof ref <= dlen);
+	assert_memory_equal(data + r->forward->y->offset, ref, sizeof ref);
+	free(data);
+	fos__response__free_unpacked(r, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_refused_forms),
 		cmocka_unit_test(test_health_and_stats),
+		cmocka_unit_test(test_done_event_cpu),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -188,9 +188,31 @@ static int f_event_record(void *ev, void *stream)
 	return 0;
 }
 
+static int g_destroyed;
 static int f_event_destroy(void *ev)
 {
 	(void)ev;
+	g_destroyed++;
+	return 0;
+}
+
+/* fosd's done events: opened by handle (the event is 0xD000 + the handle's first byte), waited on */
+static int g_opened, g_waits;
+static void *g_wait_stream, *g_wait_event;
+static int f_open_event(void **ev, fosc_cu_ipc_event_handle h)
+{
+	g_opened++;
+	*ev = (void *)(uintptr_t)(0xD000 + h.reserved[0]);
+	return 0;
+}
+
+static int f_wait_event(void *stream, void *ev, unsigned flags)
+{
+	if (flags)
+		return 1;
+	g_waits++;
+	g_wait_stream = stream;
+	g_wait_event = ev;
 	return 0;
 }
 
@@ -277,6 +299,8 @@ static void fake_reset(void)
 {
 	memset(g_fa, 0, sizeof g_fa);
 	g_exports = g_records = g_events_made = g_many = g_retained = g_freed = g_copies = g_syncs = 0;
+	g_destroyed = g_opened = g_waits = 0;
+	g_wait_stream = g_wait_event = NULL;
 	fosc_cuda_override(&g_fake);
 }
 
@@ -795,6 +819,81 @@ static void test_event_path(void **state)
 	fos_close(c);
 }
 
+/* FOS_CUDA_ORDER_OUTPUTS: the request allows an early answer; an early answer's done event is
+ * opened once per handle and the call's stream made to wait for it; a done event nobody asked for,
+ * or one of the wrong size, is DATA_LOSS. */
+static void test_early_reply(void **state)
+{
+	(void)state;
+	fake_reset();
+	fos_client *c = conn_fake();
+	fos_status st;
+	void *stream = (void *)(uintptr_t)0x5;
+	/* a driver without cuIpcOpenEventHandle / cuStreamWaitEvent cannot order outputs */
+	ASSERT_CODE(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS, &st),
+		    FOS_CODE_FAILED_PRECONDITION, st);
+	ASSERT_MSG(st, "cuIpcOpenEventHandle");
+	fosc_cuda_api drv = g_fake;
+	drv.IpcOpenEventHandle = f_open_event;
+	drv.StreamWaitEvent = f_wait_event;
+	fosc_cuda_override(&drv);
+	ASSERT_CODE(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_OUTPUTS, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_CODE(fos_set_cuda_order(c, stream, 8, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	ASSERT_OK(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS, &st), st);
+
+	Fos__Request rq = FOS__REQUEST__INIT;
+	struct fosc_devev *ev = NULL;
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+	assert_non_null(ev);
+	assert_int_equal(rq.cuda_done_event, 1);
+	assert_int_equal(rq.cuda_wait_event.len, 64);
+	uint8_t h1[64], h2[64];
+	memset(h1, 0xD1, sizeof h1);
+	memset(h2, 0xD2, sizeof h2);
+	ProtobufCBinaryData b1 = {64, h1}, b2 = {64, h2}, bad = {5, h1};
+	ASSERT_OK(fosc_cuda_done_wait(c, ev, &b1, &st), st);
+	ASSERT_OK(fosc_cuda_done_wait(c, ev, &b1, &st), st);
+	assert_int_equal(g_opened, 1); /* the same lane's event again: opened once */
+	assert_int_equal(g_waits, 2);
+	assert_ptr_equal(g_wait_stream, stream);
+	assert_ptr_equal(g_wait_event, (void *)(uintptr_t)0xD0D1);
+	ASSERT_OK(fosc_cuda_done_wait(c, ev, &b2, &st), st);
+	assert_int_equal(g_opened, 2);
+	assert_ptr_equal(g_wait_event, (void *)(uintptr_t)0xD0D2);
+	ASSERT_CODE(fosc_cuda_done_wait(c, ev, &bad, &st), FOS_CODE_DATA_LOSS, st);
+	ASSERT_MSG(st, "64");
+	fosc_cuda_event_done(c, ev);
+	/* more handles than are kept: the oldest are destroyed */
+	for (int i = 0; i < 70; i++) {
+		uint8_t h[64];
+		memset(h, 0, sizeof h);
+		h[0] = (uint8_t)i;
+		h[1] = 0x77;
+		ProtobufCBinaryData b = {64, h};
+		ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+		ASSERT_OK(fosc_cuda_done_wait(c, ev, &b, &st), st);
+		fosc_cuda_event_done(c, ev);
+	}
+	assert_int_equal(g_opened, 72);
+	assert_int_equal(g_destroyed, 72 - 64);
+
+	/* inputs only: no early answer asked, so a done event in a reply is refused */
+	ASSERT_OK(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_INPUTS, &st), st);
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+	assert_int_equal(rq.cuda_done_event, 0);
+	ASSERT_CODE(fosc_cuda_done_wait(c, ev, &b1, &st), FOS_CODE_DATA_LOSS, st);
+	ASSERT_MSG(st, "did not ask");
+	fosc_cuda_event_done(c, ev);
+	ASSERT_OK(fos_set_cuda_order(c, NULL, 0, &st), st);
+	ASSERT_OK(fosc_cuda_wait_event(c, &rq, &ev, &st), st);
+	assert_null(ev);
+	assert_int_equal(rq.cuda_done_event, 0);
+	int before = g_destroyed;
+	fos_close(c); /* the 64 opened done events and the pooled one are destroyed */
+	assert_int_equal(g_destroyed - before, 64 + 1);
+	fosc_cuda_override(&g_fake);
+}
+
 /* ---- a cpu fosd refuses device tensors ------------------------------------------------------------- */
 
 static void refused_by_fosd(fos_client *c)
@@ -881,6 +980,7 @@ int main(void)
 		cmocka_unit_test(test_several_gpus),
 		cmocka_unit_test(test_reply_check),
 		cmocka_unit_test(test_event_path),
+		cmocka_unit_test(test_early_reply),
 		cmocka_unit_test(test_cpu_fosd_refuses),
 		cmocka_unit_test(test_cpu_fosd_refuses_channel),
 		cmocka_unit_test(test_stats_names),

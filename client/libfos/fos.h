@@ -477,8 +477,10 @@ size_t fos_channel_bytes(const fos_client *c);
  * INVALID_ARGUMENT.
  *
  * Ordering: the work producing a device input must be complete before the call (synchronize its
- * stream, e.g. cudaStreamSynchronize), unless fos_set_cuda_stream names that stream; fosd's writes
- * to device outputs are complete when the call returns.
+ * stream, e.g. cudaStreamSynchronize), unless fos_set_cuda_stream (fos_set_cuda_order) names that
+ * stream; fosd's writes to device outputs are complete when the call returns, unless
+ * fos_set_cuda_order asked for FOS_CUDA_ORDER_OUTPUTS: then they are complete in that stream's
+ * order (below).
  *
  * Handles are exported once per allocation and handle and kept in a cache keyed by (allocation
  * base, CU_POINTER_ATTRIBUTE_BUFFER_ID): an allocation freed and another made at the same address
@@ -513,6 +515,28 @@ int fos_cuda_check(fos_client *c, const void *dev_ptr, size_t bytes, fos_status 
  * IPC handle; fosd's stream waits for the event before reading, and no CPU thread blocks on the
  * caller's side. */
 int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st);
+
+/* Stream order for inputs and outputs, for the calls the calling thread makes through c (as a
+ * current stream is a thread's; it overrides fos_set_cuda_stream for this thread; LIBFOS_1.1).
+ * flags: FOS_CUDA_ORDER_INPUTS orders the inputs as fos_set_cuda_stream does;
+ * FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS also lets a call with device
+ * tensors return as soon as fosd has queued its GPU work, before that work ends: fosd answers with
+ * an event of its own (Response.cuda_done_event) and libfos makes stream wait for it
+ * (cuStreamWaitEvent), so work queued on stream after the call sees the device outputs, and fosd's
+ * reads of the device inputs come before it. The host, and other streams, must wait for stream
+ * first (cudaStreamSynchronize, an event); the call's device memory must not be freed or written
+ * other than by work ordered after stream's wait (PyTorch's caching allocator reuses a tensor's
+ * memory in the order of the stream it was made on, which is enough when that is stream). fosd
+ * answers the usual way when it cannot answer early (a cpu fosd; a result in the reply or in shared
+ * memory; a PutWeight over several devices), and a call then returns with its work done, as
+ * without the flag. stream NULL or flags 0: off for this thread (device tensors synchronized by the
+ * caller). The stream may be CU_STREAM_LEGACY ((void *)1) for the legacy default stream of the
+ * calling thread's current context (PyTorch's default stream).
+ * INVALID_ARGUMENT for FOS_CUDA_ORDER_OUTPUTS without FOS_CUDA_ORDER_INPUTS or other bits;
+ * FAILED_PRECONDITION without a CUDA driver (or one without cuIpcOpenEventHandle). */
+#define FOS_CUDA_ORDER_INPUTS 1u
+#define FOS_CUDA_ORDER_OUTPUTS 2u
+int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *st);
 
 /* Device memory without the CUDA runtime (tests, the CLI, C programs): cuMemAlloc on device
  * ordinal device (its primary context; FAILED_PRECONDITION without a driver or such a device),

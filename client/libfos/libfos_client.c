@@ -480,6 +480,8 @@ parse:;
 			code = FOSC_RETRY_SOCKET;
 		goto done;
 	}
+	if (out->resp->cuda_done_event.len && (code = fosc_cuda_done_wait(c, ev, &out->resp->cuda_done_event, st)))
+		goto done; /* answered before its GPU work ended: the caller's stream waits for it */
 	atomic_store(&c->last_device, out->resp->device <= INT32_MAX ? (int)out->resp->device : -1);
 	fosc_status(st, FOS_CODE_OK, "ok");
 done:

@@ -2,7 +2,7 @@
  * on first use (libfos links and runs on hosts without CUDA); turning a tensor in CUDA memory into
  * a CudaRef (the IPC handle of its allocation's base, its offset there, its GPU's UUID); the
  * handle's cache of exported allocations and CloseDeviceMemory for stale and released ones;
- * checking device results in a reply; the interprocess events of fos_set_cuda_stream; and small
+ * checking device results in a reply; and small
  * device-memory helpers (fos_cuda_malloc, fos_cuda_free, fos_cuda_memcpy).
  *
  * Invariants: an allocation is exported at most once per handle while it lives: the cache is keyed
@@ -20,22 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* CUDA driver API values (cuda.h), stable parts of the driver ABI */
-enum {
-	FOSC_CU_PTR_CONTEXT = 1,
-	FOSC_CU_PTR_MEMORY_TYPE = 2,
-	FOSC_CU_PTR_BUFFER_ID = 7,
-	FOSC_CU_PTR_IS_MANAGED = 8,
-	FOSC_CU_PTR_DEVICE_ORDINAL = 9,
-	FOSC_CU_PTR_IS_LEGACY_IPC = 10,
-	FOSC_CU_PTR_RANGE_START = 11,
-	FOSC_CU_PTR_RANGE_SIZE = 12,
-	FOSC_CU_MEMORYTYPE_DEVICE = 2,
-	FOSC_CU_EVENT_DISABLE_TIMING = 2,
-	FOSC_CU_EVENT_INTERPROCESS = 4,
-	FOSC_CU_IPC_HANDLE_SIZE = 64,
-};
-
+/* The CUDA driver API values of libfos_internal.h checked against cuda.h where it is installed. */
 #if defined(__has_include)
 #if __has_include(<cuda.h>)
 #include <cuda.h>
@@ -52,7 +37,8 @@ _Static_assert((int)FOSC_CU_PTR_CONTEXT == (int)CU_POINTER_ATTRIBUTE_CONTEXT &&
 		       (int)FOSC_CU_EVENT_INTERPROCESS == (int)CU_EVENT_INTERPROCESS &&
 		       (int)FOSC_CU_IPC_HANDLE_SIZE == (int)CU_IPC_HANDLE_SIZE && sizeof(CUdeviceptr) == sizeof(uint64_t) &&
 		       sizeof(CUdevice) == sizeof(int) && sizeof(CUresult) == sizeof(int) &&
-		       sizeof(CUuuid) == 16 && sizeof(CUipcMemHandle) == 64 && sizeof(CUipcEventHandle) == 64,
+		       sizeof(CUuuid) == 16 && sizeof(CUipcMemHandle) == 64 && sizeof(CUipcEventHandle) == 64 &&
+		       sizeof(fosc_cu_ipc_event_handle) == sizeof(CUipcEventHandle),
 	       "libfos_cuda.c's driver constants differ from cuda.h");
 #endif
 #endif
@@ -67,13 +53,6 @@ typedef struct fosc_dev {
 	uint8_t uuid[16];
 	struct fosc_dev *next;
 } fosc_dev;
-
-/* A pooled interprocess event of fos_set_cuda_stream (fos_client.dev_events). */
-typedef struct fosc_devev {
-	void *ev, *ctx;
-	uint8_t handle[FOSC_CU_IPC_HANDLE_SIZE];
-	struct fosc_devev *next;
-} fosc_devev;
 
 /* ---- the driver ---------------------------------------------------------------------------- */
 
@@ -133,6 +112,8 @@ static void drv_load(void)
 	SYM(IpcGetEventHandle, "cuIpcGetEventHandle", NULL);
 #undef SYM
 	drv_sym(dl, "cuGetErrorName", NULL, &a.GetErrorName); /* optional: messages name the code */
+	drv_sym(dl, "cuIpcOpenEventHandle", NULL, &a.IpcOpenEventHandle);     /* optional: FOS_CUDA_ORDER_OUTPUTS */
+	drv_sym(dl, "cuStreamWaitEvent", NULL, &a.StreamWaitEvent);
 	if (missing) {
 		snprintf(g_drv_why, sizeof g_drv_why, "the CUDA driver %s has no %s", name, missing);
 		dlclose(dl);
@@ -152,7 +133,7 @@ static void drv_load(void)
 }
 
 /* The driver, or NULL with st FAILED_PRECONDITION saying why there is none. */
-static const fosc_cuda_api *drv(fos_status *st)
+const fosc_cuda_api *fosc_cuda_drv(fos_status *st)
 {
 	pthread_mutex_lock(&g_drv_mu);
 	if (!g_drv_state)
@@ -180,7 +161,7 @@ void fosc_cuda_override(const fosc_cuda_api *api)
 }
 
 /* "CUDA_ERROR_X" for rc (a buffer of the calling thread). */
-static const char *cuerr(const fosc_cuda_api *a, int rc)
+const char *fosc_cuda_err(const fosc_cuda_api *a, int rc)
 {
 	static _Thread_local char buf[48];
 	const char *n = NULL;
@@ -236,7 +217,7 @@ static int dev_query(const fosc_cuda_api *a, const void *p, devinfo *d, const ch
 	}
 	if (rc)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: cuPointerGetAttributes(%p): %s", what, p,
-				   cuerr(a, rc));
+				   fosc_cuda_err(a, rc));
 	if (d->memtype != FOSC_CU_MEMORYTYPE_DEVICE || !d->ctx || d->ordinal < 0)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: %p is not CUDA device memory", what, p);
 	if (d->managed)
@@ -252,13 +233,13 @@ static int dev_query(const fosc_cuda_api *a, const void *p, devinfo *d, const ch
 	if (!ranged || !d->size) {
 		size_t sz = 0;
 		if ((rc = a->CtxPushCurrent(d->ctx)))
-			return fosc_status(st, FOS_CODE_INTERNAL, "tensor %s: cuCtxPushCurrent: %s", what, cuerr(a, rc));
+			return fosc_status(st, FOS_CODE_INTERNAL, "tensor %s: cuCtxPushCurrent: %s", what, fosc_cuda_err(a, rc));
 		rc = a->MemGetAddressRange(&d->base, &sz, ptr);
 		void *prev;
 		a->CtxPopCurrent(&prev);
 		if (rc)
 			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "tensor %s: cuMemGetAddressRange(%p): %s", what,
-					   p, cuerr(a, rc));
+					   p, fosc_cuda_err(a, rc));
 		d->size = sz;
 	}
 	if (ptr < d->base || ptr - d->base >= d->size)
@@ -274,7 +255,7 @@ static int dev_uuid(const fosc_cuda_api *a, int ordinal, uint8_t uuid[16], const
 		rc = a->DeviceGetUuid(uuid, dev);
 	if (rc)
 		return fosc_status(st, FOS_CODE_INTERNAL, "tensor %s: the UUID of CUDA device %d: %s", what, ordinal,
-				   cuerr(a, rc));
+				   fosc_cuda_err(a, rc));
 	return FOS_CODE_OK;
 }
 
@@ -314,7 +295,7 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 {
 	if (!c->cuda_mu_ok)
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "tensor %s: the handle has no device-tensor state", what);
-	const fosc_cuda_api *a = drv(st);
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
 	if (!a) {
 		char m[sizeof st->message];
 		snprintf(m, sizeof m, "%s", st ? st->message : "");
@@ -365,7 +346,7 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 		int rc = a->CtxPushCurrent(d.ctx);
 		if (rc) {
 			free(e);
-			return fosc_status(st, FOS_CODE_INTERNAL, "tensor %s: cuCtxPushCurrent: %s", what, cuerr(a, rc));
+			return fosc_status(st, FOS_CODE_INTERNAL, "tensor %s: cuCtxPushCurrent: %s", what, fosc_cuda_err(a, rc));
 		}
 		rc = a->IpcGetMemHandle(e->handle, d.base);
 		void *prev;
@@ -374,7 +355,7 @@ static int fosc_dev_resolve(fos_client *c, const void *p, size_t len, const char
 			free(e);
 			return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
 					   "tensor %s: cuIpcGetMemHandle of the allocation at 0x%llx: %s (only cudaMalloc "
-					   "memory can be shared)", what, (unsigned long long)d.base, cuerr(a, rc));
+					   "memory can be shared)", what, (unsigned long long)d.base, fosc_cuda_err(a, rc));
 		}
 		if ((code = dev_uuid(a, d.ordinal, e->uuid, what, st))) {
 			free(e);
@@ -532,138 +513,20 @@ void fosc_cuda_health(fos_client *c, const Fos__HealthResult *hr)
 	pthread_mutex_unlock(&c->cuda_mu);
 }
 
-/* ---- events (fos_set_cuda_stream) ----------------------------------------------------------- */
-
-static void devev_free(const fosc_cuda_api *a, fosc_devev *e)
-{
-	if (a && e->ev && !a->CtxPushCurrent(e->ctx)) {
-		a->EventDestroy(e->ev);
-		void *prev;
-		a->CtxPopCurrent(&prev);
-	}
-	free(e);
-}
-
-int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st)
-{
-	if (!c || !c->cuda_mu_ok)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no client handle");
-	void *ctx = NULL;
-	const fosc_cuda_api *a = NULL;
-	if (stream) {
-		if (!(a = drv(st)))
-			return FOS_CODE_FAILED_PRECONDITION;
-		int rc = a->StreamGetCtx(stream, &ctx);
-		if (rc || !ctx)
-			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuStreamGetCtx of stream %p: %s", stream,
-					   rc ? cuerr(a, rc) : "no context");
-	}
-	pthread_mutex_lock(&c->cuda_mu);
-	c->cuda_stream_on = stream != NULL;
-	c->cuda_stream = stream;
-	c->cuda_stream_ctx = ctx;
-	pthread_mutex_unlock(&c->cuda_mu);
-	if (!stream)
-		return fosc_status(st, FOS_CODE_OK, "device inputs must be synchronized by the caller");
-	return fosc_status(st, FOS_CODE_OK, "device inputs are ordered by events on stream %p", stream);
-}
-
-int fosc_cuda_wait_event(fos_client *c, Fos__Request *rq, fosc_devev **out, fos_status *st)
-{
-	*out = NULL;
-	if (!c->cuda_mu_ok)
-		return FOS_CODE_OK;
-	fosc_devev *e = NULL, *old = NULL;
-	pthread_mutex_lock(&c->cuda_mu);
-	int on = c->cuda_stream_on;
-	void *stream = c->cuda_stream, *ctx = c->cuda_stream_ctx;
-	while (on && c->dev_events && !e) {
-		fosc_devev *g = c->dev_events;
-		c->dev_events = g->next;
-		if (g->ctx == ctx) {
-			e = g;
-		} else { /* of a stream set before, in another context */
-			g->next = old;
-			old = g;
-		}
-	}
-	pthread_mutex_unlock(&c->cuda_mu);
-	if (!on) {
-		rq->cuda_wait_event.len = 0;
-		rq->cuda_wait_event.data = NULL;
-		return FOS_CODE_OK;
-	}
-	const fosc_cuda_api *a = drv(st);
-	while (old) {
-		fosc_devev *n = old->next;
-		devev_free(a, old);
-		old = n;
-	}
-	if (!a)
-		return FOS_CODE_FAILED_PRECONDITION;
-	int rc = a->CtxPushCurrent(ctx);
-	if (rc)
-		return fosc_status(st, FOS_CODE_INTERNAL, "cuCtxPushCurrent for the stream's event: %s", cuerr(a, rc));
-	if (!e && (e = calloc(1, sizeof *e))) {
-		e->ctx = ctx;
-		rc = a->EventCreate(&e->ev, FOSC_CU_EVENT_INTERPROCESS | FOSC_CU_EVENT_DISABLE_TIMING);
-		if (!rc)
-			rc = a->IpcGetEventHandle(e->handle, e->ev);
-		if (rc) {
-			if (e->ev)
-				a->EventDestroy(e->ev);
-			free(e);
-			e = NULL;
-		}
-	}
-	if (e && !rc)
-		rc = a->EventRecord(e->ev, stream);
-	void *prev;
-	a->CtxPopCurrent(&prev);
-	if (!e || rc) {
-		int code = fosc_status(st, e ? FOS_CODE_INTERNAL : FOS_CODE_RESOURCE_EXHAUSTED,
-				       "the interprocess event on stream %p: %s", stream, e ? cuerr(a, rc) : "out of memory");
-		if (e)
-			fosc_cuda_event_done(c, e);
-		return code;
-	}
-	rq->cuda_wait_event.len = sizeof e->handle;
-	rq->cuda_wait_event.data = e->handle;
-	*out = e;
-	return FOS_CODE_OK;
-}
-
-void fosc_cuda_event_done(fos_client *c, fosc_devev *e)
-{
-	if (!e)
-		return;
-	pthread_mutex_lock(&c->cuda_mu);
-	e->next = c->dev_events;
-	c->dev_events = e;
-	pthread_mutex_unlock(&c->cuda_mu);
-}
-
 void fosc_cuda_close(fos_client *c)
 {
 	if (!c->cuda_mu_ok)
 		return;
 	pthread_mutex_lock(&c->cuda_mu);
 	fosc_dev *d = c->devs;
-	fosc_devev *e = c->dev_events;
 	c->devs = NULL;
-	c->dev_events = NULL;
 	pthread_mutex_unlock(&c->cuda_mu);
 	while (d) {
 		fosc_dev *n = d->next;
 		free(d);
 		d = n;
 	}
-	const fosc_cuda_api *a = e ? drv(NULL) : NULL;
-	while (e) {
-		fosc_devev *n = e->next;
-		devev_free(a, e);
-		e = n;
-	}
+	fosc_cuda_events_close(c);
 	pthread_mutex_destroy(&c->cuda_mu);
 	c->cuda_mu_ok = 0;
 }
@@ -754,7 +617,7 @@ int fos_server_gpu_uuid(fos_client *c, uint8_t uuid[16], fos_status *st)
 
 int fos_cuda_ptr_uuid(const void *dev_ptr, uint8_t uuid[16], fos_status *st)
 {
-	const fosc_cuda_api *a = drv(st);
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
 	if (!a)
 		return FOS_CODE_FAILED_PRECONDITION;
 	devinfo d;
@@ -775,16 +638,16 @@ int fos_cuda_malloc(int device, size_t bytes, void **dev_ptr, fos_status *st)
 	*dev_ptr = NULL;
 	if (!bytes)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "an allocation needs at least 1 byte");
-	const fosc_cuda_api *a = drv(st);
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
 	if (!a)
 		return FOS_CODE_FAILED_PRECONDITION;
 	int dev = 0, rc = a->DeviceGet(&dev, device);
 	if (rc)
-		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "no CUDA device %d (%s)", device, cuerr(a, rc));
+		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "no CUDA device %d (%s)", device, fosc_cuda_err(a, rc));
 	void *ctx = NULL;
 	if ((rc = a->DevicePrimaryCtxRetain(&ctx, dev)))
 		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "the primary context of CUDA device %d: %s", device,
-				   cuerr(a, rc));
+				   fosc_cuda_err(a, rc));
 	uint64_t p = 0;
 	if (!(rc = a->CtxPushCurrent(ctx))) {
 		rc = a->MemAlloc(&p, bytes);
@@ -794,7 +657,7 @@ int fos_cuda_malloc(int device, size_t bytes, void **dev_ptr, fos_status *st)
 	if (rc) {
 		a->DevicePrimaryCtxRelease(dev);
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "cuMemAlloc of %zu bytes on CUDA device %d: %s", bytes,
-				   device, cuerr(a, rc));
+				   device, fosc_cuda_err(a, rc));
 	}
 	*dev_ptr = (void *)(uintptr_t)p;
 	return fosc_status(st, FOS_CODE_OK, "ok"); /* the context stays retained until fos_cuda_free */
@@ -804,7 +667,7 @@ int fos_cuda_free(void *dev_ptr, fos_status *st)
 {
 	if (!dev_ptr)
 		return fosc_status(st, FOS_CODE_OK, "nothing to free");
-	const fosc_cuda_api *a = drv(st);
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
 	if (!a)
 		return FOS_CODE_FAILED_PRECONDITION;
 	devinfo d;
@@ -818,7 +681,7 @@ int fos_cuda_free(void *dev_ptr, fos_status *st)
 		a->CtxPopCurrent(&prev);
 	}
 	if (rc)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuMemFree(%p): %s", dev_ptr, cuerr(a, rc));
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuMemFree(%p): %s", dev_ptr, fosc_cuda_err(a, rc));
 	int dev = 0;
 	if (!a->DeviceGet(&dev, d.ordinal))
 		a->DevicePrimaryCtxRelease(dev);
@@ -831,7 +694,7 @@ int fos_cuda_memcpy(void *dst, const void *src, size_t bytes, fos_status *st)
 		return fosc_status(st, FOS_CODE_OK, "nothing to copy");
 	if (!dst || !src)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "a copy needs both pointers");
-	const fosc_cuda_api *a = drv(st);
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
 	if (!a)
 		return FOS_CODE_FAILED_PRECONDITION;
 	devinfo dd, ds;
@@ -853,6 +716,6 @@ int fos_cuda_memcpy(void *dst, const void *src, size_t bytes, fos_status *st)
 	}
 	if (rc)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuMemcpy of %zu bytes (%p to %p): %s", bytes, src, dst,
-				   cuerr(a, rc));
+				   fosc_cuda_err(a, rc));
 	return fosc_status(st, FOS_CODE_OK, "ok");
 }

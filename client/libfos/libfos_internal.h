@@ -55,6 +55,8 @@ struct fos_client {
 	int cuda_stream_on;
 	void *cuda_stream, *cuda_stream_ctx;
 	struct fosc_devev *dev_events;
+	struct fosc_doneev *done_events; /* fosd's done events opened (libfos_cuda_events.c) */
+	atomic_uint_fast64_t done_waits; /* early replies the stream was made to wait for */
 	atomic_uint_fast64_t dev_exports, dev_closes;
 	/* Response.device of the last OK reply (fos_last_device; -1: none yet) */
 	atomic_int last_device;
@@ -166,14 +168,40 @@ int fosc_cuda_out(const fosc_reply *r, const Fos__Tensor *t, const char *what, i
 		  int64_t exp_d1, fos_tensor *out, fos_status *st);
 /* fosd's GPU UUIDs from a Health reply: its GPU (device 0's) and every device's (none: a cpu fosd). */
 void fosc_cuda_health(fos_client *c, const Fos__HealthResult *hr);
-/* With fos_set_cuda_stream on: records a pooled interprocess event on the stream and sets
- * rq->cuda_wait_event to its handle; *ev (NULL when off) goes back with fosc_cuda_event_done
- * once the reply came or the call failed. */
+/* libfos_cuda_events.c. With fos_set_cuda_order on: records a pooled interprocess event on the
+ * stream and sets rq->cuda_wait_event to its handle (and rq->cuda_done_event with
+ * FOS_CUDA_ORDER_OUTPUTS); *ev (NULL when off) goes back with fosc_cuda_event_done once the reply
+ * came or the call failed. */
 struct fosc_devev;
 int fosc_cuda_wait_event(fos_client *c, Fos__Request *rq, struct fosc_devev **ev, fos_status *st);
 void fosc_cuda_event_done(fos_client *c, struct fosc_devev *ev);
+/* An OK reply with Response.cuda_done_event h: the stream of ev's call waits for fosd's event
+ * (DATA_LOSS when the call did not ask for one or h is not a handle). */
+int fosc_cuda_done_wait(fos_client *c, const struct fosc_devev *ev, const ProtobufCBinaryData *h, fos_status *st);
+/* fosc_cuda_close: destroys the pooled and the opened events. */
+void fosc_cuda_events_close(fos_client *c);
 /* fos_close: frees the exported-handle cache and the events. */
 void fosc_cuda_close(fos_client *c);
+
+/* CUDA driver API values (cuda.h), stable parts of the driver ABI (checked in libfos_cuda.c) */
+enum {
+	FOSC_CU_PTR_CONTEXT = 1,
+	FOSC_CU_PTR_MEMORY_TYPE = 2,
+	FOSC_CU_PTR_BUFFER_ID = 7,
+	FOSC_CU_PTR_IS_MANAGED = 8,
+	FOSC_CU_PTR_DEVICE_ORDINAL = 9,
+	FOSC_CU_PTR_IS_LEGACY_IPC = 10,
+	FOSC_CU_PTR_RANGE_START = 11,
+	FOSC_CU_PTR_RANGE_SIZE = 12,
+	FOSC_CU_MEMORYTYPE_DEVICE = 2,
+	FOSC_CU_EVENT_DISABLE_TIMING = 2,
+	FOSC_CU_EVENT_INTERPROCESS = 4,
+	FOSC_CU_IPC_HANDLE_SIZE = 64,
+};
+/* A CUipcEventHandle, passed by value as the driver takes it. */
+typedef struct fosc_cu_ipc_event_handle {
+	uint8_t reserved[FOSC_CU_IPC_HANDLE_SIZE];
+} fosc_cu_ipc_event_handle;
 
 /* The driver entry points libfos uses (CUDA driver API signatures with the handles as plain
  * types). Tests replace the driver with fosc_cuda_override (NULL: load the real one again, from
@@ -199,7 +227,13 @@ typedef struct fosc_cuda_api {
 	int (*EventRecord)(void *ev, void *stream);
 	int (*EventDestroy)(void *ev);
 	int (*IpcGetEventHandle)(uint8_t handle[64], void *ev);
+	int (*IpcOpenEventHandle)(void **ev, fosc_cu_ipc_event_handle handle); /* NULL: no early replies */
+	int (*StreamWaitEvent)(void *stream, void *ev, unsigned flags);
 } fosc_cuda_api;
+/* The driver, or NULL with st FAILED_PRECONDITION saying why there is none (libfos_cuda.c). */
+const fosc_cuda_api *fosc_cuda_drv(fos_status *st);
+/* "CUDA_ERROR_X" for rc (a buffer of the calling thread). */
+const char *fosc_cuda_err(const fosc_cuda_api *a, int rc);
 void fosc_cuda_override(const fosc_cuda_api *api);
 /* Tests: handles exported and CloseDeviceMemory requests sent through c, allocations cached now. */
 void fosc_cuda_counts(fos_client *c, uint64_t *exports, uint64_t *closes, size_t *cached);

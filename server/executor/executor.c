@@ -12,7 +12,9 @@
  * (deadline-bounded, deadline.c); a side-by-side op lets it go once it has a lane.
  *
  * Every result is read back through the request's own lane and every lane syncs after each
- * request, so a result never depends on which lane ran it, and an error on one lane (a failed
+ * request (before its lane is given back, also when the answer went out as soon as the work was
+ * queued: Response.cuda_done_event, run_early), so a result never depends on which lane ran it,
+ * and an error on one lane (a failed
  * allocation, a refused shape) leaves the others' state alone; a lane that cannot even sync (a
  * sticky CUDA error, which poisons the whole device context) stops fosd. With one lane (the cpu
  * default) every op holds be_mu throughout. Context expiry sweeps free backend memory, so they run
@@ -181,8 +183,8 @@ static int lanes_open(fosd_server *srv, fosd_device *d, char *msg, size_t msgsz)
 		d->lanes[d->n_lanes++] = b;
 	}
 #ifdef FOS_HAVE_CUDA
-	/* Every lane syncs after each request and every source (message, region) lives until the
-	 * request is answered: h2d need not wait for its copy (cuda_backend.h). */
+	/* Every lane syncs after each request and every source (message, region) lives until then
+	 * (run_early holds them past an early answer): h2d need not wait for its copy (cuda_backend.h). */
 	for (int i = 0; !cpu && i < d->n_lanes; i++) {
 		fos_err e;
 		if (fos_cuda_set_h2d_nowait(d->lanes[i], 1, &e)) {
@@ -248,7 +250,8 @@ static void check_backend(fosd_server *srv, fos_backend *be)
 }
 
 /* Every request leaves its lane idle: work it queued without waiting (an h2d whose source is the
- * request's message or region, a forward without a saved context) is done before it is answered.
+ * request's message or region, a forward without a saved context) is done before it is answered,
+ * or, answered early (run_early), before its sources are freed and its lane is given back.
  * A failure there turns a successful reply into INTERNAL. */
 static void lane_settle(fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
 {
@@ -263,6 +266,59 @@ static void lane_settle(fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
 	*r = fosd_error_reply(s->req_id, *code, e.msg);
 }
 
+/* Whether s may be answered before its GPU work ends (Response.cuda_done_event): the client asked
+ * (its stream waits for the lane's event), the lane has such an event, and the op is one whose
+ * results can all be in the client's GPU memory and that ends in one stage (a PutWeight over
+ * several devices has more). The lane stays taken until the work is done (run_early), so
+ * whatever runs next on the device still finds it settled. */
+static const unsigned char *early_event(fosd_device *d, fosd_slot *s, fos_backend *be, unsigned char h[64])
+{
+	if (!s->rq || !s->rq->cuda_done_event || !be->done_event_handle || !be->done_event_record)
+		return NULL;
+	if (s->op != FOSD_OP_FORWARD && s->op != FOSD_OP_BACKWARD && s->op != FOSD_OP_LINEAR &&
+	    !(s->op == FOSD_OP_PUT_WEIGHT && d->srv->n_devs == 1))
+		return NULL;
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	if (be->done_event_handle(be, h, &e)) {
+		fosd_warn("device %d: no done event (%s): answering after the work", d->index, e.msg);
+		return NULL;
+	}
+	return h;
+}
+
+/* The end of a request answered before its GPU work ended: the answer goes out first, then the
+ * lane settles, and only then are the request's sources and client mappings freed and the lane
+ * given back (a failed settle after an OK answer means a broken device: check_backend). */
+static void run_early(fosd_device *d, fosd_slot *s, nng_msg *r, int lane, int parallel, atomic_int *gate)
+{
+	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
+	fosd_server *srv = d->srv;
+	uint64_t id = s->req_id, t_lane = s->t_lane_ns;
+	const char *name = s->def->name;
+	fosd_held held;
+	fosd_slot_hold(s, &held);
+	s->t_done_ns = fosd_now_ns();
+	if (gate)
+		atomic_store(gate, 0);
+	fosd_finish(s, r, 0); /* s is the transport's again */
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	if (be->sync(be, &e) != FOS_OK) {
+		fosd_error("%s request %llu, answered before its GPU work ended, then failed: %s", name,
+			   (unsigned long long)id, e.msg);
+		check_backend(srv, be);
+	}
+	uint64_t t_end = fosd_now_ns();
+	fosd_held_end(&held);
+	lane_give(d, lane, parallel);
+	atomic_fetch_add(&d->requests, 1);
+	atomic_fetch_add(&d->busy_ns, t_end - t_lane);
+	atomic_fetch_sub(&d->running, 1);
+	fosd_debug("request %llu (%s): answered early, ran %llu us on device %d lane %d", (unsigned long long)id, name,
+		   (unsigned long long)((t_end - t_lane) / 1000), d->index, lane);
+}
+
 /* Runs s on lane (already taken) of d and answers it, or, when the op has a stage on another
  * device left (placement.c), queues it there. gate: a flag to clear before the reply goes out
  * (fosd_executor_try_now's running_now), so that the client's next request finds it clear; NULL:
@@ -272,12 +328,18 @@ static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, at
 	fosd_server *srv = d->srv;
 	int code = 0;
 	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
-	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d};
+	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d, NULL, 0};
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
+	unsigned char done_h[64];
+	c.done_event = early_event(d, s, be, done_h);
 	atomic_fetch_add(&d->running, 1);
 	s->t_lane_ns = fosd_now_ns();
 	nng_msg *r = fosd_op_run(&c, &code);
+	if (!code && c.early && r) {
+		run_early(d, s, r, lane, parallel, gate);
+		return;
+	}
 	lane_settle(be, s, &r, &code);
 	s->t_done_ns = fosd_now_ns();
 	if (code == FOS__CODE__INTERNAL)

@@ -120,6 +120,13 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED,
 				 "the reply would be %llu bytes, over the %llu-byte message limit",
 				 (unsigned long long)o->pl.cursor, (unsigned long long)srv->cfg->max_message_bytes);
+	int early = c->done_event != NULL; /* only when no result goes to the reply or a region */
+	for (int i = 0; early && o && i < o->n; i++)
+		early = o->t[i].cuda != NULL;
+	if (early) {
+		resp->cuda_done_event.len = 64;
+		resp->cuda_done_event.data = (uint8_t *)c->done_event;
+	}
 	uint8_t *data = NULL;
 	nng_msg *m = fosd_build_reply(resp, o ? &o->pl : NULL, &data);
 	if (!m)
@@ -148,6 +155,15 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 			nng_msg_free(m);
 			return fosd_fail(s, code, fosd_code_of_rc(e.rc), "copying the result out: %s", e.msg);
 		}
+	}
+	if (early) { /* after the op's last work on the stream, the device outputs' copies included */
+		fos_err e;
+		memset(&e, 0, sizeof e);
+		if (c->be->done_event_record(c->be, &e)) {
+			nng_msg_free(m);
+			return fosd_fail(s, code, FOS__CODE__INTERNAL, "recording the reply's done event: %s", e.msg);
+		}
+		c->early = 1;
 	}
 	fosd_metrics_copy_time(s, FOSD_COPY_OUT, t0);
 	*code = 0;

@@ -76,6 +76,11 @@ typedef struct fosd_opctx {
 	int lane;
 	fosd_lane_buf *buf; /* the lane's small-operand buffers (NULL: none) */
 	struct fosd_device *dev; /* the device it runs on: its caches; be is one of its lanes */
+	/* The lane's done-event handle when the request may be answered before its GPU work ends
+	 * (executor.c; NULL: it may not). fosd_outs_reply puts it in a reply whose results are all in
+	 * the client's GPU memory, records the event after the op's work and sets early. */
+	const unsigned char *done_event;
+	int early;
 } fosd_opctx;
 
 /* Returns the reply (NULL if none could be made) and sets *code. */

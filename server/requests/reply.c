@@ -6,6 +6,8 @@
 #include "log.h"
 #include "util.h"
 
+#include <string.h>
+
 nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data)
 {
 	nng_msg *m = NULL;
@@ -71,4 +73,24 @@ void fosd_finish(fosd_slot *s, nng_msg *reply, int code)
 		}
 	}
 	fosd_slot_reply(s, reply, code);
+}
+
+void fosd_slot_hold(fosd_slot *s, fosd_held *h)
+{
+	h->msg = s->msg;
+	h->rq = s->rq;
+	h->shm = s->shm;
+	s->msg = NULL;
+	s->rq = NULL;
+	memset(&s->shm, 0, sizeof s->shm);
+}
+
+void fosd_held_end(fosd_held *h)
+{
+	fosd_shm_req_end(&h->shm);
+	if (h->rq)
+		fos__request__free_unpacked(h->rq, NULL);
+	if (h->msg)
+		nng_msg_free(h->msg);
+	memset(h, 0, sizeof *h);
 }

@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "fos_wire.h"
 #include "fos.pb-c.h"
+#include "shm.h"
 
 struct fosd_slot;
 
@@ -53,5 +54,18 @@ void fosd_slot_reply(struct fosd_slot *s, nng_msg *reply, int code);
 /* Completes a request: answers it and every duplicate that waited on it (each gets a copy), then
  * ends its duplicate-detection entry. */
 void fosd_finish(struct fosd_slot *s, nng_msg *reply, int code);
+
+/* What a request answered before its GPU work ended (executor.c, Response.cuda_done_event) still
+ * needs until that work is done: its message (a source of queued h2d copies), its decoded request
+ * and its references to shared-memory regions and to the client's GPU memory (which keep those
+ * mapped). fosd_slot_hold moves them out of the slot, whose answer then frees none of them;
+ * fosd_held_end frees them. */
+typedef struct fosd_held {
+	nng_msg *msg;
+	Fos__Request *rq;
+	fosd_shm_req shm;
+} fosd_held;
+void fosd_slot_hold(struct fosd_slot *s, fosd_held *h);
+void fosd_held_end(fosd_held *h);
 
 #endif

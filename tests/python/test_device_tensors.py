@@ -466,3 +466,62 @@ def test_cuda_tensors_in_place_same_bits(cuda_server, shm):
         # y's allocation was sent (written in place): released once, then unknown
         assert c.release_device_memory(gpu["y"]) is True
         assert c.release_device_memory(gpu["y"]) is False
+
+
+def test_cuda_calls_stream_ordered(cuda_server):
+    """A call whose CUDA tensors are on one GPU is ordered on the calling thread's current stream
+    (fos_set_cuda_order with FOS_CUDA_ORDER_OUTPUTS): it may return before fosd's work ends, and
+    what runs on that stream next sees its results. Results read in stream order are the CPU
+    path's bits, also when each input is freed right after its call and its memory taken by the
+    next tensors, on the default stream and on a side stream, and for a backward run by autograd
+    on its own thread."""
+    torch = _cuda_torch()
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(23)
+    M, N, K = 512, 256, 512
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    w = (torch.randn(N, K, generator=g) * 0.05).to(torch.bfloat16)
+    dy = (torch.randn(M, N, generator=g) * 0.1).to(torch.bfloat16)
+    name = "dev.ordered"
+    with fosd.connect(cuda_server.url, timeout=120) as c:
+        c.put_weight(name, w.to(dev))
+        try:
+            ref = c.forward(name, x)
+            ys = []
+            for i in range(8):
+                xd = x.to(dev)
+                ys.append(c.forward(name, xd))
+                del xd  # its block goes back to the caching allocator at once
+                junk = torch.full((M, K), float(i + 1), dtype=torch.bfloat16, device=dev)
+                del junk
+            plane = c._plane
+            assert plane.stream_order, plane.stream_order_off_reason
+            assert plane._tls.order is not None
+            for i, y in enumerate(ys):
+                _same(y, ref, "forward %d, input freed after the call" % i)
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                ys = c.forward(name, x.to(dev))
+            torch.cuda.current_stream().wait_stream(side)
+            _same(ys, ref, "forward on a side stream")
+            y1, c1 = c.forward(name, x, save_context=True)
+            r1 = c.backward(c1, dy)
+            y2, c2 = c.forward(name, x.to(dev), save_context=True)
+            r2 = c.backward(c2, dy.to(dev))
+            _same(y2, y1, "forward with a context")
+            for a, b, k in zip(r2, r1, ("dx", "dw", "db")):
+                if b is not None:
+                    _same(a, b, "backward " + k)
+        finally:
+            c.drop_weight(name)
+        import fosd.torch as ft
+        layer = ft.Linear(K, N, bias=False, client=c, device=dev)
+        ref_layer = ft.Linear(K, N, bias=False, client=c)
+        with torch.no_grad():
+            ref_layer.weight.copy_(layer.weight.cpu())
+        xg = x.to(dev).requires_grad_()
+        layer(xg).backward(dy.to(dev))  # the backward on autograd's device thread
+        xc = x.clone().requires_grad_()
+        ref_layer(xc).backward(dy)
+        _same(xg.grad, xc.grad, "fosd.torch dX")
+        _same(layer.weight.grad, ref_layer.weight.grad, "fosd.torch dW")

@@ -255,6 +255,7 @@ def _declare(lib):
         "fos_put_weight_on": (I, [V, S, U64, T, P(WeightConfig), P(Placement), P(WeightEntry), ST]),
         "fos_list_weight_entries": (I, [V, P(P(WeightEntry)), P(SZ), ST]),
         "fos_health_devices": (I, [V, P(DeviceInfo), SZ, P(SZ), ST]),
+        "fos_set_cuda_order": (I, [V, V, ctypes.c_uint, ST]),
     }
     for name, (res, args) in list(sig.items()) + list(optional.items()):
         try:

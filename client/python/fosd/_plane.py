@@ -20,9 +20,16 @@ out in one of these ways and returns the results:
     it (a non-contiguous one through one contiguous copy on its GPU; one whose dtype is not the
     wire's takes the host path, where it converts). A result whose reference input is such a
     CUDA tensor is allocated on that GPU (torch.empty) and written there by fosd: device_output().
-    Before sending, the current stream of each GPU involved is synchronized (the work producing
-    the inputs, and the last uses of the outputs' memory, are complete); fosd's writes are
-    complete when the reply comes. Whether memory can be shared is asked of libfos
+    Ordering: when a call's device tensors are all on one GPU, the call is ordered on the
+    current stream of that GPU in the calling thread (fos_set_cuda_order with
+    FOS_CUDA_ORDER_OUTPUTS): fosd's stream waits for the work queued so far on it, and the call
+    may return as soon as fosd has queued its own work, the stream then waiting for fosd's event
+    (results are ready for whatever runs on that stream next, as with any CUDA op; the host sees
+    them after a synchronize). Memory of the call's tensors is reused by torch's caching
+    allocator in that stream's order, so freeing an input right after the call is safe. Otherwise
+    (device tensors on several GPUs, an older libfos, or a driver that cannot) the current stream
+    of each GPU involved is synchronized before sending and fosd's writes are complete when the
+    reply comes. Whether memory can be shared is asked of libfos
     (fos_cuda_check, which asks the driver) once per (address, bytes): the answer "yes" is kept
     (at most CHECKS_MAX of them), since torch's caching allocator hands the same blocks out again;
     a call that fosd or libfos refuses for its device memory after such a kept answer forgets them
@@ -181,6 +188,9 @@ class Plane:
         self.device = None if use_device else False
         self.device_off_reason = None if use_device else "turned off (device_tensors=False)"
         self.device_sent = 0  # tensors passed in place (inputs and outputs)
+        # calls ordered on a CUDA stream instead of host synchronization (_stream_order)
+        self.stream_order = _lib.has(lib, "fos_set_cuda_order")
+        self.stream_order_off_reason = None if self.stream_order else "libfos has no fos_set_cuda_order"
         self._shared = {}  # (address, bytes) -> True: fos_cuda_check said yes
         self.device_checks = 0  # fos_cuda_check calls made (the driver asked)
         self.channel_off_reason = None  # set by the Client, and by _inline_reply
@@ -210,6 +220,34 @@ class Plane:
             if not self.device:
                 self.device_off_reason = st.message.decode("utf-8", "replace")
         return self.device
+
+    def _stream_order(self, devices):
+        """Orders a call whose device tensors are on devices (see the module comment): on the
+        current stream of the one GPU when libfos can (kept per thread, set again when the
+        stream changes), else by synchronizing each GPU's current stream, ordering turned off
+        for the thread. True when the call is stream-ordered."""
+        torch = _torch_mod()
+        tls = self._tls
+        if len(devices) == 1 and self.stream_order:
+            dev = devices[0]
+            # 0 is the legacy default stream: CU_STREAM_LEGACY, in the current context of dev
+            key = (dev, torch.cuda.current_stream(dev).cuda_stream or 1)
+            if tls.__dict__.get("order") == key:
+                return True
+            st = _lib.Status()
+            with torch.cuda.device(dev):
+                rc = self._lib.fos_set_cuda_order(self._handle, key[1], 3, ctypes.byref(st))
+            if rc == _lib.OK:
+                tls.order = key
+                return True
+            self.stream_order = False
+            self.stream_order_off_reason = st.message.decode("utf-8", "replace")
+        if tls.__dict__.get("order") is not None:
+            self._lib.fos_set_cuda_order(self._handle, None, 0, None)
+            tls.order = None
+        for dev in devices:
+            torch.cuda.current_stream(dev).synchronize()
+        return False
 
     def _shareable(self, addr, nbytes):
         key = (addr, nbytes)
@@ -410,9 +448,7 @@ class Plane:
                 devices.append(ref.device)
         if not n:
             return _HOST
-        streams = _torch_mod().cuda.current_stream
-        for dev in devices:
-            streams(dev).synchronize()
+        self._stream_order(devices)
         rc, st = fn([byref(t) if t is not None else None for t in ins],
                     [byref(t) if t is not None else None for t in outs])
         results, rc, st = self._results(outputs, outs, ys, rc, st)

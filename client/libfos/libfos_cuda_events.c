@@ -1,0 +1,304 @@
+/* libfos_cuda_events.c: ordering device tensors by CUDA events instead of host waits
+ * (fos_set_cuda_order, fos.h "device tensors"): before a call, an interprocess event recorded on
+ * the caller's stream, whose handle fosd's stream waits on (Request.cuda_wait_event); with
+ * FOS_CUDA_ORDER_OUTPUTS, after an early reply, the caller's stream made to wait for fosd's own
+ * event (Response.cuda_done_event), so the call returns while fosd's GPU work may still run.
+ *
+ * Invariants: fos_set_cuda_order is the calling thread's (as a current stream is): kept in
+ * thread-local slots by client id, it overrides the handle-wide fos_set_cuda_stream for that
+ * thread only. The recorded events are pooled per handle and context (one per call in flight); a
+ * call that asked for an early reply carries the stream and context it asked with, and only that
+ * stream is made to wait. fosd's events are opened once per (handle, context) and kept, at most
+ * FOSC_DONE_EVENTS_MAX of them (fosd has an event per executor lane; a restarted fosd has new
+ * ones), the oldest destroyed first. Every driver call pushes the stream's context and pops it, so
+ * the caller's current context never changes. */
+#include "libfos_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FOSC_DONE_EVENTS_MAX 64
+
+/* A pooled interprocess event of fos_set_cuda_order (fos_client.dev_events), with the stream and
+ * context of the call it was last recorded for. */
+typedef struct fosc_devev {
+	void *ev, *ctx, *stream;
+	int want_done;
+	uint8_t handle[64];
+	struct fosc_devev *next;
+} fosc_devev;
+
+/* One of fosd's done events opened here (fos_client.done_events, newest first). */
+typedef struct fosc_doneev {
+	void *ev, *ctx;
+	uint8_t handle[64];
+	struct fosc_doneev *next;
+} fosc_doneev;
+
+/* Destroys ev in ctx (a driver that cannot push ctx leaves it: the process ends it). */
+static void event_destroy(const fosc_cuda_api *a, void *ctx, void *ev)
+{
+	if (a && ev && !a->CtxPushCurrent(ctx)) {
+		a->EventDestroy(ev);
+		void *prev;
+		a->CtxPopCurrent(&prev);
+	}
+}
+
+/* The calling thread's fos_set_cuda_order settings, by client (fos_client.client_id, random, so a
+ * handle closed and another made at its address is not taken for it); the oldest replaced first. */
+#define FOSC_ORDER_SLOTS 8
+typedef struct fosc_order {
+	uint64_t client_id;
+	void *stream, *ctx;
+	unsigned flags;
+} fosc_order;
+static _Thread_local fosc_order t_order[FOSC_ORDER_SLOTS];
+static _Thread_local unsigned t_order_next;
+
+static fosc_order *order_of(const fos_client *c)
+{
+	for (int i = 0; i < FOSC_ORDER_SLOTS; i++)
+		if (t_order[i].client_id == c->client_id)
+			return &t_order[i];
+	return NULL;
+}
+
+int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *st)
+{
+	if (!c || !c->cuda_mu_ok)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no client handle");
+	if ((flags & ~(FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS)) ||
+	    ((flags & FOS_CUDA_ORDER_OUTPUTS) && !(flags & FOS_CUDA_ORDER_INPUTS)))
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
+				   "fos_set_cuda_order: flags %#x (FOS_CUDA_ORDER_OUTPUTS needs FOS_CUDA_ORDER_INPUTS)", flags);
+	if (!stream)
+		flags = 0;
+	void *ctx = NULL;
+	if (flags) {
+		const fosc_cuda_api *a = fosc_cuda_drv(st);
+		if (!a)
+			return FOS_CODE_FAILED_PRECONDITION;
+		int rc = a->StreamGetCtx(stream, &ctx);
+		if (rc || !ctx)
+			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuStreamGetCtx of stream %p: %s", stream,
+					   rc ? fosc_cuda_err(a, rc) : "no context");
+		if ((flags & FOS_CUDA_ORDER_OUTPUTS) && (!a->IpcOpenEventHandle || !a->StreamWaitEvent))
+			return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
+					   "the CUDA driver has no cuIpcOpenEventHandle or cuStreamWaitEvent");
+	}
+	fosc_order *o = order_of(c);
+	if (!o)
+		o = &t_order[t_order_next++ % FOSC_ORDER_SLOTS];
+	*o = (fosc_order){c->client_id, flags ? stream : NULL, ctx, flags};
+	if (!flags)
+		return fosc_status(st, FOS_CODE_OK, "this thread's device tensors must be synchronized by the caller");
+	return fosc_status(st, FOS_CODE_OK, "this thread's device inputs%s are ordered by events on stream %p",
+			   (flags & FOS_CUDA_ORDER_OUTPUTS) ? " and outputs" : "", stream);
+}
+
+int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st)
+{
+	if (!c || !c->cuda_mu_ok)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no client handle");
+	void *ctx = NULL;
+	if (stream) {
+		const fosc_cuda_api *a = fosc_cuda_drv(st);
+		if (!a)
+			return FOS_CODE_FAILED_PRECONDITION;
+		int rc = a->StreamGetCtx(stream, &ctx);
+		if (rc || !ctx)
+			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuStreamGetCtx of stream %p: %s", stream,
+					   rc ? fosc_cuda_err(a, rc) : "no context");
+	}
+	pthread_mutex_lock(&c->cuda_mu);
+	c->cuda_stream_on = stream != NULL;
+	c->cuda_stream = stream;
+	c->cuda_stream_ctx = ctx;
+	pthread_mutex_unlock(&c->cuda_mu);
+	if (!stream)
+		return fosc_status(st, FOS_CODE_OK, "device inputs must be synchronized by the caller");
+	return fosc_status(st, FOS_CODE_OK, "device inputs are ordered by events on stream %p", stream);
+}
+
+int fosc_cuda_wait_event(fos_client *c, Fos__Request *rq, fosc_devev **out, fos_status *st)
+{
+	*out = NULL;
+	rq->cuda_wait_event.len = 0;
+	rq->cuda_wait_event.data = NULL;
+	rq->cuda_done_event = 0;
+	if (!c->cuda_mu_ok)
+		return FOS_CODE_OK;
+	fosc_devev *e = NULL, *old = NULL;
+	const fosc_order *mine = order_of(c); /* this thread's fos_set_cuda_order, else the handle's */
+	pthread_mutex_lock(&c->cuda_mu);
+	int on = mine ? mine->flags != 0 : c->cuda_stream_on;
+	int want_done = mine && (mine->flags & FOS_CUDA_ORDER_OUTPUTS);
+	void *stream = mine ? mine->stream : c->cuda_stream, *ctx = mine ? mine->ctx : c->cuda_stream_ctx;
+	while (on && c->dev_events && !e) {
+		fosc_devev *g = c->dev_events;
+		c->dev_events = g->next;
+		if (g->ctx == ctx) {
+			e = g;
+		} else { /* of a stream set before, in another context */
+			g->next = old;
+			old = g;
+		}
+	}
+	pthread_mutex_unlock(&c->cuda_mu);
+	if (!on)
+		return FOS_CODE_OK;
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
+	while (old) {
+		fosc_devev *n = old->next;
+		event_destroy(a, old->ctx, old->ev);
+		free(old);
+		old = n;
+	}
+	if (!a)
+		return FOS_CODE_FAILED_PRECONDITION;
+	int rc = a->CtxPushCurrent(ctx);
+	if (rc)
+		return fosc_status(st, FOS_CODE_INTERNAL, "cuCtxPushCurrent for the stream's event: %s",
+				   fosc_cuda_err(a, rc));
+	if (!e && (e = calloc(1, sizeof *e))) {
+		e->ctx = ctx;
+		rc = a->EventCreate(&e->ev, FOSC_CU_EVENT_INTERPROCESS | FOSC_CU_EVENT_DISABLE_TIMING);
+		if (!rc)
+			rc = a->IpcGetEventHandle(e->handle, e->ev);
+		if (rc) {
+			if (e->ev)
+				a->EventDestroy(e->ev);
+			free(e);
+			e = NULL;
+		}
+	}
+	if (e && !rc)
+		rc = a->EventRecord(e->ev, stream);
+	void *prev;
+	a->CtxPopCurrent(&prev);
+	if (!e || rc) {
+		int code = fosc_status(st, e ? FOS_CODE_INTERNAL : FOS_CODE_RESOURCE_EXHAUSTED,
+				       "the interprocess event on stream %p: %s", stream,
+				       e ? fosc_cuda_err(a, rc) : "out of memory");
+		if (e)
+			fosc_cuda_event_done(c, e);
+		return code;
+	}
+	e->stream = stream;
+	e->want_done = want_done;
+	rq->cuda_wait_event.len = sizeof e->handle;
+	rq->cuda_wait_event.data = e->handle;
+	rq->cuda_done_event = want_done != 0;
+	*out = e;
+	return FOS_CODE_OK;
+}
+
+/* *out = fosd's event of handle h in ctx (the current context), opened now if this handle has not
+ * opened it yet. Returns a code (st set on failure). */
+static int done_event_get(fos_client *c, const fosc_cuda_api *a, void *ctx, const uint8_t *h, void **out,
+			  fos_status *st)
+{
+	pthread_mutex_lock(&c->cuda_mu);
+	for (fosc_doneev *d = c->done_events; d; d = d->next)
+		if (d->ctx == ctx && !memcmp(d->handle, h, sizeof d->handle)) {
+			*out = d->ev;
+			pthread_mutex_unlock(&c->cuda_mu);
+			return FOS_CODE_OK;
+		}
+	pthread_mutex_unlock(&c->cuda_mu);
+	fosc_doneev *d = calloc(1, sizeof *d);
+	if (!d)
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory for fosd's done event");
+	fosc_cu_ipc_event_handle hv;
+	memcpy(hv.reserved, h, sizeof hv.reserved);
+	int rc = a->IpcOpenEventHandle(&d->ev, hv);
+	if (rc) {
+		free(d);
+		return fosc_status(st, FOS_CODE_INTERNAL, "cuIpcOpenEventHandle of fosd's done event: %s",
+				   fosc_cuda_err(a, rc));
+	}
+	d->ctx = ctx;
+	memcpy(d->handle, h, sizeof d->handle);
+	fosc_doneev *drop = NULL;
+	pthread_mutex_lock(&c->cuda_mu);
+	d->next = c->done_events;
+	c->done_events = d;
+	int n = 0;
+	for (fosc_doneev **pp = &c->done_events; *pp; pp = &(*pp)->next)
+		if (++n == FOSC_DONE_EVENTS_MAX) { /* keep the newest */
+			drop = (*pp)->next;
+			(*pp)->next = NULL;
+			break;
+		}
+	pthread_mutex_unlock(&c->cuda_mu);
+	while (drop) { /* destroyed in the current context: the caller pushed it (every entry's is the same
+			* stream context unless the stream was changed) */
+		fosc_doneev *nx = drop->next;
+		if (drop->ctx == ctx)
+			a->EventDestroy(drop->ev);
+		else
+			event_destroy(a, drop->ctx, drop->ev);
+		free(drop);
+		drop = nx;
+	}
+	*out = d->ev;
+	return FOS_CODE_OK;
+}
+
+int fosc_cuda_done_wait(fos_client *c, const fosc_devev *ev, const ProtobufCBinaryData *h, fos_status *st)
+{
+	if (!ev || !ev->want_done)
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply carries a done event the request did not ask for");
+	if (h->len != 64)
+		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply's done event is %zu bytes; a CUDA IPC event handle is 64",
+				   h->len);
+	const fosc_cuda_api *a = fosc_cuda_drv(st);
+	if (!a)
+		return FOS_CODE_FAILED_PRECONDITION;
+	int rc = a->CtxPushCurrent(ev->ctx);
+	if (rc)
+		return fosc_status(st, FOS_CODE_INTERNAL, "cuCtxPushCurrent for fosd's done event: %s", fosc_cuda_err(a, rc));
+	void *done = NULL;
+	int code = done_event_get(c, a, ev->ctx, h->data, &done, st);
+	if (!code && (rc = a->StreamWaitEvent(ev->stream, done, 0)))
+		code = fosc_status(st, FOS_CODE_INTERNAL, "cuStreamWaitEvent on fosd's done event: %s", fosc_cuda_err(a, rc));
+	void *prev;
+	a->CtxPopCurrent(&prev);
+	if (!code)
+		atomic_fetch_add(&c->done_waits, 1);
+	return code;
+}
+
+void fosc_cuda_event_done(fos_client *c, fosc_devev *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&c->cuda_mu);
+	e->next = c->dev_events;
+	c->dev_events = e;
+	pthread_mutex_unlock(&c->cuda_mu);
+}
+
+void fosc_cuda_events_close(fos_client *c)
+{
+	pthread_mutex_lock(&c->cuda_mu);
+	fosc_devev *e = c->dev_events;
+	fosc_doneev *d = c->done_events;
+	c->dev_events = NULL;
+	c->done_events = NULL;
+	pthread_mutex_unlock(&c->cuda_mu);
+	const fosc_cuda_api *a = e || d ? fosc_cuda_drv(NULL) : NULL;
+	while (e) {
+		fosc_devev *n = e->next;
+		event_destroy(a, e->ctx, e->ev);
+		free(e);
+		e = n;
+	}
+	while (d) {
+		fosc_doneev *n = d->next;
+		event_destroy(a, d->ctx, d->ev);
+		free(d);
+		d = n;
+	}
+}
