@@ -64,6 +64,18 @@ static fosc_order *order_of(const fos_client *c)
 	return NULL;
 }
 
+/* *ctx = the context of stream, *a the driver; a code (st) when there is none. */
+static int stream_ctx(void *stream, void **ctx, const fosc_cuda_api **a, fos_status *st)
+{
+	if (!(*a = fosc_cuda_drv(st)))
+		return FOS_CODE_FAILED_PRECONDITION;
+	int rc = (*a)->StreamGetCtx(stream, ctx);
+	if (rc || !*ctx)
+		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuStreamGetCtx of stream %p: %s", stream,
+				   rc ? fosc_cuda_err(*a, rc) : "no context");
+	return FOS_CODE_OK;
+}
+
 int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *st)
 {
 	if (!c || !c->cuda_mu_ok)
@@ -75,18 +87,13 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
 	if (!stream)
 		flags = 0;
 	void *ctx = NULL;
-	if (flags) {
-		const fosc_cuda_api *a = fosc_cuda_drv(st);
-		if (!a)
-			return FOS_CODE_FAILED_PRECONDITION;
-		int rc = a->StreamGetCtx(stream, &ctx);
-		if (rc || !ctx)
-			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuStreamGetCtx of stream %p: %s", stream,
-					   rc ? fosc_cuda_err(a, rc) : "no context");
-		if ((flags & FOS_CUDA_ORDER_OUTPUTS) && (!a->IpcOpenEventHandle || !a->StreamWaitEvent))
-			return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
-					   "the CUDA driver has no cuIpcOpenEventHandle or cuStreamWaitEvent");
-	}
+	const fosc_cuda_api *a = NULL;
+	int code = flags ? stream_ctx(stream, &ctx, &a, st) : FOS_CODE_OK;
+	if (code)
+		return code;
+	if ((flags & FOS_CUDA_ORDER_OUTPUTS) && (!a->IpcOpenEventHandle || !a->StreamWaitEvent))
+		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
+				   "the CUDA driver has no cuIpcOpenEventHandle or cuStreamWaitEvent");
 	fosc_order *o = order_of(c);
 	if (!o)
 		o = &t_order[t_order_next++ % FOSC_ORDER_SLOTS];
@@ -102,15 +109,10 @@ int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st)
 	if (!c || !c->cuda_mu_ok)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no client handle");
 	void *ctx = NULL;
-	if (stream) {
-		const fosc_cuda_api *a = fosc_cuda_drv(st);
-		if (!a)
-			return FOS_CODE_FAILED_PRECONDITION;
-		int rc = a->StreamGetCtx(stream, &ctx);
-		if (rc || !ctx)
-			return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "cuStreamGetCtx of stream %p: %s", stream,
-					   rc ? fosc_cuda_err(a, rc) : "no context");
-	}
+	const fosc_cuda_api *a = NULL;
+	int code = stream ? stream_ctx(stream, &ctx, &a, st) : FOS_CODE_OK;
+	if (code)
+		return code;
 	pthread_mutex_lock(&c->cuda_mu);
 	c->cuda_stream_on = stream != NULL;
 	c->cuda_stream = stream;
