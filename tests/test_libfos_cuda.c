@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -819,6 +820,38 @@ static void test_event_path(void **state)
 	fos_close(c);
 }
 
+/* A thread's view of c's stream order: whether a call from it would ask for an early answer, and
+ * optionally setting its own order first. */
+typedef struct order_probe {
+	fos_client *c;
+	int set;
+	int asked, rc;
+} order_probe;
+
+static void *probe_thread(void *arg)
+{
+	order_probe *p = arg;
+	fos_status st;
+	if (p->set && (p->rc = fos_set_cuda_order(p->c, (void *)(uintptr_t)0x7,
+						  FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS, &st)))
+		return NULL;
+	Fos__Request rq = FOS__REQUEST__INIT;
+	struct fosc_devev *ev = NULL;
+	p->rc = fosc_cuda_wait_event(p->c, &rq, &ev, &st);
+	p->asked = rq.cuda_done_event;
+	fosc_cuda_event_done(p->c, ev);
+	return NULL;
+}
+
+static order_probe probe(fos_client *c, int set)
+{
+	order_probe p = {c, set, -1, -1};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, probe_thread, &p), 0);
+	pthread_join(t, NULL);
+	return p;
+}
+
 /* FOS_CUDA_ORDER_OUTPUTS: the request allows an early answer; an early answer's done event is
  * opened once per handle and the call's stream made to wait for it; a done event nobody asked for,
  * or one of the wrong size, is DATA_LOSS. */
@@ -851,6 +884,16 @@ static void test_early_reply(void **state)
 	memset(h1, 0xD1, sizeof h1);
 	memset(h2, 0xD2, sizeof h2);
 	ProtobufCBinaryData b1 = {64, h1}, b2 = {64, h2}, bad = {5, h1};
+	/* the order is this thread's: another thread's calls do not ask, nor does a thread made after
+	 * one that set its own order exited */
+	order_probe p = probe(c, 0);
+	assert_int_equal(p.rc, 0);
+	assert_int_equal(p.asked, 0);
+	p = probe(c, 1);
+	assert_int_equal(p.rc, 0);
+	assert_int_equal(p.asked, 1);
+	p = probe(c, 0);
+	assert_int_equal(p.asked, 0);
 	ASSERT_OK(fosc_cuda_done_wait(c, ev, &b1, &st), st);
 	ASSERT_OK(fosc_cuda_done_wait(c, ev, &b1, &st), st);
 	assert_int_equal(g_opened, 1); /* the same lane's event again: opened once */
@@ -889,8 +932,9 @@ static void test_early_reply(void **state)
 	assert_null(ev);
 	assert_int_equal(rq.cuda_done_event, 0);
 	int before = g_destroyed;
-	fos_close(c); /* the 64 opened done events and the pooled one are destroyed */
-	assert_int_equal(g_destroyed - before, 64 + 1);
+	fos_close(c); /* the 64 opened done events and the two pooled ones (the probe thread made one
+		       * while this thread held the first) are destroyed */
+	assert_int_equal(g_destroyed - before, 64 + 2);
 	fosc_cuda_override(&g_fake);
 }
 

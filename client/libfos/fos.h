@@ -533,7 +533,9 @@ int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st);
  * caller). The stream may be CU_STREAM_LEGACY ((void *)1) for the legacy default stream of the
  * calling thread's current context (PyTorch's default stream).
  * INVALID_ARGUMENT for FOS_CUDA_ORDER_OUTPUTS without FOS_CUDA_ORDER_INPUTS or other bits;
- * FAILED_PRECONDITION without a CUDA driver (or one without cuIpcOpenEventHandle). */
+ * FAILED_PRECONDITION without a CUDA driver (or one without cuIpcOpenEventHandle). A call answered
+ * early whose stream the driver then refuses to make wait fails INTERNAL saying so; fosd's work
+ * may still be running: synchronize the device before reusing the call's memory. */
 #define FOS_CUDA_ORDER_INPUTS 1u
 #define FOS_CUDA_ORDER_OUTPUTS 2u
 int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *st);

@@ -4,9 +4,8 @@
  * FOS_CUDA_ORDER_OUTPUTS, after an early reply, the caller's stream made to wait for fosd's own
  * event (Response.cuda_done_event), so the call returns while fosd's GPU work may still run.
  *
- * Invariants: fos_set_cuda_order is the calling thread's (as a current stream is): kept in
- * thread-local slots by client id, it overrides the handle-wide fos_set_cuda_stream for that
- * thread only. The recorded events are pooled per handle and context (one per call in flight); a
+ * Invariants: fos_set_cuda_order is the calling thread's (as a current stream is): kept in the
+ * handle by thread, it overrides the handle-wide fos_set_cuda_stream for that thread only. The recorded events are pooled per handle and context (one per call in flight); a
  * call that asked for an early reply carries the stream and context it asked with, and only that
  * stream is made to wait. fosd's events are opened once per (handle, context) and kept, at most
  * FOSC_DONE_EVENTS_MAX of them (fosd has an event per executor lane; a restarted fosd has new
@@ -45,22 +44,33 @@ static void event_destroy(const fosc_cuda_api *a, void *ctx, void *ev)
 	}
 }
 
-/* The calling thread's fos_set_cuda_order settings, by client (fos_client.client_id, random, so a
- * handle closed and another made at its address is not taken for it); the oldest replaced first. */
-#define FOSC_ORDER_SLOTS 8
+/* fos_set_cuda_order's settings, one per thread that made one (fos_client.orders, under cuda_mu),
+ * keyed by a number each thread draws once from a process-wide counter, so that a thread made
+ * after another exited never inherits its setting (as a reused pthread_t or TID would). Kept
+ * until fos_close. */
 typedef struct fosc_order {
-	uint64_t client_id;
+	uint64_t thread;
 	void *stream, *ctx;
 	unsigned flags;
+	struct fosc_order *next;
 } fosc_order;
-static _Thread_local fosc_order t_order[FOSC_ORDER_SLOTS];
-static _Thread_local unsigned t_order_next;
+static _Thread_local uint64_t t_thread_key;
+static atomic_uint_fast64_t g_thread_keys;
 
-static fosc_order *order_of(const fos_client *c)
+static uint64_t thread_key(void)
 {
-	for (int i = 0; i < FOSC_ORDER_SLOTS; i++)
-		if (t_order[i].client_id == c->client_id)
-			return &t_order[i];
+	if (!t_thread_key)
+		t_thread_key = atomic_fetch_add(&g_thread_keys, 1) + 1;
+	return t_thread_key;
+}
+
+/* The calling thread's setting in c, or NULL (under cuda_mu). */
+static fosc_order *order_of_locked(const fos_client *c)
+{
+	uint64_t k = thread_key();
+	for (fosc_order *o = c->orders; o; o = o->next)
+		if (o->thread == k)
+			return o;
 	return NULL;
 }
 
@@ -94,10 +104,21 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
 	if ((flags & FOS_CUDA_ORDER_OUTPUTS) && (!a->IpcOpenEventHandle || !a->StreamWaitEvent))
 		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
 				   "the CUDA driver has no cuIpcOpenEventHandle or cuStreamWaitEvent");
-	fosc_order *o = order_of(c);
+	pthread_mutex_lock(&c->cuda_mu);
+	fosc_order *o = order_of_locked(c);
+	if (!o && (o = calloc(1, sizeof *o))) {
+		o->thread = thread_key();
+		o->next = c->orders;
+		c->orders = o;
+	}
+	if (o) {
+		o->stream = flags ? stream : NULL;
+		o->ctx = ctx;
+		o->flags = flags;
+	}
+	pthread_mutex_unlock(&c->cuda_mu);
 	if (!o)
-		o = &t_order[t_order_next++ % FOSC_ORDER_SLOTS];
-	*o = (fosc_order){c->client_id, flags ? stream : NULL, ctx, flags};
+		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory for the thread's stream order");
 	if (!flags)
 		return fosc_status(st, FOS_CODE_OK, "this thread's device tensors must be synchronized by the caller");
 	return fosc_status(st, FOS_CODE_OK, "this thread's device inputs%s are ordered by events on stream %p",
@@ -132,8 +153,8 @@ int fosc_cuda_wait_event(fos_client *c, Fos__Request *rq, fosc_devev **out, fos_
 	if (!c->cuda_mu_ok)
 		return FOS_CODE_OK;
 	fosc_devev *e = NULL, *old = NULL;
-	const fosc_order *mine = order_of(c); /* this thread's fos_set_cuda_order, else the handle's */
 	pthread_mutex_lock(&c->cuda_mu);
+	const fosc_order *mine = order_of_locked(c); /* this thread's fos_set_cuda_order, else the handle's */
 	int on = mine ? mine->flags != 0 : c->cuda_stream_on;
 	int want_done = mine && (mine->flags & FOS_CUDA_ORDER_OUTPUTS);
 	void *stream = mine ? mine->stream : c->cuda_stream, *ctx = mine ? mine->ctx : c->cuda_stream_ctx;
@@ -287,9 +308,16 @@ void fosc_cuda_events_close(fos_client *c)
 	pthread_mutex_lock(&c->cuda_mu);
 	fosc_devev *e = c->dev_events;
 	fosc_doneev *d = c->done_events;
+	fosc_order *o = c->orders;
 	c->dev_events = NULL;
 	c->done_events = NULL;
+	c->orders = NULL;
 	pthread_mutex_unlock(&c->cuda_mu);
+	while (o) {
+		fosc_order *n = o->next;
+		free(o);
+		o = n;
+	}
 	const fosc_cuda_api *a = e || d ? fosc_cuda_drv(NULL) : NULL;
 	while (e) {
 		fosc_devev *n = e->next;

@@ -56,6 +56,7 @@ struct fos_client {
 	void *cuda_stream, *cuda_stream_ctx;
 	struct fosc_devev *dev_events;
 	struct fosc_doneev *done_events; /* fosd's done events opened (libfos_cuda_events.c) */
+	struct fosc_order *orders;       /* fos_set_cuda_order's, by thread */
 	atomic_uint_fast64_t done_waits; /* early replies the stream was made to wait for */
 	atomic_uint_fast64_t dev_exports, dev_closes;
 	/* Response.device of the last OK reply (fos_last_device; -1: none yet) */

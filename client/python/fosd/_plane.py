@@ -468,7 +468,7 @@ class Plane:
         finish = [None] * len(outputs)
         keep = []
         host_in, host_out = [], []
-        devices = []  # the GPUs of device tensors: their current streams are synchronized
+        devices = []  # the GPUs of device tensors: the call is ordered on their current streams
         n_dev = 0
         for i, (a, wire) in enumerate(inputs):
             if a is None:
@@ -495,9 +495,7 @@ class Plane:
             else:
                 host_out.append(j)
         if devices:
-            streams = _torch_mod().cuda.current_stream
-            for dev in devices:
-                streams(dev).synchronize()
+            self._stream_order(devices)
         region = None
         if host_in or host_out:
             total = sum(_align(inputs[i][0].numel() * _lib.DTYPE_BYTES[inputs[i][1]]) for i in host_in)
