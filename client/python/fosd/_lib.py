@@ -53,6 +53,7 @@ class Status(ctypes.Structure):
 
 
 MEM_HOST, MEM_CUDA = 0, 1  # fos_tensor.mem (enum fos_mem)
+CUDA_ORDER_INPUTS, CUDA_ORDER_OUTPUTS = 1, 2  # fos_set_cuda_order flags
 
 
 class Tensor(ctypes.Structure):
