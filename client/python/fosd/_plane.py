@@ -236,8 +236,8 @@ class Plane:
                 return True
             st = _lib.Status()
             with torch.cuda.device(dev):
-                rc = self._lib.fos_set_cuda_order(self._handle, key[1], _lib.CUDA_ORDER_INPUTS | _lib.CUDA_ORDER_OUTPUTS,
-                                                  ctypes.byref(st))
+                flags = _lib.CUDA_ORDER_INPUTS | _lib.CUDA_ORDER_OUTPUTS
+                rc = self._lib.fos_set_cuda_order(self._handle, key[1], flags, ctypes.byref(st))
             if rc == _lib.OK:
                 tls.order = key
                 return True
