@@ -266,6 +266,15 @@ static void lane_settle(fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
 	*r = fosd_error_reply(s->req_id, *code, e.msg);
 }
 
+/* A request's lane is settled: gives it back and counts the request and its busy time on d. */
+static void lane_end(fosd_device *d, int lane, int parallel, uint64_t busy_ns)
+{
+	lane_give(d, lane, parallel);
+	atomic_fetch_add(&d->requests, 1);
+	atomic_fetch_add(&d->busy_ns, busy_ns);
+	atomic_fetch_sub(&d->running, 1);
+}
+
 /* Whether s may be answered before its GPU work ends (Response.cuda_done_event): the client asked
  * (its stream waits for the lane's event), the lane has such an event, and the op is one whose
  * results can all be in the client's GPU memory and that ends in one stage (a PutWeight over
@@ -311,10 +320,7 @@ static void run_early(fosd_device *d, fosd_slot *s, nng_msg *r, int lane, int pa
 	}
 	uint64_t t_end = fosd_now_ns();
 	fosd_held_end(&held);
-	lane_give(d, lane, parallel);
-	atomic_fetch_add(&d->requests, 1);
-	atomic_fetch_add(&d->busy_ns, t_end - t_lane);
-	atomic_fetch_sub(&d->running, 1);
+	lane_end(d, lane, parallel, t_end - t_lane);
 	fosd_debug("request %llu (%s): answered early, ran %llu us on device %d lane %d", (unsigned long long)id, name,
 		   (unsigned long long)((t_end - t_lane) / 1000), d->index, lane);
 }
@@ -344,10 +350,7 @@ static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, at
 	s->t_done_ns = fosd_now_ns();
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(srv, be);
-	lane_give(d, lane, parallel);
-	atomic_fetch_add(&d->requests, 1);
-	atomic_fetch_add(&d->busy_ns, s->t_done_ns - s->t_lane_ns);
-	atomic_fetch_sub(&d->running, 1);
+	lane_end(d, lane, parallel, s->t_done_ns - s->t_lane_ns);
 	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on device %d lane %d, %s",
 		   (unsigned long long)s->req_id, s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
 		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), d->index, lane, fosw_code_name(code));
