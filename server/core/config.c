@@ -290,59 +290,7 @@ int fosd_parse_size(const char *s, uint64_t *out)
 
 int fosd_parse_duration_why(const char *s, uint64_t *out, const char **why)
 {
-	const char *dummy;
-	if (!why)
-		why = &dummy;
-	const char *p = s;
-	if (*p == '-') {
-		*why = "negative";
-		return -1;
-	}
-	if (!isdigit((unsigned char)*p)) {
-		*why = "not a decimal number";
-		return -1;
-	}
-	/* the integer part, saturating above the maximum; the fraction to at most 9 digits */
-	uint64_t ip = 0, frac = 0, fden = 1;
-	for (; isdigit((unsigned char)*p); p++)
-		if (ip <= FOSD_DURATION_MAX_MS)
-			ip = ip * 10 + (uint64_t)(*p - '0');
-	if (*p == '.') {
-		p++;
-		if (!isdigit((unsigned char)*p)) {
-			*why = "not a decimal number";
-			return -1;
-		}
-		for (; isdigit((unsigned char)*p); p++)
-			if (fden < 1000000000ull) {
-				frac = frac * 10 + (uint64_t)(*p - '0');
-				fden *= 10;
-			}
-	}
-	uint64_t mul;
-	if (!*p || !strcmp(p, "s")) /* bare numbers are seconds */
-		mul = 1000;
-	else if (!strcmp(p, "ms"))
-		mul = 1;
-	else if (!strcmp(p, "m") || !strcmp(p, "min"))
-		mul = 60000;
-	else if (!strcmp(p, "h"))
-		mul = 3600000;
-	else {
-		int word = 1;
-		for (const char *q = p; *q; q++)
-			word &= isalpha((unsigned char)*q) != 0;
-		*why = word ? "its unit is not ms, s, m or h" : "not a decimal number";
-		return -1;
-	}
-	/* frac * mul < 1e9 * 3.6e6: no overflow; rounded to the nearest millisecond */
-	uint64_t fms = (frac * mul + fden / 2) / fden;
-	if (ip > FOSD_DURATION_MAX_MS / mul || ip * mul + fms > FOSD_DURATION_MAX_MS) {
-		*why = "longer than 24 days";
-		return -1;
-	}
-	*out = ip * mul + fms;
-	return 0;
+	return fos_parse_duration(s, 1000000, out, why); /* proto/fos_duration.c, shared with fos */
 }
 
 int fosd_parse_duration_ms(const char *s, uint64_t *out)

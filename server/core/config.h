@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fos_duration.h"
+
 #define FOSD_MAX_LISTEN 16
 /* The most devices one fosd serves (--devices). */
 #define FOSD_MAX_DEVICES 16
@@ -166,8 +168,7 @@ int fosd_parse_size(const char *s, uint64_t *out);
 /* "250ms", "30s", "1.5s", "5m", "1h", "30" (seconds) -> milliseconds: a decimal number (digits,
  * optionally a fraction) and a unit, from 0 to FOSD_DURATION_MAX_MS. nan, inf, exponents, signs
  * and spaces are refused. Returns 0, or -1 with *why (if not NULL) saying what is wrong. */
-#define FOSD_DURATION_MAX_MS (24ull * 24 * 3600 * 1000) /* 24 days: fits nng's int32 ms timeouts,
-							   * and in ns far below 2^64 */
+#define FOSD_DURATION_MAX_MS FOS_DURATION_MAX_MS /* 24 days (proto/fos_duration.h) */
 int fosd_parse_duration_ms(const char *s, uint64_t *out);
 int fosd_parse_duration_why(const char *s, uint64_t *out, const char **why);
 
