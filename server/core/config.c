@@ -5,6 +5,7 @@
  * configuration unchanged; a duration is at most FOSD_DURATION_MAX_MS, so every `ms * 1000000` of
  * fosd fits in 64 bits with room for any monotonic clock value added to it. */
 #include "config.h"
+#include "config_report.h"
 #include "http_metrics.h"
 #include "log.h"
 #include "trust_config.h"
@@ -37,6 +38,9 @@ static const char *const levels[] = {"error", "warn", "info", "debug", NULL}; /*
 const fosd_config_key fosd_config_keys[] = {
 	{"config", FOSD_CT_STRING, F(config_path), NULL, .flags = FOSD_CK_FLAG_ONLY, .arg = "FILE",
 	 .help = "read settings from FILE (key = value; flags win)"},
+	{"check_config", FOSD_CT_BOOL, F(check_config), "false", .flags = FOSD_CK_FLAG_ONLY,
+	 .help = "parse the configuration (file, flags, tokens file, TLS files), open\n"
+		 "nothing, print the first error or the warnings; exit 0 or 1"},
 	{"listen", FOSD_CT_LIST, F(listen), FOSD_DEFAULT_URL, .hi = FOSD_MAX_LISTEN, .check = listen_check,
 	 .help = "listen on URL (repeatable; default {def})"},
 	{"backend", FOSD_CT_ENUM, F(backend), "auto", .choices = backends,
@@ -259,6 +263,8 @@ void fosd_config_free(fosd_config *c)
 		explicit_bzero(c->fixed, strlen(c->fixed));
 	free(c->fixed);
 	c->fixed = NULL;
+	free(c->notes);
+	c->notes = NULL;
 }
 int fosd_parse_size(const char *s, uint64_t *out)
 {
@@ -503,6 +509,12 @@ static unsigned long long config_hash(const char *s)
 
 /* Writes a row's value of c to out (for the fixed-key record): a LIST space-separated, an unset
  * string empty, a SECRET as a hash. */
+static void key_show(const fosd_config *c, const fosd_config_key *k, FILE *out);
+void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *out)
+{
+	key_show(c, k, (FILE *)out);
+}
+
 static void key_show(const fosd_config *c, const fosd_config_key *k, FILE *out)
 {
 	const void *f = key_cfield(c, k);
@@ -792,10 +804,15 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 			}
 			val = argv[++i];
 		}
-		if (k->flags & FOSD_CK_FLAG_ONLY) /* --config: read in pass 1 */
+		if (k->flags & FOSD_CK_FLAG_ONLY) { /* --config: read in pass 1 */
+			if (k->type == FOSD_CT_BOOL && !strcmp(key, "check_config"))
+				c->check_config = 1;
 			continue;
-		if (k->type == FOSD_CT_LIST && !from_flags[k - fosd_config_keys]) {
-			list_clear(c, k);
+		}
+		if (!from_flags[k - fosd_config_keys]) {
+			fosd_config_note_flag(c, k, a, val); /* the file's value it replaces, if any */
+			if (k->type == FOSD_CT_LIST)
+				list_clear(c, k);
 			from_flags[k - fosd_config_keys] = 1;
 		}
 		if (fosd_config_set(c, key, val, err, sizeof err)) {

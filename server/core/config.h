@@ -61,6 +61,9 @@ typedef struct fosd_config {
 	uint64_t tenant_context_bytes;
 	int tenant_inflight;
 	unsigned auto_sized;            /* FOSD_AUTO_* of the sizes fosd_config_finish chose itself */
+	int check_config;               /* --check-config: parse everything, open nothing (config_report.c) */
+	char *notes;                    /* "\n"-ended lines: where a flag replaced the file's value
+					 * (config_report.c); NULL: none */
 } fosd_config;
 
 /* Parses a devices value: 1 for "all", else 0 with the ordinals in ids[0..*n) (at most
@@ -173,5 +176,9 @@ int fosd_parse_duration_ms(const char *s, uint64_t *out);
 int fosd_parse_duration_why(const char *s, uint64_t *out, const char **why);
 
 void fosd_config_usage(void *stream);
+
+/* Writes a row's value of c to out (FILE *): a LIST space-separated, an unset string empty, a
+ * SECRET as a hash. */
+void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *out);
 
 #endif
