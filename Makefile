@@ -177,7 +177,7 @@ LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS) $(NNG_FIX) $(MSGPOOL_W
 # (~1 s, ~200 MB) if fos linked them: in a CUDA build the CUDA backend is instead the plugin
 # $(BUILD)/libfos-cuda.so (the .cu objects and the numerics they call, exporting fos_backend_cuda
 # alone), which fos opens with dlopen the first time --local needs the cuda backend
-# (client/cli/cuda/cli_cuda_plugin.c; installed as INSTALL_LIBDIR/fos/libfos-cuda.so).
+# (client/cli/cuda/cli_cuda_plugin.c; installed as BINDIR/../lib/fos/libfos-cuda.so).
 CLI_LIBS = $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM_CPU)
 ifeq ($(CUDA),1)
 CLI_PLUGIN_C  := $(wildcard client/cli/cuda/*.c)
@@ -269,6 +269,8 @@ INCLUDEDIR     ?= $(PREFIX)/include
 INSTALL_LIBDIR ?= $(PREFIX)/lib
 PKGCONFIGDIR   ?= $(INSTALL_LIBDIR)/pkgconfig
 SYSCONFDIR     ?= $(if $(SYSTEM_PREFIX),/etc,$(PREFIX)/etc)
+# fos opens its CUDA plugin from BINDIR/../lib/fos (client/cli/cuda/cli_cuda_plugin.c)
+CLI_PLUGINDIR   = $(abspath $(BINDIR)/..)/lib/fos
 UNITDIR        ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 FOS_HEADERS     = client/libfos/fos.h kernels/fos_version.h kernels/fos_wire_enums.h proto/fos_chan.h
@@ -291,7 +293,7 @@ install: all install-libfos
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/fosd
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
-	$(if $(LIBFOSCUDA),install -D -m 644 $(LIBFOSCUDA) $(DESTDIR)$(INSTALL_LIBDIR)/fos/libfos-cuda.so)
+	$(if $(LIBFOSCUDA),install -D -m 644 $(LIBFOSCUDA) $(DESTDIR)$(CLI_PLUGINDIR)/libfos-cuda.so)
 	install -m 644 $(FOS_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(INSTALL_LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
 		-e 's|@VERSION@|$(FOS_PC_VERSION)|g' $(if $(SYSTEM_PREFIX),,-e 's|^Libs: .*|& -Wl,-rpath,$${libdir}|') \
