@@ -85,6 +85,7 @@ all: deps-check $(BINS) $(LIBFOS) $(if $(LIBFOS_C),$(LIBFOSSO))
 DEPS_OK := $(shell test -f $(LIBDIR)/libnng.a -a -f $(LIBDIR)/libprotobuf-c.a -a -f $(LIBDIR)/libuv_a.a \
              -a -f $(LIBDIR)/libhttp_parser.a -a -f $(LIBDIR)/libjansson.a \
              -a -f /usr/include/cmocka.h -a -f $(LIBDIR)/libmbedtls.a && command -v protoc-c >/dev/null && echo 1)
+.PHONY: deps-check
 deps-check:
 ifneq ($(DEPS_OK),1)
 	@sh deploy/install-deps.sh
@@ -93,7 +94,7 @@ deps:
 	@sh deploy/install-deps.sh
 
 # ---- generated protobuf-c code ---------------------------------------------------------------
-$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto | deps-check
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
 
@@ -101,7 +102,8 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 $(call obj,$(SERVER_C) $(LIBFOS_C) $(CLI_C) $(WIRE_C) $(TEST_C) $(TESTLIB_C) $(GPUTEST_C) $(BENCH_C) $(FOSD_MAIN)): $(PROTO_C)
 
 # ---- objects ---------------------------------------------------------------------------------
-$(BUILD)/obj/%.o: %.c
+# (after deps-check: with parallel jobs nothing compiles while missing packages are installed)
+$(BUILD)/obj/%.o: %.c | deps-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
