@@ -149,7 +149,7 @@ static void test_local_auto_falls_back(void **state)
 	th_expect_ok(&r);
 	th_run(&r, "linear", th_p("x.npy"), th_p("w.npy"), "--out", th_p("cpu"), "--local", "--backend", "cpu", NULL);
 	th_expect_ok(&r);
-	char a[4096], c[4096];
+	char a[4096] = {0}, c[4096] = {0}; /* y.npy (4, 16) bf16: 256 bytes, read whole */
 	th_slurp(th_p("auto/y.npy"), a, sizeof a);
 	th_slurp(th_p("cpu/y.npy"), c, sizeof c);
 	assert_true(a[0]);
