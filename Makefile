@@ -12,6 +12,11 @@
 # tests/gpu_*.c -> GPU test binaries, bench/bench_*.c -> benchmark binaries.
 
 BUILD     ?= build
+# Parallel by default: a make given no -j (on its command line or in $MAKEFLAGS) runs one job per
+# CPU; a -j given wins (make -j1 for one at a time), and sub-makes share their parent's jobs.
+ifeq ($(MAKELEVEL)$(filter -j% j% --jobs%,$(MAKEFLAGS) $(shell printenv MAKEFLAGS)),0)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
 CUDA      ?= $(if $(and $(NVCC),$(wildcard kernels/*.cu)),1,0)
@@ -26,7 +31,8 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthre
            $(INCLUDES) $(SAN)
 LDFLAGS += -pthread $(SAN)
 # nng, protobuf-c, libuv, http-parser and jansson are linked statically so the same binaries run on machines
-# that do not have them (the GPU host); cuBLASLt and the CUDA runtime dynamically.
+# that do not have them (the GPU host); cuBLASLt and the CUDA runtime dynamically (fosd, tests and
+# benchmarks; fos loads them only with the CUDA backend, from $(BUILD)/libfos-cuda.so: below).
 STATIC_LIBS = $(LIBDIR)/libnng.a $(LIBDIR)/libmbedtls.a $(LIBDIR)/libmbedx509.a \
               $(LIBDIR)/libmbedcrypto.a $(LIBDIR)/libprotobuf-c.a $(LIBDIR)/libuv_a.a \
               $(LIBDIR)/libhttp_parser.a $(LIBDIR)/libjansson.a
@@ -79,6 +85,7 @@ all: deps-check $(BINS) $(LIBFOS) $(if $(LIBFOS_C),$(LIBFOSSO))
 DEPS_OK := $(shell test -f $(LIBDIR)/libnng.a -a -f $(LIBDIR)/libprotobuf-c.a -a -f $(LIBDIR)/libuv_a.a \
              -a -f $(LIBDIR)/libhttp_parser.a -a -f $(LIBDIR)/libjansson.a \
              -a -f /usr/include/cmocka.h -a -f $(LIBDIR)/libmbedtls.a && command -v protoc-c >/dev/null && echo 1)
+.PHONY: deps-check
 deps-check:
 ifneq ($(DEPS_OK),1)
 	@sh deploy/install-deps.sh
@@ -87,7 +94,7 @@ deps:
 	@sh deploy/install-deps.sh
 
 # ---- generated protobuf-c code ---------------------------------------------------------------
-$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto | deps-check
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
 
@@ -95,7 +102,8 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 $(call obj,$(SERVER_C) $(LIBFOS_C) $(CLI_C) $(WIRE_C) $(TEST_C) $(TESTLIB_C) $(GPUTEST_C) $(BENCH_C) $(FOSD_MAIN)): $(PROTO_C)
 
 # ---- objects ---------------------------------------------------------------------------------
-$(BUILD)/obj/%.o: %.c
+# (after deps-check: with parallel jobs nothing compiles while missing packages are installed)
+$(BUILD)/obj/%.o: %.c | deps-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -143,6 +151,10 @@ $(LIBFOSSO1): $(LIBFOS_SO_OBJ) $(LIBPROTO) $(LIBNNG_SO) $(LIBFOS_MAP)
 		$(LDFLAGS) $(SYS_LIBS) $(NNG_FIX)
 $(LIBFOSSO): $(LIBFOSSO1)
 	ln -sf $(LIBFOS_SONAME) $@
+# libfosnum-cpu.a: the numerics without the CUDA objects, for fos (whose CUDA backend is a plugin)
+LIBNUM_CPU = $(BUILD)/libfosnum-cpu.a
+$(LIBNUM_CPU): $(call obj,$(KERNEL_C))
+	@rm -f $@; ar rcs $@ $^
 $(LIBCLI): $(call obj,$(CLI_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBTEST): $(call obj,$(TESTLIB_C))
@@ -162,12 +174,25 @@ NNG_FIX = -Wl,--wrap=nni_plat_errno -Wl,-u,__wrap_nni_plat_errno -Wl,--wrap=nng_
 MSGPOOL_WRAP = -Wl,--wrap=nni_msg_alloc -Wl,--wrap=nni_zalloc -Wl,--wrap=nni_alloc -Wl,--wrap=nni_free \
 	-Wl,-u,__wrap_nni_zalloc
 LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS) $(NNG_FIX) $(MSGPOOL_WRAP)
-# the CLI: libfos and the numerics only (no server code, so no message pool)
-CLI_LIBS = $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
+# the CLI: libfos and the CPU numerics only (no server code, so no message pool). Every fos run
+# (fos --version, a container's HEALTHCHECK) would pay for loading cuBLASLt and the CUDA runtime
+# (~1 s, ~200 MB) if fos linked them: in a CUDA build the CUDA backend is instead the plugin
+# $(BUILD)/libfos-cuda.so (the .cu objects and the numerics they call, exporting fos_backend_cuda
+# alone), which fos opens with dlopen the first time --local needs the cuda backend
+# (client/cli/cuda/cli_cuda_plugin.c; installed as BINDIR/../lib/fos/libfos-cuda.so).
+CLI_LIBS = $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM_CPU)
+ifeq ($(CUDA),1)
+CLI_PLUGIN_C  := $(wildcard client/cli/cuda/*.c)
+CLI_CUDA_OBJ   = $(call obj,$(CLI_PLUGIN_C))
+LIBFOSCUDA     = $(BUILD)/libfos-cuda.so
+$(LIBFOSCUDA): $(call cuobj,$(KERNEL_CU)) $(LIBNUM_CPU) client/cli/cuda/libfos-cuda.map
+	$(CC) -shared -o $@ -Wl,--version-script=client/cli/cuda/libfos-cuda.map $(if $(SAN),,-Wl,-z,defs) \
+		$(call cuobj,$(KERNEL_CU)) $(LIBNUM_CPU) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+endif
 
 # ---- programs --------------------------------------------------------------------------------
-$(BUILD)/fos: $(CLI_LIBS)
-	$(CC) -o $@ -Wl,--whole-archive $(LIBCLI) -Wl,--no-whole-archive $(CLI_LIBS) $(STATIC_LIBS) $(CUDA_LIBS) \
+$(BUILD)/fos: $(CLI_LIBS) $(CLI_CUDA_OBJ) $(LIBFOSCUDA)
+	$(CC) -o $@ -Wl,--whole-archive $(LIBCLI) -Wl,--no-whole-archive $(CLI_CUDA_OBJ) $(CLI_LIBS) $(STATIC_LIBS) \
 		$(LDFLAGS) $(SYS_LIBS) $(NNG_FIX)
 $(BUILD)/fosd: $(call obj,$(FOSD_MAIN)) $(ALL_LIBS)
 	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
@@ -230,35 +255,51 @@ test-gpu: all $(GPUTESTS)
 bench: benches
 	@sh bench/run-bench.sh $(BUILD)
 
-# make install [PREFIX=/usr/local] [DESTDIR=staging root]: fosd and fos, libfos (libfos.so.N, the
-# libfos.so link, libfos.a), the headers of the C API, fos.pc, the systemd unit (its paths set to
-# BINDIR and SYSCONFDIR) and sysusers file, the example config (never a fosd.conf itself), and the
-# Python package (tests/python.mk: install-python, whose libfos.so links to INSTALL_LIBDIR's).
+# make install [PREFIX=/usr/local] [DESTDIR=staging root]: fosd and fos (and fos's CUDA plugin), libfos
+# (libfos.so.N, the libfos.so link, libfos.a), the headers of the C API, fos.pc, the systemd unit (its
+# paths set to BINDIR and SYSCONFDIR) and sysusers file, the example config (never a fosd.conf
+# itself), and the Python package (tests/python.mk: install-python, whose libfos.so links to
+# INSTALL_LIBDIR's). Everything goes under PREFIX: SYSCONFDIR is /etc only for the system prefixes
+# /usr and /usr/local, else PREFIX/etc (SYSCONFDIR=/etc puts it there on purpose). A private
+# prefix is not on the loader's path: there fos.pc's Libs carry -Wl,-rpath,LIBDIR, and install
+# prints how a program finds libfos.so.N; ldconfig runs only for a system prefix (as root, no
+# DESTDIR).
 PREFIX         ?= /usr/local
+SYSTEM_PREFIX   = $(filter /usr /usr/local,$(patsubst %/,%,$(PREFIX)))
 BINDIR         ?= $(PREFIX)/bin
 INCLUDEDIR     ?= $(PREFIX)/include
 INSTALL_LIBDIR ?= $(PREFIX)/lib
 PKGCONFIGDIR   ?= $(INSTALL_LIBDIR)/pkgconfig
-SYSCONFDIR     ?= /etc
+SYSCONFDIR     ?= $(if $(SYSTEM_PREFIX),/etc,$(PREFIX)/etc)
+# fos opens its CUDA plugin from BINDIR/../lib/fos (client/cli/cuda/cli_cuda_plugin.c)
+CLI_PLUGINDIR   = $(abspath $(BINDIR)/..)/lib/fos
 UNITDIR        ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 FOS_HEADERS     = client/libfos/fos.h kernels/fos_version.h kernels/fos_wire_enums.h proto/fos_chan.h
 FOS_PC_VERSION := $(shell sed -n 's/^.define FOS_VERSION_\(MAJOR\|MINOR\|PATCH\)  *\([0-9][0-9]*\).*/\2/p' kernels/fos_version.h | paste -sd.)
-# install-libfos: the library alone; a real install as root (no DESTDIR) runs ldconfig, so the
-# loader finds the new libfos.so.N in a directory such as /usr/local/lib at once
+# install-libfos: the library alone; a real install of a system prefix as root (no DESTDIR) runs
+# ldconfig, so the loader finds the new libfos.so.N in /usr/local/lib at once
 .PHONY: install-libfos
 install-libfos: all
 	install -d $(DESTDIR)$(INSTALL_LIBDIR)
 	install -m 644 $(LIBFOSSO1) $(LIBFOS) $(DESTDIR)$(INSTALL_LIBDIR)/
 	ln -sf $(LIBFOS_SONAME) $(DESTDIR)$(INSTALL_LIBDIR)/libfos.so
+ifneq ($(SYSTEM_PREFIX),)
 	-@[ -n "$(DESTDIR)" ] || [ "$$(id -u)" != 0 ] || PATH="$$PATH:/sbin:/usr/sbin" ldconfig
+else
+	@echo "install: $(LIBFOS_SONAME) is in $(INSTALL_LIBDIR), which the loader does not search: link programs" \
+		"with -Wl,-rpath,$(INSTALL_LIBDIR) (pkg-config fos adds it) or run them with" \
+		"LD_LIBRARY_PATH=$(INSTALL_LIBDIR)"
+endif
 install: all install-libfos
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/fosd
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
+	$(if $(LIBFOSCUDA),install -D -m 644 $(LIBFOSCUDA) $(DESTDIR)$(CLI_PLUGINDIR)/libfos-cuda.so)
 	install -m 644 $(FOS_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(INSTALL_LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
-		-e 's|@VERSION@|$(FOS_PC_VERSION)|g' client/libfos/fos.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/fos.pc
+		-e 's|@VERSION@|$(FOS_PC_VERSION)|g' $(if $(SYSTEM_PREFIX),,-e 's|^Libs: .*|& -Wl,-rpath,$${libdir}|') \
+		client/libfos/fos.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/fos.pc
 	sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/fosd/|$(SYSCONFDIR)/fosd/|g' deploy/fosd.service \
 		>$(DESTDIR)$(UNITDIR)/fosd.service
 	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/fos.pc $(DESTDIR)$(UNITDIR)/fosd.service

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 #define CHK "check"
 

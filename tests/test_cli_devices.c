@@ -16,6 +16,7 @@
 #include "support_safetensors.h"
 #include "support_server.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 static tsrv g_srv;
 

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "support_server.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 static tsrv g_srv;
 

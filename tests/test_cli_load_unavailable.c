@@ -23,6 +23,7 @@
 #include "support_server.h"
 #include "support_assert.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 enum { BIG = 4096 };
 

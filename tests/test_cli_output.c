@@ -21,6 +21,7 @@
 #include "fos_version.h"
 #include "support_server.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 static tsrv g_srv;
 

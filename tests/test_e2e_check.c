@@ -27,6 +27,7 @@
 #include "support_assert.h"
 #include "support_server.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 #define M 128
 #define K 128

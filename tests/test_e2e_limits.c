@@ -32,6 +32,7 @@
 #include "support_server.h"
 #include "support_assert.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 #define M 256
 #define K 128

@@ -21,6 +21,7 @@
 #include "support_safetensors.h"
 #include "support_server.h"
 #include "test_cli_harness.h"
+#include "support_json.h"
 
 static tsrv g_srv;
 static char g_wdir[600]; /* the repository */

@@ -126,6 +126,7 @@ if inst "$ROOT" /usr/local; then
 			echo "f $f"
 		done
 		echo "l usr/local/lib/libfos.so"
+		[ -f "$BUILD/libfos-cuda.so" ] && echo "f usr/local/lib/fos/libfos-cuda.so" # a CUDA build: fos's plugin
 		[ -f deploy/fosd.sysusers ] && echo "f usr/local/lib/sysusers.d/fosd.conf"
 		if [ -n "$PYSITE" ]; then
 			for f in client/python/fosd/*.py; do echo "f $PYSITE/fosd/$(basename "$f")"; done

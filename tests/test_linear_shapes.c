@@ -456,7 +456,7 @@ static void test_fosd_bad_shapes(void **state)
 	fos_tensor w16 = fos_tensor_2d(FOS_DTYPE_BF16, 16, 16, buf);
 	ASSERT_OK(fos_put_weight(c, "ok", 1, &w16, NULL, NULL, &st), st);
 	expect_refused(fos_forward(c, "ok", &x8, NULL, NULL, &y, NULL, &st), &st,
-		       "x (4, 8): M must be at least 1 and K a positive multiple of 16", "Forward K=8");
+		       "x (4, 8): K = 8 is not a positive multiple of 16 (N and K must be)", "Forward K=8");
 	fos_tensor x0 = fos_tensor_2d(FOS_DTYPE_BF16, 0, 16, buf), xk0 = fos_tensor_2d(FOS_DTYPE_BF16, 4, 0, buf);
 	expect_refused(fos_forward(c, "ok", &x0, NULL, NULL, &y, NULL, &st), &st, "dimension 0 is 0 (must be >= 1)",
 		       "Forward M=0");

@@ -13,6 +13,7 @@
 #ifndef FOS_CLI_H
 #define FOS_CLI_H
 
+#include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -204,12 +205,14 @@ int cli_check_backend_local(const cli_flag *backend, const cli_flag *local, fos_
 
 /* ---- JSON output and input (cli_json.c) ---------------------------------------------------- */
 
-/* A tiny streaming writer: objects and arrays nest, commas and indentation are handled. */
+/* A writer on jansson: objects and arrays nest as they are opened; the document is printed to f
+ * when the outermost one closes (every cli_jw_obj / cli_jw_arr needs its cli_jw_end). */
 typedef struct cli_jw {
 	FILE *f;
 	int depth;
-	int first[16]; /* per depth: no member written yet */
 	int pretty;
+	json_t *stack[16]; /* the open containers, innermost last */
+	json_t *root;      /* the document until printed */
 } cli_jw;
 
 void cli_jw_init(cli_jw *w, FILE *f, int pretty);
@@ -235,26 +238,10 @@ void cli_json_outputs_end(cli_jw *w);
 /* Writes s as a JSON string literal (quotes included). */
 void cli_json_quote(FILE *f, const char *s);
 
-/* A parsed JSON value (strict RFC 8259; depth <= 64). */
-enum { CLI_JNULL, CLI_JBOOL, CLI_JNUM, CLI_JSTR, CLI_JARR, CLI_JOBJ };
-typedef struct cli_jv {
-	int type;
-	int b;
-	double num;
-	char *str;             /* CLI_JSTR (NUL-terminated; may hold \u0000 as a byte 0 only at the end) */
-	struct cli_jv *items;  /* CLI_JARR / CLI_JOBJ: n values */
-	char **keys;           /* CLI_JOBJ: n keys */
-	size_t n;
-	char num_raw[40];      /* CLI_JNUM: the literal as written (integers beyond 2^53 stay exact) */
-} cli_jv;
-
-/* Parses text (len bytes) into *v; FOS_OK or FOS_EINVAL with "line L column C: why". */
-int cli_json_parse(const char *text, size_t len, cli_jv *v, fos_err *err);
-void cli_json_free(cli_jv *v);
-/* The member key of an object, or NULL. */
-const cli_jv *cli_json_get(const cli_jv *obj, const char *key);
-/* Follows "a.b.c" through nested objects; NULL when any step is missing. */
-const cli_jv *cli_json_path(const cli_jv *v, const char *path);
+/* Parses text (len bytes; strict RFC 8259, no duplicate member names, depth <= 64) into a jansson
+ * document (json_decref it), or NULL with err "line L column C: why". Integers beyond 2^63 - 1
+ * make every number of the document a real. */
+json_t *cli_json_load(const char *text, size_t len, fos_err *err);
 
 /* ---- the latency histogram (cli_hist.c) ---------------------------------------------------- */
 

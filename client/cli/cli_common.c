@@ -2,6 +2,7 @@
  * line, or with --json one object naming the files written; nothing with --quiet), and the
  * parsers of numeric option values (whole numbers, numbers, durations). */
 #include "cli.h"
+#include "fos_duration.h"
 
 #include <errno.h>
 #include <math.h>
@@ -165,32 +166,11 @@ int cli_parse_double(const char *flag, const char *s, double *out, fos_err *err)
 
 int cli_parse_duration(const char *flag, const char *s, uint64_t *ns, fos_err *err)
 {
-	char *end;
-	errno = 0;
-	double v = s && *s ? strtod(s, &end) : 0;
-	if (!s || !*s || errno || !isfinite(v) || end == s)
-		goto bad;
-	double mul;
-	if (!strcmp(end, "") || !strcmp(end, "s"))
-		mul = 1e9;
-	else if (!strcmp(end, "ms"))
-		mul = 1e6;
-	else if (!strcmp(end, "us"))
-		mul = 1e3;
-	else if (!strcmp(end, "m"))
-		mul = 60e9;
-	else if (!strcmp(end, "h"))
-		mul = 3600e9;
-	else
-		goto bad;
-	double t = v * mul;
-	if (!(t >= 1.0) || t > 1e18)
-		goto bad;
-	*ns = (uint64_t)t;
+	const char *why = "zero"; /* proto/fos_duration.c: fosd's config reads durations the same way */
+	if (fos_parse_duration(s, 1, ns, &why) || !*ns)
+		return cli_errf(err, "bad value '%s' for %s: %s (expected a positive duration like 10s, 500ms, 2m)",
+				s ? s : "", flag, why);
 	return FOS_OK;
-bad:
-	return cli_errf(err, "bad value '%s' for %s (expected a positive duration like 10s, 500ms, 2m)", s ? s : "",
-			flag);
 }
 
 char *cli_human_bytes(uint64_t b, char *buf, size_t cap)

@@ -83,10 +83,25 @@ static int cli_ctx_override(const char *s, int *out)
 	return -1;
 }
 
-/* An unsigned integer field: a JSON number without sign, fraction or exponent, or a decimal string. */
-static int cli_ctx_u64(const cli_jv *v, uint64_t *out)
+/* An unsigned integer field: a JSON integer >= 0, or a decimal string (what the writer uses past
+ * 2^63 - 1); a whole real below 2^53 too (a document with a larger integer elsewhere is read with
+ * every number a real: cli_json_load). */
+static int cli_ctx_u64(const json_t *v, uint64_t *out)
 {
-	const char *s = v->type == CLI_JNUM ? v->num_raw : (v->type == CLI_JSTR ? v->str : NULL);
+	if (json_is_integer(v)) {
+		if (json_integer_value(v) < 0)
+			return -1;
+		*out = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_real(v)) {
+		double d = json_real_value(v);
+		if (!(d >= 0 && d < 9007199254740992.0) || d != (double)(uint64_t)d)
+			return -1;
+		*out = (uint64_t)d;
+		return 0;
+	}
+	const char *s = json_string_value(v);
 	if (!s || !*s)
 		return -1;
 	uint64_t r = 0;
@@ -120,43 +135,43 @@ int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
 		free(buf);
 		return cli_errf(err, "%s: %s", path, rerr ? "cannot read (is it a directory?)" : "too large for a context file");
 	}
-	cli_jv root;
 	fos_err pe = {0, ""};
-	if (cli_json_parse(buf, len, &root, &pe)) {
-		free(buf);
-		return cli_errf(err, "%s: not a fos context file (bad JSON: %s)", path, pe.msg);
-	}
+	json_t *root = cli_json_load(buf, len, &pe);
 	free(buf);
+	if (!root)
+		return cli_errf(err, "%s: not a fos context file (bad JSON: %s)", path, pe.msg);
 	const char *missing = NULL;
-	const cli_jv *fmt = cli_json_get(&root, "format");
-	if (!fmt || fmt->type != CLI_JSTR || strcmp(fmt->str, CLI_CTX_FORMAT)) {
-		cli_json_free(&root);
+	const char *fmt = json_string_value(json_object_get(root, "format"));
+	if (!fmt || strcmp(fmt, CLI_CTX_FORMAT)) {
+		json_decref(root);
 		return cli_errf(err, "%s: not a fos context file (no \"format\": \"" CLI_CTX_FORMAT "\"; write one with "
 				     "fos forward --context-out)",
 				path);
 	}
 	fos_context *c = &cf->ctx;
-	const cli_jv *v;
+	const json_t *v;
+	const char *str;
 	uint64_t u;
 	int ok = 1;
 #define CLI_CTX_FIELD(key, cond)                                                                                       \
 	do {                                                                                                           \
-		v = cli_json_get(&root, key);                                                                          \
+		v = json_object_get(root, key);                                                                        \
+		str = json_string_value(v);                                                                            \
 		if (ok && (!v || !(cond))) {                                                                           \
 			ok = 0;                                                                                        \
 			missing = key;                                                                                 \
 		}                                                                                                      \
 	} while (0)
 	CLI_CTX_FIELD("id", !cli_ctx_u64(v, &c->id) && c->id);
-	CLI_CTX_FIELD("weight", v->type == CLI_JSTR && strlen(v->str) <= FOS_NAME_MAX && v->str[0]);
+	CLI_CTX_FIELD("weight", str && strlen(str) <= FOS_NAME_MAX && str[0]);
 	if (ok)
-		snprintf(c->weight, sizeof c->weight, "%s", v->str);
+		snprintf(c->weight, sizeof c->weight, "%s", str);
 	CLI_CTX_FIELD("weight_version", !cli_ctx_u64(v, &c->weight_version));
-	CLI_CTX_FIELD("override", v->type == CLI_JSTR && !cli_ctx_override(v->str, &c->override));
-	CLI_CTX_FIELD("resolved_override", v->type == CLI_JSTR && !cli_ctx_override(v->str, &c->resolved_override));
-	CLI_CTX_FIELD("row_scaled", v->type == CLI_JBOOL);
+	CLI_CTX_FIELD("override", str && !cli_ctx_override(str, &c->override));
+	CLI_CTX_FIELD("resolved_override", str && !cli_ctx_override(str, &c->resolved_override));
+	CLI_CTX_FIELD("row_scaled", json_is_boolean(v));
 	if (ok)
-		c->row_scaled = v->b;
+		c->row_scaled = json_is_true(v);
 	CLI_CTX_FIELD("m", !cli_ctx_u64(v, &u) && u > 0 && u < ((uint64_t)1 << 40));
 	if (ok)
 		c->m = (int64_t)u;
@@ -166,26 +181,26 @@ int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
 	CLI_CTX_FIELD("k", !cli_ctx_u64(v, &u) && u > 0 && u < ((uint64_t)1 << 40));
 	if (ok)
 		c->k = (int64_t)u;
-	CLI_CTX_FIELD("has_bias", v->type == CLI_JBOOL);
+	CLI_CTX_FIELD("has_bias", json_is_boolean(v));
 	if (ok)
-		c->has_bias = v->b;
-	CLI_CTX_FIELD("server", v->type == CLI_JSTR && strlen(v->str) < sizeof cf->server);
+		c->has_bias = json_is_true(v);
+	CLI_CTX_FIELD("server", str && strlen(str) < sizeof cf->server);
 	if (ok)
-		snprintf(cf->server, sizeof cf->server, "%s", v->str);
-	CLI_CTX_FIELD("x", v->type == CLI_JNULL || (v->type == CLI_JSTR && strlen(v->str) < sizeof cf->x_path));
-	if (ok && v->type == CLI_JSTR)
-		snprintf(cf->x_path, sizeof cf->x_path, "%s", v->str);
-	CLI_CTX_FIELD("bias", v->type == CLI_JNULL || (v->type == CLI_JSTR && strlen(v->str) < sizeof cf->bias_path));
-	if (ok && v->type == CLI_JSTR)
-		snprintf(cf->bias_path, sizeof cf->bias_path, "%s", v->str);
+		snprintf(cf->server, sizeof cf->server, "%s", str);
+	CLI_CTX_FIELD("x", json_is_null(v) || (str && strlen(str) < sizeof cf->x_path));
+	if (ok && str)
+		snprintf(cf->x_path, sizeof cf->x_path, "%s", str);
+	CLI_CTX_FIELD("bias", json_is_null(v) || (str && strlen(str) < sizeof cf->bias_path));
+	if (ok && str)
+		snprintf(cf->bias_path, sizeof cf->bias_path, "%s", str);
 #undef CLI_CTX_FIELD
-	v = cli_json_get(&root, "ttl_ms");
+	v = json_object_get(root, "ttl_ms");
 	if (v && !cli_ctx_u64(v, &u))
 		c->ttl_ms = u;
-	v = cli_json_get(&root, "recomputed");
+	v = json_object_get(root, "recomputed");
 	if (v && !cli_ctx_u64(v, &u) && u < 1000000)
 		c->recomputed = (int)u;
-	cli_json_free(&root);
+	json_decref(root);
 	if (!ok)
 		return cli_errf(err, "%s: bad context file: \"%s\" is missing or invalid", path, missing);
 	return FOS_OK;

@@ -5,6 +5,8 @@
  * start these and `fos list-weights` share. */
 #include "cli.h"
 
+#include <stdarg.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -319,44 +321,101 @@ static void cli_stats_json(const cli_global *g, const fos_stats_info *s, const f
 	cli_jw_end(&w, '}');
 }
 
+/* A table of text cells, row 0 the header: each column as wide as its widest cell (at least
+ * min_w[c]), the first left-aligned, the others right-aligned, one space apart. */
+#define INFO_TCOLS 10
+#define INFO_TROWS (FOS_STATS_MAX_OPS + 1)
+typedef struct info_table {
+	int ncols, nrows;
+	char cell[INFO_TROWS][INFO_TCOLS][40];
+} info_table;
+
+static void info_table_row(info_table *t, const char *first, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Appends a row: first, then the other columns' cells from fmt's "%...|%...|..." ('|' separates). */
+static void info_table_row(info_table *t, const char *first, const char *fmt, ...)
+{
+	if (t->nrows >= INFO_TROWS)
+		return;
+	char line[INFO_TCOLS * 40];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	char(*row)[40] = t->cell[t->nrows++];
+	snprintf(row[0], sizeof row[0], "%s", first);
+	char *p = line;
+	for (int c = 1; c < t->ncols; c++) {
+		char *bar = strchr(p, '|');
+		size_t n = bar ? (size_t)(bar - p) : strlen(p);
+		snprintf(row[c], sizeof row[c], "%.*s", (int)n, p);
+		p += n + (bar ? 1 : 0);
+	}
+}
+
+static void info_table_print(const info_table *t, const int *min_w)
+{
+	int w[INFO_TCOLS];
+	for (int c = 0; c < t->ncols; c++) {
+		w[c] = min_w[c];
+		for (int r = 0; r < t->nrows; r++)
+			if ((int)strlen(t->cell[r][c]) > w[c])
+				w[c] = (int)strlen(t->cell[r][c]);
+	}
+	for (int r = 0; r < t->nrows; r++) {
+		for (int c = 0; c < t->ncols; c++)
+			printf(c ? " %*s" : "%-*s", w[c], t->cell[r][c]);
+		putchar('\n');
+	}
+}
+
 static void cli_stats_text(const cli_global *g, const fos_stats_info *s, const fos_stats_snapshot *snap)
 {
 	char b1[32], b2[32];
-	printf("fosd at %s: backend %s (%s), up %.1f s\n", g->server, s->backend, s->device,
+	printf("fosd at %s: backend %s (%s), up %.1f s\n\n", g->server, s->backend, s->device,
 	       (double)s->uptime_ms / 1000.0);
-	printf("\n%-16s %9s %9s %9s %9s %9s %9s %9s %11s %11s\n", "op", "requests", "errors", "p50 us", "p90 us",
-	       "p99 us", "p99.9 us", "max us", "bytes in", "bytes out");
+	static info_table t; /* the sizes of its columns come from the data (op names grow with fosd) */
+	memset(&t, 0, sizeof t);
+	t.ncols = 10;
+	info_table_row(&t, "op", "requests|errors|p50 us|p90 us|p99 us|p99.9 us|max us|bytes in|bytes out");
 	for (int i = 0; i < s->n_ops; i++) {
 		const fos_op_stats *o = &s->ops[i];
 		uint64_t errs = o->requests >= o->by_code[0] ? o->requests - o->by_code[0] : 0;
-		printf("%-16s %9llu %9llu %9llu %9llu %9llu %9llu %9llu %11s %11s\n", o->op, (unsigned long long)o->requests,
-		       (unsigned long long)errs, (unsigned long long)o->lat_p50_us, (unsigned long long)o->lat_p90_us,
-		       (unsigned long long)o->lat_p99_us, (unsigned long long)o->lat_p999_us,
-		       (unsigned long long)o->lat_max_us, cli_human_bytes(o->bytes_in, b1, sizeof b1),
-		       cli_human_bytes(o->bytes_out, b2, sizeof b2));
+		info_table_row(&t, o->op, "%llu|%llu|%llu|%llu|%llu|%llu|%llu|%s|%s", (unsigned long long)o->requests,
+			       (unsigned long long)errs, (unsigned long long)o->lat_p50_us, (unsigned long long)o->lat_p90_us,
+			       (unsigned long long)o->lat_p99_us, (unsigned long long)o->lat_p999_us,
+			       (unsigned long long)o->lat_max_us, cli_human_bytes(o->bytes_in, b1, sizeof b1),
+			       cli_human_bytes(o->bytes_out, b2, sizeof b2));
 	}
-	int any = 0;
+	static const int ops_w[INFO_TCOLS] = {16, 9, 9, 9, 9, 9, 9, 9, 11, 11};
+	info_table_print(&t, ops_w);
+	memset(&t, 0, sizeof t);
+	t.ncols = 7;
+	info_table_row(&t, "op", "ran|at once|queue p50 us|queue p99 us|run p50 us|run p99 us");
 	for (int i = 0; i < s->n_ops; i++) {
 		const fos_op_stats *o = &s->ops[i];
-		if (!o->queue_count && !o->run_count)
-			continue;
-		if (!any++)
-			printf("\nwhere the time goes (OK requests the executor ran; queue: receipt until a lane took it,\n"
-			       "run: the op and its device sync; at once: run on the receiving thread):\n"
-			       "%-16s %9s %9s %12s %12s %12s %12s\n",
-			       "op", "ran", "at once", "queue p50 us", "queue p99 us", "run p50 us", "run p99 us");
-		printf("%-16s %9llu %9llu %12llu %12llu %12llu %12llu\n", o->op, (unsigned long long)o->run_count,
-		       (unsigned long long)o->ran_at_once, (unsigned long long)o->queue_p50_us,
-		       (unsigned long long)o->queue_p99_us, (unsigned long long)o->run_p50_us,
-		       (unsigned long long)o->run_p99_us);
+		if (o->queue_count || o->run_count)
+			info_table_row(&t, o->op, "%llu|%llu|%llu|%llu|%llu|%llu", (unsigned long long)o->run_count,
+				       (unsigned long long)o->ran_at_once, (unsigned long long)o->queue_p50_us,
+				       (unsigned long long)o->queue_p99_us, (unsigned long long)o->run_p50_us,
+				       (unsigned long long)o->run_p99_us);
 	}
-	any = 0;
+	if (t.nrows > 1) {
+		printf("\nwhere the time goes (OK requests the executor ran; queue: receipt until a lane took it,\n"
+		       "run: the op and its device sync; at once: run on the receiving thread):\n");
+		static const int run_w[INFO_TCOLS] = {16, 9, 9, 12, 12, 12, 12};
+		info_table_print(&t, run_w);
+	}
+	int wop = 16; /* errors by op and status: the op column as wide as the longest name */
+	for (int i = 0; i < s->n_ops; i++)
+		wop = (int)strlen(s->ops[i].op) > wop ? (int)strlen(s->ops[i].op) : wop;
+	int any = 0;
 	for (int i = 0; i < s->n_ops; i++)
 		for (int c = 1; c < FOS_STATS_CODES; c++)
 			if (s->ops[i].by_code[c]) {
 				if (!any++)
 					printf("\nerrors by op and status:\n");
-				printf("  %-16s %-20s %llu\n", s->ops[i].op, fos_code_name(c),
+				printf("  %-*s %-20s %llu\n", wop, s->ops[i].op, fos_code_name(c),
 				       (unsigned long long)s->ops[i].by_code[c]);
 			}
 	printf("\nweight cache:  %llu entries, %s of %s; %llu hits, %llu misses, %llu evictions\n",

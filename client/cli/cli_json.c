@@ -1,46 +1,60 @@
-/* cli_json.c: JSON for fos: a small streaming writer (the --json outputs of stats, list-weights,
- * health, check and load; the context file), whose bytes the tests and scripts rely on, and a
- * reader (the context file; the tests read the --json outputs with it): jansson parses, and the
- * document is copied into a cli_jv tree. The reader refuses malformed JSON, duplicate member names,
- * \u0000 in strings (jansson's messages, as "line L column C: why") and nesting deeper than 64
- * levels. */
+/* cli_json.c: JSON for fos, on jansson both ways. Writer (the --json outputs of stats,
+ * list-weights, health, check and load; the context file): cli_jw builds a jansson document as the
+ * command adds members in order, and prints it with json_dumpf when its outermost object or array
+ * closes (2-space indents, or one line with ", " and ": "; numbers that are not finite as null;
+ * integers above 2^63 - 1 as reals; in a string, a byte that starts no UTF-8 sequence as '?').
+ * Reader (the context file): cli_json_load hands out jansson's document itself, refusing malformed
+ * JSON, duplicate member names, \u0000 in strings (jansson's messages, as "line L column C: why")
+ * and nesting deeper than 64 levels. */
 #include "cli.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- writer ------------------------------------------------------------------------------------ */
 
+/* The length of the UTF-8 sequence at p (RFC 3629: no overlong forms, surrogates or values past
+ * U+10FFFF), or 0 when none starts there. */
+static size_t cli_utf8_len(const unsigned char *p)
+{
+	if (p[0] < 0x80)
+		return 1;
+	size_t n = p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3 : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+	unsigned lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
+	unsigned hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
+	for (size_t i = 1; i < n; i++)
+		if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF))
+			return 0;
+	return n;
+}
+
+/* s as a jansson string; a byte that starts no UTF-8 sequence becomes '?'. */
+static json_t *cli_jw_string(const char *s)
+{
+	json_t *j = json_string(s ? s : "");
+	if (j)
+		return j;
+	char *t = strdup(s);
+	if (!t)
+		return NULL;
+	for (unsigned char *p = (unsigned char *)t; *p;) {
+		size_t n = cli_utf8_len(p);
+		if (!n)
+			*p = '?', n = 1;
+		p += n;
+	}
+	j = json_string(t);
+	free(t);
+	return j;
+}
+
 void cli_json_quote(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-		switch (*p) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
-	}
-	fputc('"', f);
+	json_t *j = cli_jw_string(s);
+	if (!j || json_dumpf(j, f, JSON_ENCODE_ANY))
+		fputs("\"\"", f);
+	json_decref(j);
 }
 
 void cli_jw_init(cli_jw *w, FILE *f, int pretty)
@@ -48,231 +62,137 @@ void cli_jw_init(cli_jw *w, FILE *f, int pretty)
 	memset(w, 0, sizeof *w);
 	w->f = f;
 	w->pretty = pretty;
-	w->first[0] = 1;
 }
 
-/* The separator, indentation and key before a value. */
-static void cli_jw_key(cli_jw *w, const char *key)
+/* Adds v under key to the innermost open container (steals the reference); v becomes the document
+ * when none is open. */
+static void cli_jw_add(cli_jw *w, const char *key, json_t *v)
 {
-	if (w->depth > 0) {
-		if (!w->first[w->depth])
-			fputc(',', w->f);
-		if (w->pretty)
-			fprintf(w->f, "\n%*s", 2 * w->depth, "");
-		else if (!w->first[w->depth])
-			fputc(' ', w->f);
+	if (!v)
+		v = json_null(); /* out of memory: the member stays, valueless */
+	if (w->depth == 0) {
+		json_decref(w->root);
+		w->root = v;
+		return;
 	}
-	w->first[w->depth] = 0;
-	if (key) {
-		cli_json_quote(w->f, key);
-		fputs(": ", w->f);
-	}
+	json_t *c = w->stack[w->depth - 1];
+	if (json_is_object(c))
+		json_object_set_new(c, key ? key : "", v);
+	else
+		json_array_append_new(c, v);
 }
 
-static void cli_jw_open(cli_jw *w, const char *key, char c)
+static void cli_jw_open(cli_jw *w, const char *key, json_t *c)
 {
-	cli_jw_key(w, key);
-	fputc(c, w->f);
-	if (w->depth + 1 < (int)(sizeof w->first / sizeof w->first[0]))
-		w->depth++;
-	w->first[w->depth] = 1;
+	if (!c)
+		c = json_null();
+	json_incref(c);
+	cli_jw_add(w, key, c);
+	if (w->depth < (int)(sizeof w->stack / sizeof w->stack[0]))
+		w->stack[w->depth++] = c;
+	json_decref(c); /* the parent (or w->root) holds it */
 }
 
 void cli_jw_obj(cli_jw *w, const char *key)
 {
-	cli_jw_open(w, key, '{');
+	cli_jw_open(w, key, json_object());
 }
 
 void cli_jw_arr(cli_jw *w, const char *key)
 {
-	cli_jw_open(w, key, '[');
+	cli_jw_open(w, key, json_array());
 }
 
 void cli_jw_end(cli_jw *w, char closer)
 {
-	int empty = w->first[w->depth];
+	(void)closer; /* the container being closed knows what it is */
 	if (w->depth > 0)
 		w->depth--;
-	if (w->pretty && !empty)
-		fprintf(w->f, "\n%*s", 2 * w->depth, "");
-	fputc(closer, w->f);
-	if (w->depth == 0)
+	if (w->depth == 0 && w->root) {
+		size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(10) | (w->pretty ? JSON_INDENT(2) : 0);
+		json_dumpf(w->root, w->f, flags);
 		fputc('\n', w->f);
+		json_decref(w->root);
+		w->root = NULL;
+	}
 }
 
 void cli_jw_str(cli_jw *w, const char *key, const char *v)
 {
-	cli_jw_key(w, key);
-	cli_json_quote(w->f, v);
+	cli_jw_add(w, key, cli_jw_string(v));
 }
 
 void cli_jw_u64(cli_jw *w, const char *key, uint64_t v)
 {
-	cli_jw_key(w, key);
-	fprintf(w->f, "%llu", (unsigned long long)v);
+	cli_jw_add(w, key, v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v));
 }
 
 void cli_jw_i64(cli_jw *w, const char *key, int64_t v)
 {
-	cli_jw_key(w, key);
-	fprintf(w->f, "%lld", (long long)v);
+	cli_jw_add(w, key, json_integer((json_int_t)v));
 }
 
 void cli_jw_dbl(cli_jw *w, const char *key, double v)
 {
-	cli_jw_key(w, key);
-	if (isfinite(v))
-		fprintf(w->f, "%.10g", v);
-	else
-		fputs("null", w->f);
+	cli_jw_add(w, key, isfinite(v) ? json_real(v) : json_null());
 }
 
 void cli_jw_bool(cli_jw *w, const char *key, int v)
 {
-	cli_jw_key(w, key);
-	fputs(v ? "true" : "false", w->f);
+	cli_jw_add(w, key, json_boolean(v));
 }
 
 void cli_jw_null(cli_jw *w, const char *key)
 {
-	cli_jw_key(w, key);
-	fputs("null", w->f);
+	cli_jw_add(w, key, json_null());
 }
 
 /* ---- reader ------------------------------------------------------------------------------------ */
 
 #define CLI_JSON_MAX_DEPTH 64
 
-/* Copies jansson's value j into v (zeroed first); -1 when out of memory or nested too deeply. */
-static int cli_jv_from(const json_t *j, cli_jv *v, int depth, const char **why)
+/* The deepest nesting under j (a scalar: 0), stopping once past limit. */
+static int cli_json_depth(const json_t *j, int limit)
 {
-	memset(v, 0, sizeof *v);
-	if (depth > CLI_JSON_MAX_DEPTH) {
-		*why = "nested too deeply (more than 64 levels)";
-		return -1;
-	}
-	*why = "out of memory";
-	switch (json_typeof(j)) {
-	case JSON_OBJECT: {
-		v->type = CLI_JOBJ;
-		size_t n = json_object_size(j);
-		if (!n)
-			return 0;
-		v->items = calloc(n, sizeof *v->items);
-		v->keys = calloc(n, sizeof *v->keys);
-		if (!v->items || !v->keys)
-			return -1;
+	int d = 0;
+	if (limit < 0)
+		return 1;
+	if (json_is_object(j)) {
 		const char *key;
 		json_t *m;
 		json_object_foreach((json_t *)j, key, m)
 		{
-			v->keys[v->n] = strdup(key);
-			if (!v->keys[v->n])
-				return -1;
-			if (cli_jv_from(m, &v->items[v->n++], depth + 1, why))
-				return -1;
+			int e = 1 + cli_json_depth(m, limit - 1);
+			d = e > d ? e : d;
+			if (d > limit)
+				break;
 		}
-		return 0;
+	} else if (json_is_array(j)) {
+		for (size_t i = 0; i < json_array_size(j) && d <= limit; i++) {
+			int e = 1 + cli_json_depth(json_array_get(j, i), limit - 1);
+			d = e > d ? e : d;
+		}
 	}
-	case JSON_ARRAY: {
-		v->type = CLI_JARR;
-		size_t n = json_array_size(j);
-		if (!n)
-			return 0;
-		v->items = calloc(n, sizeof *v->items);
-		if (!v->items)
-			return -1;
-		for (size_t i = 0; i < n; i++)
-			if (cli_jv_from(json_array_get(j, i), &v->items[v->n++], depth + 1, why))
-				return -1;
-		return 0;
-	}
-	case JSON_STRING:
-		v->type = CLI_JSTR;
-		v->str = strdup(json_string_value(j));
-		return v->str ? 0 : -1;
-	case JSON_INTEGER:
-		v->type = CLI_JNUM;
-		v->num = (double)json_integer_value(j);
-		snprintf(v->num_raw, sizeof v->num_raw, "%" JSON_INTEGER_FORMAT, json_integer_value(j));
-		return 0;
-	case JSON_REAL:
-		v->type = CLI_JNUM;
-		v->num = json_real_value(j);
-		snprintf(v->num_raw, sizeof v->num_raw, "%.17g", v->num);
-		return 0;
-	case JSON_TRUE:
-	case JSON_FALSE:
-		v->type = CLI_JBOOL;
-		v->b = json_is_true(j);
-		return 0;
-	case JSON_NULL:
-		v->type = CLI_JNULL;
-		return 0;
-	}
-	return -1;
+	return d;
 }
 
-void cli_json_free(cli_jv *v)
+json_t *cli_json_load(const char *text, size_t len, fos_err *err)
 {
-	if (!v)
-		return;
-	for (size_t i = 0; i < v->n; i++) {
-		cli_json_free(&v->items[i]);
-		if (v->keys)
-			free(v->keys[i]);
-	}
-	free(v->items);
-	free(v->keys);
-	free(v->str);
-	memset(v, 0, sizeof *v);
-}
-
-int cli_json_parse(const char *text, size_t len, cli_jv *v, fos_err *err)
-{
-	memset(v, 0, sizeof *v);
 	json_error_t je;
 	const size_t flags = JSON_DECODE_ANY | JSON_REJECT_DUPLICATES;
 	json_t *j = json_loadb(text, len, flags, &je);
 	/* an integer beyond jansson's json_int_t (signed 64-bit): read every number of the document as
-	 * a double instead, num_raw then being its %.17g (the context file writes such values as
-	 * decimal strings, so they stay exact) */
+	 * a double instead (the context file writes such values as decimal strings, so they stay exact) */
 	if (!j && json_error_code(&je) == json_error_numeric_overflow)
 		j = json_loadb(text, len, flags | JSON_DECODE_INT_AS_REAL, &je);
-	if (!j)
-		return cli_errf(err, "line %d column %d: %s", je.line, je.column, je.text);
-	const char *why = NULL;
-	int rc = cli_jv_from(j, v, 0, &why);
-	json_decref(j);
-	if (rc) {
-		cli_json_free(v);
-		return cli_errf(err, "%s", why);
-	}
-	return FOS_OK;
-}
-
-const cli_jv *cli_json_get(const cli_jv *obj, const char *key)
-{
-	if (!obj || obj->type != CLI_JOBJ)
+	if (!j) {
+		cli_errf(err, "line %d column %d: %s", je.line, je.column, je.text);
 		return NULL;
-	for (size_t i = 0; i < obj->n; i++)
-		if (!strcmp(obj->keys[i], key))
-			return &obj->items[i];
-	return NULL;
-}
-
-const cli_jv *cli_json_path(const cli_jv *v, const char *path)
-{
-	char part[128];
-	while (v && *path) {
-		const char *dot = strchr(path, '.');
-		size_t n = dot ? (size_t)(dot - path) : strlen(path);
-		if (n >= sizeof part)
-			return NULL;
-		memcpy(part, path, n);
-		part[n] = 0;
-		v = cli_json_get(v, part);
-		path += n + (dot ? 1 : 0);
 	}
-	return v;
+	if (cli_json_depth(j, CLI_JSON_MAX_DEPTH) > CLI_JSON_MAX_DEPTH) {
+		json_decref(j);
+		cli_errf(err, "nested too deeply (more than %d levels)", CLI_JSON_MAX_DEPTH);
+		return NULL;
+	}
+	return j;
 }

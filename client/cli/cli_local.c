@@ -7,8 +7,9 @@ fos_backend *cli_backend_open(const char *name, fos_err *err)
 	fos_err e = {0, ""};
 	fos_backend *be = fos_backend_open(name, &e);
 	if (!be)
-		fos_seterr(err, e.rc ? e.rc : FOS_EUNSUPPORTED, "cannot open backend '%s': %s", name,
-			   e.msg[0] ? e.msg : "unknown error");
+		fos_seterr(err, e.rc ? e.rc : FOS_EUNSUPPORTED, "cannot open backend '%s': %s%s", name,
+			   e.msg[0] ? e.msg : "unknown error",
+			   e.rc == FOS_EUNSUPPORTED ? "; --backend cpu (or auto) computes on the CPU" : "");
 	return be;
 }
 

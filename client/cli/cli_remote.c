@@ -50,6 +50,24 @@ static int cli_ipc_permission(const char *url, fos_err *err)
 			  path, owner, grname, (unsigned)(sb.st_mode & 07777), grname);
 }
 
+/* The way out of a status whose fix is on the user's side, in fos's own terms; "" when none. */
+static const char *cli_status_hint(const fos_status *st)
+{
+	int weight = !strncmp(st->message, "weight '", 8);
+	switch (st->code) {
+	case FOS_CODE_NOT_FOUND:
+		return weight ? "; `fos list-weights` shows what is cached, `fos put-weight NAME W.npy` caches it" : "";
+	case FOS_CODE_ALREADY_EXISTS:
+		return weight ? "; give another --version N, or replace it: fos put-weight --replace (or fos "
+				"drop-weight NAME first)"
+			      : "";
+	case FOS_CODE_UNAUTHENTICATED:
+		return "; give a tenant's secret from fosd's tokens file with --token T or $FOS_TOKEN";
+	default:
+		return "";
+	}
+}
+
 int cli_connect(const cli_global *g, fos_client **out, fos_err *err)
 {
 	fos_status st;
@@ -76,7 +94,10 @@ int cli_connect(const cli_global *g, fos_client **out, fos_err *err)
 		return fos_seterr(err, FOS_EUNSUPPORTED,
 				  "no fosd answers at %s (%s: %s); is it running? --server or FOS_SERVER pick another", url,
 				  fos_code_name(code), why);
-	return fos_seterr(err, FOS_EINVAL, "cannot connect to fosd at %s: %s: %s", url, fos_code_name(code), why);
+	fos_status hs = {.code = code};
+	snprintf(hs.message, sizeof hs.message, "%s", why);
+	return fos_seterr(err, FOS_EINVAL, "cannot connect to fosd at %s: %s: %s%s", url, fos_code_name(code), why,
+			  cli_status_hint(&hs));
 }
 
 int cli_status_err(const fos_status *st, const char *what, fos_err *err)
@@ -85,9 +106,15 @@ int cli_status_err(const fos_status *st, const char *what, fos_err *err)
 		 : st->code == FOS_CODE_RESOURCE_EXHAUSTED ? FOS_ENOMEM
 		 : st->code == FOS_CODE_UNIMPLEMENTED	  ? FOS_EUNSUPPORTED
 							  : FOS_EINTERNAL;
+	/* the hint is kept whole: fosd's message gives way when the line would not fit err->msg */
+	const char *hint = cli_status_hint(st), *code = fos_code_name(st->code);
+	int room = (int)sizeof err->msg - 1 - (int)strlen(hint) - (int)strlen(code) - 2 -
+		   (what ? (int)strlen(what) + 2 : 0);
+	if (room < 16)
+		hint = "", room = (int)sizeof err->msg;
 	if (what)
-		return fos_seterr(err, rc, "%s: %s: %s", what, fos_code_name(st->code), st->message);
-	return fos_seterr(err, rc, "%s: %s", fos_code_name(st->code), st->message);
+		return fos_seterr(err, rc, "%s: %s: %.*s%s", what, code, room, st->message, hint);
+	return fos_seterr(err, rc, "%s: %.*s%s", code, room, st->message, hint);
 }
 
 const char *cli_block_name(int wire_block, int is_weight)

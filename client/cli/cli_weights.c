@@ -213,9 +213,23 @@ static int cli_safet_select(const safet_file *f, const char *match, size_t **sel
 	return FOS_OK;
 }
 
+/* put-weight --replace: drops name (any version) so that the put after it caches it anew; a weight
+ * not cached is nothing to replace. */
+static int cli_put_replace(fos_client *c, const char *name, fos_err *err)
+{
+	fos_status st;
+	int code = fos_drop_weight(c, name, &st);
+	if (code && code != FOS_CODE_NOT_FOUND) {
+		char what[200];
+		snprintf(what, sizeof what, "put-weight --replace %s: dropping the cached one", name);
+		return cli_status_err(&st, what, err);
+	}
+	return FOS_OK;
+}
+
 /* put-weight --safetensors: every selected tensor as the weight of its name. */
 static int cli_put_safetensors(const cli_global *g, const char *path, const char *match, uint64_t version,
-			       const fos_weight_config *cfg, cli_placement *pl)
+			       const fos_weight_config *cfg, cli_placement *pl, int replace)
 {
 	fos_err err = {0, ""};
 	safet_file f;
@@ -239,6 +253,10 @@ static int cli_put_safetensors(const cli_global *g, const char *path, const char
 			goto out;
 		fos_tensor ft = fos_tensor_2d(FOS_DTYPE_BF16, t->shape[0], t->shape[1], w);
 		fos_status st;
+		if (replace && cli_put_replace(c, t->name, &err)) {
+			free(w);
+			goto out;
+		}
 		int code = fos_put_weight_on(c, t->name, version, &ft, cfg, &pl->pl, &infos[i], &st);
 		free(w);
 		if (code) {
@@ -277,7 +295,7 @@ out:
 }
 
 enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER, PF_SAFET, PF_MATCH, PF_JSON, PF_USES,
-       PF_DEVICES, PF_REPLICAS, PF_COUNT };
+       PF_DEVICES, PF_REPLICAS, PF_REPLACE, PF_COUNT };
 
 
 /* --uses LIST: comma-separated use names into FOS_WEIGHT_USE_* bits; -1 with err on a bad one. */
@@ -318,7 +336,9 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 	cli_flag flags[PF_COUNT] = {
 		[PF_VERSION] = {"--version", "V", "the weight's version, a whole number >= 1 (default 1); a\n"
 						  "new version replaces the cached one, the same one is refused\n"
-						  "(ALREADY_EXISTS)", 0, 0},
+						  "(ALREADY_EXISTS) unless --replace", 0, 0},
+		[PF_REPLACE] = {"--replace", NULL, "replace a cached weight of this name whatever its version\n"
+						   "(drops it, then puts this one)", 0, 0},
 		[PF_WBLOCK] = {"--weight-block", "16x16|1x16", "block shape of the weight's scales (default 16x16)", 0, 0},
 		[PF_ERR] = {"--err", "mae|mse", "how 4/6 compares its two candidates (default mae); a\n"
 						"forward's X is quantized the same way", 0, 0},
@@ -356,7 +376,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "NAME W.npy [--version V] [--weight-block 16x16|1x16] [--err mae|mse]\n"
 			    "           [--bound 256|448] [--pin] [--drop-master] [--eager-columnwise]\n"
 			    "           [--uses forward,quantized,high_precision,dequantized]\n"
-			    "           [--devices LIST | --replicas N|all] [--json]\n"
+			    "           [--devices LIST | --replicas N|all] [--replace] [--json]\n"
 			    "   or: fos put-weight --safetensors FILE [--match GLOB] [the options above]",
 		.summary = "Quantize a weight once into fosd's cache; `fos forward NAME ...` then uses it.",
 		CLI_CMD_ARGS(pos_names, pos_help, flags),
@@ -396,7 +416,8 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 				 .eager_columnwise = flags[PF_EAGER].given,
 				 .uses = uses};
 	if (safet)
-		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg, &place);
+		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg, &place,
+					   flags[PF_REPLACE].given);
 	const char *name = cmd.pos[0], *wp = cmd.pos[1];
 	npy_array w = {0};
 	if (cli_load_bf16(wp, 2, "(N, K)", &w, &err) || cli_check_nonempty(&w, wp, &err)) {
@@ -408,7 +429,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		npy_free(&w);
 		return cli_report(&err, CLI_EXIT_FAIL);
 	}
-	if (cli_placement_resolve(c, &place, &err)) {
+	if (cli_placement_resolve(c, &place, &err) || (flags[PF_REPLACE].given && cli_put_replace(c, name, &err))) {
 		fos_close(c);
 		npy_free(&w);
 		return cli_report(&err, CLI_EXIT_FAIL);

@@ -104,11 +104,11 @@ int fosc_dial(fos_client *c, const char *url, const fos_connect_opts *o, fos_sta
 {
 	nng_dialer d;
 	int rv = nng_dialer_create(&d, c->sock, url);
+	int bad_url = rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL || rv == NNG_EINVAL;
 	if (rv)
-		return fosc_status(st, rv == NNG_ENOTSUP || rv == NNG_EADDRINVAL || rv == NNG_EINVAL
-					       ? FOS_CODE_INVALID_ARGUMENT
-					       : FOS_CODE_UNAVAILABLE,
-				   "cannot connect to %s: %s", url, nng_strerror(rv));
+		return fosc_status(st, bad_url ? FOS_CODE_INVALID_ARGUMENT : FOS_CODE_UNAVAILABLE, "cannot connect to %s: %s%s",
+				   url, nng_strerror(rv),
+				   bad_url ? " (a fosd URL is ipc:///PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT)" : "");
 	if (fosc_is_tls(url)) {
 		int code = fosc_tls_setup(d, url, o, st);
 		if (code) {

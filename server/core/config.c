@@ -5,6 +5,7 @@
  * configuration unchanged; a duration is at most FOSD_DURATION_MAX_MS, so every `ms * 1000000` of
  * fosd fits in 64 bits with room for any monotonic clock value added to it. */
 #include "config.h"
+#include "config_report.h"
 #include "http_metrics.h"
 #include "log.h"
 #include "trust_config.h"
@@ -37,6 +38,9 @@ static const char *const levels[] = {"error", "warn", "info", "debug", NULL}; /*
 const fosd_config_key fosd_config_keys[] = {
 	{"config", FOSD_CT_STRING, F(config_path), NULL, .flags = FOSD_CK_FLAG_ONLY, .arg = "FILE",
 	 .help = "read settings from FILE (key = value; flags win)"},
+	{"check_config", FOSD_CT_BOOL, F(check_config), "false", .flags = FOSD_CK_FLAG_ONLY,
+	 .help = "parse the configuration (file, flags, tokens file, TLS files), open\n"
+		 "nothing, print the first error or the warnings; exit 0 or 1"},
 	{"listen", FOSD_CT_LIST, F(listen), FOSD_DEFAULT_URL, .hi = FOSD_MAX_LISTEN, .check = listen_check,
 	 .help = "listen on URL (repeatable; default {def})"},
 	{"backend", FOSD_CT_ENUM, F(backend), "auto", .choices = backends,
@@ -259,6 +263,8 @@ void fosd_config_free(fosd_config *c)
 		explicit_bzero(c->fixed, strlen(c->fixed));
 	free(c->fixed);
 	c->fixed = NULL;
+	free(c->notes);
+	c->notes = NULL;
 }
 int fosd_parse_size(const char *s, uint64_t *out)
 {
@@ -290,59 +296,7 @@ int fosd_parse_size(const char *s, uint64_t *out)
 
 int fosd_parse_duration_why(const char *s, uint64_t *out, const char **why)
 {
-	const char *dummy;
-	if (!why)
-		why = &dummy;
-	const char *p = s;
-	if (*p == '-') {
-		*why = "negative";
-		return -1;
-	}
-	if (!isdigit((unsigned char)*p)) {
-		*why = "not a decimal number";
-		return -1;
-	}
-	/* the integer part, saturating above the maximum; the fraction to at most 9 digits */
-	uint64_t ip = 0, frac = 0, fden = 1;
-	for (; isdigit((unsigned char)*p); p++)
-		if (ip <= FOSD_DURATION_MAX_MS)
-			ip = ip * 10 + (uint64_t)(*p - '0');
-	if (*p == '.') {
-		p++;
-		if (!isdigit((unsigned char)*p)) {
-			*why = "not a decimal number";
-			return -1;
-		}
-		for (; isdigit((unsigned char)*p); p++)
-			if (fden < 1000000000ull) {
-				frac = frac * 10 + (uint64_t)(*p - '0');
-				fden *= 10;
-			}
-	}
-	uint64_t mul;
-	if (!*p || !strcmp(p, "s")) /* bare numbers are seconds */
-		mul = 1000;
-	else if (!strcmp(p, "ms"))
-		mul = 1;
-	else if (!strcmp(p, "m") || !strcmp(p, "min"))
-		mul = 60000;
-	else if (!strcmp(p, "h"))
-		mul = 3600000;
-	else {
-		int word = 1;
-		for (const char *q = p; *q; q++)
-			word &= isalpha((unsigned char)*q) != 0;
-		*why = word ? "its unit is not ms, s, m or h" : "not a decimal number";
-		return -1;
-	}
-	/* frac * mul < 1e9 * 3.6e6: no overflow; rounded to the nearest millisecond */
-	uint64_t fms = (frac * mul + fden / 2) / fden;
-	if (ip > FOSD_DURATION_MAX_MS / mul || ip * mul + fms > FOSD_DURATION_MAX_MS) {
-		*why = "longer than 24 days";
-		return -1;
-	}
-	*out = ip * mul + fms;
-	return 0;
+	return fos_parse_duration(s, 1000000, out, why); /* proto/fos_duration.c, shared with fos */
 }
 
 int fosd_parse_duration_ms(const char *s, uint64_t *out)
@@ -555,6 +509,12 @@ static unsigned long long config_hash(const char *s)
 
 /* Writes a row's value of c to out (for the fixed-key record): a LIST space-separated, an unset
  * string empty, a SECRET as a hash. */
+static void key_show(const fosd_config *c, const fosd_config_key *k, FILE *out);
+void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *out)
+{
+	key_show(c, k, (FILE *)out);
+}
+
 static void key_show(const fosd_config *c, const fosd_config_key *k, FILE *out)
 {
 	const void *f = key_cfield(c, k);
@@ -844,10 +804,15 @@ int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, siz
 			}
 			val = argv[++i];
 		}
-		if (k->flags & FOSD_CK_FLAG_ONLY) /* --config: read in pass 1 */
+		if (k->flags & FOSD_CK_FLAG_ONLY) { /* --config: read in pass 1 */
+			if (k->type == FOSD_CT_BOOL && !strcmp(key, "check_config"))
+				c->check_config = 1;
 			continue;
-		if (k->type == FOSD_CT_LIST && !from_flags[k - fosd_config_keys]) {
-			list_clear(c, k);
+		}
+		if (!from_flags[k - fosd_config_keys]) {
+			fosd_config_note_flag(c, k, a, val); /* the file's value it replaces, if any */
+			if (k->type == FOSD_CT_LIST)
+				list_clear(c, k);
 			from_flags[k - fosd_config_keys] = 1;
 		}
 		if (fosd_config_set(c, key, val, err, sizeof err)) {

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fos_duration.h"
+
 #define FOSD_MAX_LISTEN 16
 /* The most devices one fosd serves (--devices). */
 #define FOSD_MAX_DEVICES 16
@@ -59,6 +61,9 @@ typedef struct fosd_config {
 	uint64_t tenant_context_bytes;
 	int tenant_inflight;
 	unsigned auto_sized;            /* FOSD_AUTO_* of the sizes fosd_config_finish chose itself */
+	int check_config;               /* --check-config: parse everything, open nothing (config_report.c) */
+	char *notes;                    /* "\n"-ended lines: where a flag replaced the file's value
+					 * (config_report.c); NULL: none */
 } fosd_config;
 
 /* Parses a devices value: 1 for "all", else 0 with the ordinals in ids[0..*n) (at most
@@ -166,11 +171,14 @@ int fosd_parse_size(const char *s, uint64_t *out);
 /* "250ms", "30s", "1.5s", "5m", "1h", "30" (seconds) -> milliseconds: a decimal number (digits,
  * optionally a fraction) and a unit, from 0 to FOSD_DURATION_MAX_MS. nan, inf, exponents, signs
  * and spaces are refused. Returns 0, or -1 with *why (if not NULL) saying what is wrong. */
-#define FOSD_DURATION_MAX_MS (24ull * 24 * 3600 * 1000) /* 24 days: fits nng's int32 ms timeouts,
-							   * and in ns far below 2^64 */
+#define FOSD_DURATION_MAX_MS FOS_DURATION_MAX_MS /* 24 days (proto/fos_duration.h) */
 int fosd_parse_duration_ms(const char *s, uint64_t *out);
 int fosd_parse_duration_why(const char *s, uint64_t *out, const char **why);
 
 void fosd_config_usage(void *stream);
+
+/* Writes a row's value of c to out (FILE *): a LIST space-separated, an unset string empty, a
+ * SECRET as a hash. */
+void fosd_config_key_show(const fosd_config *c, const fosd_config_key *k, void *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include "http_metrics.h"
 #include "msg_pool.h"
 #include "auth.h"
+#include "config_report.h"
 #include "log.h"
 #include "sdnotify.h"
 #include "weights_repo.h"
@@ -116,6 +117,8 @@ static int device_list(const fosd_config *cfg, const fos_backend *be0, int *ids,
 
 int main(int argc, char **argv)
 {
+	if (fosd_check_config_wanted(argc, argv)) /* --check-config: parse, open nothing (config_report.c) */
+		return fosd_check_config_main(argc, argv);
 	fosd_config cfg;
 	char msg[1024];
 	fosd_config_defaults(&cfg);
@@ -136,6 +139,7 @@ int main(int argc, char **argv)
 	fosd_tune_malloc(); /* a warm heap for large messages (alloc_tune.c) */
 	if (cfg.config_path)
 		fosd_info("configuration from %s", cfg.config_path);
+	fosd_config_log_report(&cfg); /* which source won; settings that do nothing */
 	fosd_tenants *tenants = NULL;
 	if (fosd_auth_setup(&cfg, &tenants, msg, sizeof msg)) {
 		fosd_error("tokens: %s", msg);

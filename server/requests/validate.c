@@ -266,9 +266,11 @@ int fosd_validate_forward(vctx *v, const Fos__Request *rq, fosd_args *args, uint
 	a->save = r->save_context;
 	a->skip_output = r->skip_output;
 	/* the shape rule (NUMERICS.md section 8) as far as X shows it; N and K against the weight later */
-	if (a->x.shape[0] < 1 || a->x.shape[1] < 1 || a->x.shape[1] % 16)
-		return fail(v, "x (%lld, %lld): M must be at least 1 and K a positive multiple of 16", a->x.shape[0],
-			    a->x.shape[1]);
+	if (a->x.shape[0] < 1)
+		return fail(v, "x (%1$lld, %2$lld): M = %1$lld: M must be at least 1", a->x.shape[0], a->x.shape[1]);
+	if (a->x.shape[1] < 1 || a->x.shape[1] % 16)
+		return fail(v, "x (%1$lld, %2$lld): K = %2$lld is not a positive multiple of 16 (N and K must be)",
+			    a->x.shape[0], a->x.shape[1]);
 	return 0;
 }
 

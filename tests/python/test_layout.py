@@ -50,7 +50,12 @@ def test_library_search_order(monkeypatch):
     c = _lib.candidates()
     pkg = os.path.join(REPO, "client", "python", "fosd")
     assert c == ["/somewhere/libfos.so", os.path.join(pkg, "libfos.so"), os.path.join(REPO, "build-x", "libfos.so"),
-                 os.path.join(REPO, "build", "libfos.so"), "libfos.so"]
+                 os.path.join(REPO, "build", "libfos.so"), "libfos.so.1", "libfos.so"]
+
+
+def test_soversion_matches_header():
+    with open(os.path.join(REPO, "kernels", "fos_version.h")) as f:
+        assert "#define FOS_SOVERSION %d\n" % _lib.SOVERSION in f.read()
 
 
 def test_version_matches_libfos():

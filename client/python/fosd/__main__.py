@@ -30,7 +30,8 @@ def main(argv=None):
                     print("%s v%d (%d, %d) %s %s bound %d, %d bytes" % (
                         w.name, w.version, w.n, w.k, w.weight_block, w.err, w.bound, w.bytes))
     except (Error, OSError) as e:
-        print("fosd: %s" % e, file=sys.stderr)
+        msg = str(e)
+        print(msg if msg.startswith("fosd: ") else "fosd: " + msg, file=sys.stderr)
         return 1
     return 0
 

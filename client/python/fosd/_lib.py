@@ -5,7 +5,10 @@ Where libfos.so comes from, first match wins:
   2. libfos.so next to this package (an installed package carries its own copy);
   3. in a checkout (this file at client/python/fosd/): $FOS_BUILD/libfos.so, then build/libfos.so
      of the repository;
-  4. the system's loader path ("libfos.so", e.g. /usr/local/lib after `make install`).
+  4. the system's loader path: "libfos.so.1" (the runtime library `make install` puts in
+     PREFIX/lib; a private PREFIX needs $LD_LIBRARY_PATH), then "libfos.so".
+A package installed with pip from a checkout (`pip install ./client/python`) carries no libfos.so:
+it finds the one of `make install` (4.), or the build's through $FOSD_LIBFOS (1.).
 
 The structs below mirror fos.h field for field (tests/python/test_layout.py compiles a C program
 that prints the C sizes and offsets and compares them with these). fos_stats_info is received
@@ -184,6 +187,7 @@ LAYOUTS = {
 # ---- finding and loading the library --------------------------------------------------------
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+SOVERSION = 1  # FOS_SOVERSION of kernels/fos_version.h: the SONAME libfos.so.1
 
 
 def candidates():
@@ -200,7 +204,7 @@ def candidates():
             out.append(os.path.join(build if os.path.isabs(build) else os.path.join(repo, build),
                                     "libfos.so"))
         out.append(os.path.join(repo, "build", "libfos.so"))
-    out.append("libfos.so")
+    out += ["libfos.so.%d" % SOVERSION, "libfos.so"]
     return out
 
 
@@ -297,7 +301,8 @@ def load():
         _lib = lib
         return lib
     raise OSError("fosd: cannot load libfos.so; tried: " + "; ".join(tried) +
-                  ". Build it (make) or set $FOSD_LIBFOS to its path.")
+                  ". Build it (make) and set $FOSD_LIBFOS to its path (e.g. FOSD_LIBFOS=$PWD/build/libfos.so"
+                  " in the checkout), or install it (make install) where the loader finds it.")
 
 
 _libc = None
