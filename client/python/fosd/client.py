@@ -17,6 +17,9 @@ channel for the same polling (fosd polls for the next request for at most its ow
 channel_spin_us): a call then ends when fosd's reply is written, not a futex wake-up later.
 Other clients keep libfos's defaults.
 
+Restarts and fork: the connection, its re-put of lost weights and its replacement in a forked
+child are fosd._conn's.
+
 Contexts: forward(..., save_context=True) returns a Context besides Y. A Context that is garbage
 collected while still saved on fosd is released there (a finalizer), so a dropped autograd graph
 does not leave contexts behind. backward(ctx, dy, x=X) recomputes an expired context from X.
@@ -30,11 +33,9 @@ import weakref
 from . import _lib
 from ._arrays import Arr, Out
 from ._errors import Error, check
-from ._plane import Plane
+from ._conn import DEVICE_SPIN_US, Connection, close_conn  # noqa: F401 (DEVICE_SPIN_US: fosd.client's)
 
 DEFAULT_URL = "ipc:///tmp/fosd.sock"
-# microseconds a client of a GPU fosd polls for a reply (and asks its channel to), see the top
-DEVICE_SPIN_US = 2000
 BF16, F32, U8, E4M3 = _lib.DTYPE_BF16, _lib.DTYPE_F32, _lib.DTYPE_U8, _lib.DTYPE_E4M3
 
 
@@ -195,43 +196,6 @@ class Context:
             self.id, self.weight, self.weight_version, self.m, self.n, self.k)
 
 
-class _Conn:
-    """One libfos handle of a Client and what belongs to it: the libfos copy it came from, its
-    region pool (Plane), the process that made it, and the re-put hook libfos holds."""
-
-    __slots__ = ("lib", "handle", "plane", "pid", "hook")
-
-    def __init__(self, lib, handle):
-        self.lib, self.handle, self.plane, self.pid, self.hook = lib, handle, None, os.getpid(), None
-
-
-def _close_conn(holder):
-    """Closes the Client's current handle (close(), or its finalizer). One made by another
-    process (the parent of a fork) is abandoned untouched: nng cannot be used in a forked child,
-    and the parent's regions and channel must stay its own."""
-    conn = holder[0]
-    if conn is None or conn.handle is None:
-        return
-    h, conn.handle = conn.handle, None
-    if conn.pid != os.getpid():
-        return
-    if conn.plane is not None:
-        conn.plane.close()
-    conn.lib.fos_close(h)
-
-
-# the lock of a reconnect after fork: a new one in each child (a parent's thread may hold it)
-_fork_lock = threading.Lock()
-
-
-def _fork_child():
-    global _fork_lock
-    _fork_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_fork_child)
-
-
 def _no_nul(v, what):
     """A str argument handed to C as a NUL-terminated string: a NUL byte would cut it there."""
     if isinstance(v, (str, bytes)) and ("\0" if isinstance(v, str) else b"\0") in v:
@@ -245,21 +209,7 @@ def _u64(v, what):
     return v
 
 
-def _reput_hook(ref):
-    """The fos_reput_hook of a Client (ref: a weakref to it): libfos calls it when fosd lost a
-    weight this client put (Client._reput_one)."""
-
-    def hook(_c, name, version, _user):
-        try:
-            client = ref()
-            return client._reput_one(name, version) if client is not None else _lib.NOT_FOUND
-        except BaseException:  # never let an exception cross into C
-            return 13  # INTERNAL
-
-    return _lib.REPUT_HOOK(hook)
-
-
-class Client:
+class Client(Connection):
     """A connection to fosd (see fosd.connect)."""
 
     def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
@@ -282,111 +232,7 @@ class Client:
         self._put_pid = {}  # name -> the process that last put it through this client
         self._holder = [None]
         self._holder[0] = self._connect()
-        self._fin = weakref.finalize(self, _close_conn, self._holder)
-
-    def _connect(self):
-        """A new _Conn with the client's options (at construction, and in a forked child)."""
-        o, opts = _lib.ConnectOpts(), self._opts
-        o.token, o.ca_file, o.server_name = self._keep
-        o.timeout_ms = opts["timeout_ms"]
-        o.reput_weights = 1 if opts["reput_weights"] else 0
-        lib = _lib.load()
-        h = ctypes.c_void_p()
-        st = _lib.Status()
-        check(lib.fos_connect_with(self.url.encode(), ctypes.byref(o), ctypes.byref(h), ctypes.byref(st)), st)
-        conn = _Conn(lib, h)
-        try:
-            self._setup(conn)
-        except BaseException:
-            _close_conn([conn])
-            raise
-        return conn
-
-    def _setup(self, conn):
-        lib, h, opts = conn.lib, conn.handle, self._opts
-        shm = opts["shm"]
-        if shm is None:
-            shm = self.url.startswith("ipc://")
-        conn.plane = plane = Plane(lib, h, shm, opts["device_tensors"])
-        if self._reput is not None and _lib.has(lib, "fos_set_reput_hook"):
-            conn.hook = _reput_hook(weakref.ref(self))
-            lib.fos_set_reput_hook(h, conn.hook, None)
-        # a trainer's client (fosd on a GPU, device tensors on) polls for its replies: see the top
-        trainer = bool(opts["device_tensors"]) and self.url.startswith("ipc://") and \
-            lib.fos_server_gpu_uuid(h, None, ctypes.byref(_lib.Status())) == _lib.OK
-        spin_us = opts["spin_us"]
-        if spin_us is None and trainer and not os.environ.get("FOS_SPIN_US"):
-            spin_us = DEVICE_SPIN_US
-        if spin_us is not None:
-            self._check_spin(spin_us)
-            lib.fos_set_spin(h, spin_us)
-        channel, channel_spin_us = opts["channel"], opts["channel_spin_us"]
-        if channel_spin_us is None:
-            channel_spin_us = DEVICE_SPIN_US if trainer else 0
-        if channel is None:  # the default: a channel where results go into regions (ipc://)
-            if plane.shm:
-                st = _lib.Status()
-                rc = lib.fos_channel_open(h, 0, int(channel_spin_us), ctypes.byref(st))
-                if rc == _lib.INVALID_ARGUMENT:  # channel_spin_us out of range
-                    check(rc, st)
-                if rc != _lib.OK:
-                    plane.channel_off_reason = _s(st.message)  # calls take the socket
-            else:
-                plane.channel_off_reason = "no shared memory (%s)" % plane.shm_off_reason
-        elif channel:
-            st = _lib.Status()
-            check(lib.fos_channel_open(h, 0, int(channel_spin_us), ctypes.byref(st)), st)
-        else:
-            plane.channel_off_reason = "turned off (channel=False)"
-
-    def _conn(self):
-        """The current _Conn; in a forked child, a new connection in place of the parent's (made
-        at the first use after the fork)."""
-        conn = self._holder[0]
-        if conn.pid != os.getpid() and conn.handle is not None:
-            conn = self._after_fork()
-        return conn
-
-    def _after_fork(self):
-        with _fork_lock:
-            old = self._holder[0]
-            if old.pid == os.getpid() or old.handle is None:
-                return old
-            self._wmu = threading.Lock()  # a parent's thread may have held it at the fork
-            try:
-                conn = self._connect()
-            except (Error, OSError) as e:
-                raise Error(_lib.FAILED_PRECONDITION, "this client was connected by process %d, which this "
-                            "process was forked from; connecting again here failed: %s" % (old.pid, e))
-            self._holder[0] = conn  # the parent's handle is abandoned, never touched (_close_conn)
-            return conn
-
-    @property
-    def _lib(self):
-        return self._conn().lib
-
-    @property
-    def _plane(self):
-        return self._conn().plane
-
-    def _reput_one(self, bname, version):
-        """Puts weight bname (bytes) again after fosd lost it (the re-put hook): the tensor, version,
-        config and placement of its last put through this client, when version is 0 or that one
-        and a torch tensor was not changed in place since. A status code."""
-        name = bname.decode("utf-8", "replace")
-        e = self._reput.get(name) if self._reput is not None else None
-        if e is None:
-            return _lib.NOT_FOUND
-        a, ver, cfg, pl, tver = e
-        if version and version != ver:
-            return _lib.NOT_FOUND
-        if tver is not None and a.obj._version != tver:
-            return _lib.FAILED_PRECONDITION  # changed in place: not the bits put as that version
-        try:
-            self._put(name, bname, a, ver, cfg, placement=pl)
-        except Error as err:
-            return err.code_number
-        return _lib.OK
+        self._fin = weakref.finalize(self, close_conn, self._holder)
 
     @staticmethod
     def _ms(timeout):
@@ -886,8 +732,10 @@ class Client:
 def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, **kw):
     """A Client connected to url (default $FOS_SERVER, then ipc:///tmp/fosd.sock). token: the
     tenant's secret (default $FOS_TOKEN). timeout: seconds for the connect and every call.
-    tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (libfos puts a weight of this
-    client again when fosd lost it), shm (tensors through shared memory; default: on for ipc://),
+    tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (when fosd lost a weight this
+    client put, after a restart or an eviction: None, the default, puts it again from a reference
+    to the array it was put from; True from a private copy libfos keeps; False not at all; see
+    client/python/README.md "When fosd restarts, and after fork"), shm (tensors through shared memory; default: on for ipc://),
     channel (a request channel, so that calls skip the socket: True opens one or raises, False
     never; default None: opened whenever shm is on, and the socket is used when fosd cannot
     give one, channel_off_reason saying why), channel_spin_us (how long both sides of the channel
