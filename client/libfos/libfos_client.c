@@ -459,8 +459,8 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	if ((rv = nng_aio_result(aio))) {
 		nng_msg_free(nng_aio_get_msg(aio));
 		if (rv == NNG_ETIMEDOUT && !fosc_connected(c))
-			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within %d ms (is fosd running? "
-					   "the handle keeps redialling)", c->url, timeout);
+			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within the %d ms timeout (is "
+					   "fosd running? the handle keeps redialling)", c->url, atomic_load(&c->timeout_ms));
 		else
 			code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
 		goto done;
@@ -548,9 +548,6 @@ int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply
 	 * that a fosd that ran it does not run it twice (the channel died with the connection) */
 	for (int i = 0; code == FOSC_LOST && i < FOSC_LOST_TRIES && fosc_now_ms() < deadline; i++)
 		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, rq->id, deadline);
-	if (code == FOSC_LOST || code == FOSC_RETRY_SAME_ID)
-		code = fosc_status(sp, FOS_CODE_UNAVAILABLE, "the connection to %s was lost while waiting for the reply%s",
-				   c->url, fosc_now_ms() < deadline ? ", again on each new connection" : "");
 	/* a region the server does not know (a reconnect dropped it): register again, retry once */
 	if (code == FOS_CODE_NOT_FOUND && used_shm && strstr(sp->message, "shm region") &&
 	    strstr(sp->message, "not registered")) {
