@@ -212,9 +212,9 @@ int fos_region_destroy(fos_region *r, fos_status *st)
 		*pp = r->next;
 	pthread_mutex_unlock(&c->shm_mu);
 	if (fosc_inherited(c)) { /* a forked child's copy of its parent's region: unmapped here only */
+		fosc_status(st, FOS_CODE_OK, "region '%s' unmapped in this forked child (the parent keeps it)", r->name);
 		fosc_region_unmap(r);
-		return fosc_status(st, FOS_CODE_OK, "region '%s' unmapped in this forked child (the parent keeps it)",
-				   r->name);
+		return FOS_CODE_OK;
 	}
 	fos_status ust;
 	int code = fosc_region_unregister(c, r->name, &ust);
