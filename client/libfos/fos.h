@@ -598,8 +598,8 @@ uint64_t fos_reput_count(const fos_client *c);
  * fos_backward) and the handle's copies (reput_weights) do not have it, libfos calls
  * fn(c, name, version, user) on the calling thread; version is the one the call needs (0: any).
  * fn puts the weight again through c (fos_put_weight or fos_put_weight_on, same name, and that
- * version when it is not 0) and returns FOS_CODE_OK, and the call is retried once; any other
- * return leaves the call's NOT_FOUND. For callers that hold their weights (the Python package
+ * version when it is not 0) and returns FOS_CODE_OK (or the put's ALREADY_EXISTS: another thread
+ * put it first), and the call is retried once; any other return leaves the call's NOT_FOUND. For callers that hold their weights (the Python package
  * keeps a reference to each tensor it put) and so need no copy in libfos. fn NULL: none (the
  * default). Set it before calls start.
  *

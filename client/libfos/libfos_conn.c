@@ -116,5 +116,7 @@ int fosc_reput_any(fos_client *c, const char *name, uint64_t version)
 	int code = c->reput_hook(c, name, version, c->reput_user);
 	if (code == FOS_CODE_OK)
 		atomic_fetch_add(&c->hook_reputs, 1);
+	if (code == FOS_CODE_ALREADY_EXISTS) /* another thread's call put that version first */
+		code = FOS_CODE_OK;
 	return code;
 }

@@ -1,11 +1,12 @@
 """A fosd restart in the middle of training (issue 25, point 1). A model converted with
 fosd.torch.convert trains through a private fosd that is killed (SIGKILL) and started again on the
-same socket, once between a forward and its backward and once between two steps: the loop goes
-on, and every step's loss, gradients and weights are the bits of the same loop run against a fosd
-that was never restarted. With the request channel (the ipc:// default) and over the socket alone.
-A Client's put_weight'ed numpy weight and a recompute from X survive a restart the same way. A
-fosd stopped for good gives UNAVAILABLE within the client's timeout (a generous bound, not a
-benchmark)."""
+same socket between a forward and its backward (twice) and drained (SIGTERM) and started again
+between two steps: the loop goes on, and every step's loss, gradients and weights are the bits of
+the same loop run against a fosd that was never restarted. With the request channel (the ipc://
+default) and over the socket alone. A Client's put_weight'ed numpy weight and a recompute from X
+survive a restart the same way, also with 8 threads calling at once; a torch weight changed in
+place since its put is not put again as that version. A fosd stopped for good gives UNAVAILABLE
+within the client's timeout (a generous bound, not a benchmark)."""
 
 import subprocess
 import time
@@ -159,3 +160,32 @@ def test_fosd_gone_unavailable_within_timeout(start_fosd, channel):
     t0 = time.monotonic()
     c.close()
     assert time.monotonic() - t0 < 1.0
+
+
+def test_threads_after_restart(start_fosd):
+    """8 threads' forwards of one lost weight after a restart: each is answered with Y's bits (the
+    weight put again once; the others' puts of that version find it there)."""
+    import threading
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((256, 256)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    s = start_fosd()
+    with fosd.connect(s.url, timeout=20) as c:
+        c.put_weight("rs.mt", w, version=3)
+        y0 = c.forward("rs.mt", x)
+        restart(s)
+        got, errors = [], []
+
+        def run():
+            try:
+                got.append(np.array_equal(c.forward("rs.mt", x), y0))
+            except fosd.Error as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=run) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and got == [True] * 8, (errors, got)
+        assert {i.name: i.version for i in c.list_weights()}["rs.mt"] == 3
