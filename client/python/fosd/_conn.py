@@ -21,11 +21,6 @@ from ._errors import Error, check
 from ._plane import Plane
 
 
-# microseconds a client of a GPU fosd polls for a reply (and asks its channel to): fosd.client's
-# module comment says when
-DEVICE_SPIN_US = 2000
-
-
 def _s(b):
     return b.decode("utf-8", "replace")
 
@@ -104,6 +99,8 @@ class Connection:
         return conn
 
     def _setup(self, conn):
+        from .client import DEVICE_SPIN_US  # fosd.client's (imported here: client imports this module)
+
         lib, h, opts = conn.lib, conn.handle, self._opts
         shm = opts["shm"]
         if shm is None:

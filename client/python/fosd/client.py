@@ -33,9 +33,11 @@ import weakref
 from . import _lib
 from ._arrays import Arr, Out
 from ._errors import Error, check
-from ._conn import DEVICE_SPIN_US, Connection, close_conn  # noqa: F401 (DEVICE_SPIN_US: fosd.client's)
+from ._conn import Connection, close_conn
 
 DEFAULT_URL = "ipc:///tmp/fosd.sock"
+# microseconds a client of a GPU fosd polls for a reply (and asks its channel to), see the top
+DEVICE_SPIN_US = 2000
 BF16, F32, U8, E4M3 = _lib.DTYPE_BF16, _lib.DTYPE_F32, _lib.DTYPE_U8, _lib.DTYPE_E4M3
 
 
