@@ -881,6 +881,9 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	for (int i = 0; i < cfg.connections; i++) {
 		if (cli_connect(g, &r->clients[i], &err))
 			goto fail;
+		/* an outage shows within a probe's time, so the gate backs off and gives up on it, rather
+		 * than every worker waiting its whole timeout for fosd to come back */
+		fos_set_reconnect_wait(r->clients[i], CLI_LOAD_PROBE_TIMEOUT_MS);
 		fos_status cst;
 		if (cfg.channel && fos_channel_open(r->clients[i], 0, 0, &cst)) {
 			cli_status_err(&cst, "load: opening a request channel (--channel needs an ipc:// server)", &err);

@@ -611,6 +611,11 @@ uint64_t fos_reput_count(const fos_client *c);
  * another copy of libfos.so). fos_after_fork says whether this is such a process. */
 typedef int (*fos_reput_hook)(fos_client *c, const char *name, uint64_t version, void *user);
 void fos_set_reput_hook(fos_client *c, fos_reput_hook fn, void *user);
+/* How long a call made while the handle has no connection waits for one before it fails
+ * UNAVAILABLE (milliseconds; 0, the default: the call's whole timeout). A load tester or a health
+ * probe that wants to see an outage sooner than its timeout sets it; a request already out when the
+ * connection was lost waits for the next connection this long too. */
+void fos_set_reconnect_wait(fos_client *c, int wait_ms);
 /* 1 in a process forked (without exec) from one where this libfos had connected, else 0. */
 int fos_after_fork(void);
 

@@ -15,6 +15,8 @@ struct fos_client {
 	uint64_t client_id;
 	atomic_uint_fast64_t next_id;
 	atomic_int timeout_ms;
+	/* how long a call waits for a connection when there is none (0: its whole timeout) */
+	atomic_int reconnect_wait_ms;
 	uint64_t max_message;
 	char *token;
 	char *url;
