@@ -13,7 +13,6 @@ import inspect
 import os
 import pickle
 import typing
-import warnings
 
 import numpy as np
 import pytest
@@ -185,9 +184,10 @@ def test_recipe_on_layers(client):
 
 @pytest.mark.parametrize("scope", ["all", "weights", "activations", "none"])
 def test_four_over_six_reaches_the_client(client, monkeypatch, scope):
-    """four_over_six reaches the put's weight config and the forward as the keyword
-    four_over_six= only when not "all" (today's calls unchanged); a client whose calls have no
-    such keyword refuses the other scopes with UNIMPLEMENTED naming the field and the value."""
+    """four_over_six reaches the put's weight config as the keyword four_over_six= only when not
+    "all" (today's calls unchanged); the forward passes none (it follows its weight's scope); a
+    client without the keyword refuses the other scopes with UNIMPLEMENTED naming the field and
+    the value."""
     seen = {}
     real_cfg, real_fwd = client._weight_config, client._forward
     unset = object()
@@ -207,11 +207,10 @@ def test_four_over_six_reaches_the_client(client, monkeypatch, scope):
         layer(torch.ones(16, 32))
     want = unset if scope == "all" else scope
     assert seen["put"] is want or seen["put"] == want
-    assert seen["forward"] is want or seen["forward"] == want
+    assert seen["forward"] is unset
 
     # a client without the keyword
     monkeypatch.setattr(client, "_weight_config", lambda *a, **k: real_cfg(*a, **k))
-    monkeypatch.setattr(client, "_forward", lambda *a, **k: real_fwd(*a, **k))
     layer = ft.Linear(32, 32, client=client, four_over_six=scope)
     with torch.no_grad():
         if scope == "all":

@@ -29,8 +29,9 @@ _BACKWARD_USE = {1: "quantized", 2: "high_precision", 3: "dequantized"}
 
 
 def _scope_kw(fn: Any, scope: str) -> Dict[str, str]:
-    """The four_over_six keyword for a Client call: none for "all" (every client's behaviour),
-    else {"four_over_six": scope}, refused clearly by a client that cannot take it."""
+    """The four_over_six keyword for a Client call (the put's weight config): none for "all"
+    (every client's behaviour), else {"four_over_six": scope}, refused clearly by a client that
+    cannot take it."""
     if scope == "all":
         return {}
     if "four_over_six" not in inspect.signature(fn).parameters:
@@ -52,16 +53,15 @@ class Opts:
     """A forward's option codes from a recipe (checked): override and row_scaled codes, the weight
     uses its puts declare (forwards without a context, and the backward its forwards with one
     resolve to: quantized, or high_precision for row-scaled X; fosd then keeps no bf16 master
-    unless needed), and the four_over_six scope."""
+    unless needed)."""
 
-    __slots__ = ("recipe", "override", "row_scaled", "uses", "scope")
+    __slots__ = ("recipe", "override", "row_scaled", "uses")
 
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
         self.override = _lib.OVERRIDES[recipe.wire_override]
         self.row_scaled = 1 if recipe.row_scaled else 0
         self.uses = ("forward", _BACKWARD_USE[self.override or (2 if self.row_scaled else 1)])
-        self.scope = recipe.four_over_six
 
 
 class _WeightSlot:
@@ -129,20 +129,20 @@ def run_forward(slot: _WeightSlot, opts: Opts, x2: torch.Tensor, weight: torch.T
                 bias: Optional[torch.Tensor], save: bool) -> Tuple[torch.Tensor, Any]:
     """y (M, N) in x2's dtype and the forward's Context (None unless save) for a 2-D x2; M = 0
     gives an empty y without asking fosd. If fosd lost the weight (restart, eviction), it is put
-    again and the forward retried once."""
+    again and the forward retried once. The four_over_six scope travels with the weight's put
+    (a forward without one follows its weight's)."""
     if x2.shape[0] == 0:
         return x2.new_empty((0, weight.shape[0])), None
     client = slot.client
     version = slot.ensure(weight, opts.uses)
     ax, ab = _arr(x2, "x", 2), _arr(bias, "bias", 1)
-    kw = _scope_kw(client._forward, opts.scope)
     try:
-        r = client._forward(slot.name, slot.bname, ax, ab, version, opts.override, opts.row_scaled, save, **kw)
+        r = client._forward(slot.name, slot.bname, ax, ab, version, opts.override, opts.row_scaled, save)
     except Error as e:
         if e.code_number != _lib.NOT_FOUND:
             raise
         version = slot.put(weight, opts.uses)
-        r = client._forward(slot.name, slot.bname, ax, ab, version, opts.override, opts.row_scaled, save, **kw)
+        r = client._forward(slot.name, slot.bname, ax, ab, version, opts.override, opts.row_scaled, save)
     y, ctx = r if save else (r, None)
     return (y if y.dtype == x2.dtype else y.to(x2.dtype)), ctx
 

@@ -36,6 +36,7 @@ How a layer talks to fosd:
 
 import contextlib
 import itertools
+import operator
 import os
 import warnings
 from typing import Any, Callable, Iterator, List, Optional, Sequence
@@ -78,7 +79,11 @@ def supported(in_features: int, out_features: int) -> Optional[str]:
     shape rule (NUMERICS.md section 8) wants N = out_features and K = in_features positive
     multiples of 16 (M, the rows of X, may be anything)."""
     for what, v in (("in_features (K)", in_features), ("out_features (N)", out_features)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0 or v % 16:
+        try:
+            ok = not isinstance(v, bool) and operator.index(v) > 0 and operator.index(v) % 16 == 0
+        except TypeError:
+            ok = False
+        if not ok:
             return ("%s = %r is not a positive multiple of 16, which fosd's NVFP4 blocks need for N and K: pad "
                     "the layer, or keep it a torch.nn.Linear (convert(..., skip_unsupported=True) does)"
                     % (what, v))
@@ -254,7 +259,7 @@ class Linear(nn.Linear):
         return s
 
     def __setstate__(self, s: dict) -> None:
-        self.__dict__.update(s)
+        super().__setstate__(s)
         if self.name is None:
             self.name = unique_name()
         _ops.register_owner(self.name, self)
