@@ -596,12 +596,10 @@ int fosd_wcache_form(fosd_wcache *wc, fosd_weight *w, fos_backend *be, int scope
 	}
 	if (!w->qw.master) {
 		snprintf(msg, msgsz,
-			 "four_over_six '%s' needs W %s, but weight '%s' was put for '%s' (W %s) without its master to make "
-			 "that form from: forward it with a scope that quantizes W %s, or put it again with "
-			 "four_over_six '%s' (or keeping its master)",
-			 fos_scope_name(scope), w46 ? "plain" : "quantized with 4/6", w->name,
-			 fos_scope_name(w->qw.opts.four_over_six), w46 ? "with 4/6" : "plain", w46 ? "with 4/6" : "plain",
-			 fos_scope_name(scope));
+			 "four_over_six '%s' needs W %s; weight '%s' was put for '%s' (W %s) and keeps no master to make "
+			 "it from: use a scope with W %s, or put it again for '%s' or with its master",
+			 fos_scope_name(scope), w46 ? "plain" : "4/6", w->name, fos_scope_name(w->qw.opts.four_over_six),
+			 w46 ? "4/6" : "plain", w46 ? "4/6" : "plain", fos_scope_name(scope));
 		return FOS__CODE__FAILED_PRECONDITION;
 	}
 	pthread_mutex_lock(&wc->mu);
