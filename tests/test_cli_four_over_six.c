@@ -3,7 +3,11 @@
  * the layer rebuilt from `fos quantize` of each operand with the recipe the scope gives it (4over6,
  * or nvfp4 with the operand's block shape: `--block 16x16` for W, `--row-scaled` for X; NUMERICS.md
  * section 11), decoded and multiplied by the cpu backend's GEMM with each operand's own D, bit for
- * bit (the cpu GEMM sums in k order, so both sides are the same sums). Bad scope names are refused. */
+ * bit (the cpu GEMM sums in k order, so both sides are the same sums). Through a fosd:
+ * `fos put-weight --four-over-six S`, `fos forward` (the weight's scope, or another one named:
+ * the other form of W made from the master) with --context-out and `fos backward` of that file,
+ * also after the context expired (recomputed with the scope the file records), equal to
+ * `fos linear --local` of the same scope. Bad scope names are refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +16,10 @@
 
 #include "backend.h"
 #include "support_ref.h"
+#include "support_server.h"
 #include "test_cli_harness.h"
+
+#include <signal.h>
 
 static const char *const k_names[] = {"all", "weights", "activations", "none"};
 
@@ -155,11 +162,93 @@ static void test_bad_scope_names(void **state)
 	th_expect_fail(&r, 2, "448");
 }
 
+/* `fos linear --local` of scope (name), quantized backward, from the files saved: into dir */
+static void linear_local(const char *scope, const char *dir)
+{
+	th_result r;
+	th_run(&r, "linear", th_p("rx.npy"), th_p("rw.npy"), "--dy", th_p("rdy.npy"), "--out", dir, "--local", "--backend",
+	       tsrv_backend_name(), "--override", "quantized", "--four-over-six", scope, NULL);
+	th_expect_ok(&r);
+}
+
+static void same_files(const char *a, const char *b)
+{
+	th_same_file(a, b);
+}
+
+static void test_fosd_put_forward_backward(void **state)
+{
+	(void)state;
+	tsrv s;
+	assert_int_equal(tsrv_start(&s, NULL), 0);
+	const int64_t m = 32, n = 48, k = 64;
+	uint16_t x[32 * 64], w[48 * 64], dy[32 * 48];
+	tsrv_fill_bf16(x, sizeof x / 2, 71, 1.0f);
+	tsrv_fill_bf16(w, sizeof w / 2, 72, 0.05f);
+	tsrv_fill_bf16(dy, sizeof dy / 2, 73, 0.5f);
+	th_save(th_p("rx.npy"), NPY_U2, 2, m, k, x);
+	th_save(th_p("rw.npy"), NPY_U2, 2, n, k, w);
+	th_save(th_p("rdy.npy"), NPY_U2, 2, m, n, dy);
+	char p1[1300], p2[1300], ctx[1100], out[1100];
+	th_result r;
+	for (int put = 0; put < 4; put++) {
+		char name[32];
+		snprintf(name, sizeof name, "w_%s", k_names[put]);
+		th_run(&r, "--server", s.url, "put-weight", name, th_p("rw.npy"), "--four-over-six", k_names[put], NULL);
+		th_expect_ok(&r);
+		for (int fw = -1; fw < 4; fw++) { /* -1: no scope named, the weight's */
+			const char *scope = fw < 0 ? k_names[put] : k_names[fw];
+			snprintf(out, sizeof out, "%s", th_p("lin"));
+			linear_local(scope, out);
+			snprintf(ctx, sizeof ctx, "%s", th_p("ctx.json"));
+			const char *fa[16] = {"--server", s.url, "forward", name, th_p("rx.npy"), "--out", th_p("ry.npy"),
+					      "--override", "quantized", "--context-out", ctx, NULL};
+			if (fw >= 0) {
+				fa[11] = "--four-over-six";
+				fa[12] = k_names[fw];
+				fa[13] = NULL;
+			}
+			th_runv(&r, fa);
+			th_expect_ok(&r);
+			snprintf(p1, sizeof p1, "%s/y.npy", out);
+			same_files(th_p("ry.npy"), p1);
+			th_run(&r, "--server", s.url, "backward", ctx, th_p("rdy.npy"), "--out", th_p("rb"), NULL);
+			th_expect_ok(&r);
+			snprintf(p1, sizeof p1, "%s/dx.npy", out);
+			snprintf(p2, sizeof p2, "%s/dx.npy", th_p("rb"));
+			same_files(p2, p1);
+			snprintf(p1, sizeof p1, "%s/dw.npy", out);
+			snprintf(p2, sizeof p2, "%s/dw.npy", th_p("rb"));
+			same_files(p2, p1);
+		}
+	}
+	/* a context gone (consumed by the first backward): recomputed from X with the scope the file records */
+	th_run(&r, "--server", s.url, "forward", "w_all", th_p("rx.npy"), "--out", th_p("ry.npy"), "--override",
+	       "quantized", "--four-over-six", "none", "--context-out", ctx, NULL);
+	th_expect_ok(&r);
+	th_slurp(ctx, p1, sizeof p1);
+	assert_non_null(strstr(p1, "\"four_over_six\": \"none\""));
+	th_run(&r, "--server", s.url, "backward", ctx, th_p("rdy.npy"), "--out", th_p("rb"), NULL);
+	th_expect_ok(&r);
+	th_run(&r, "--server", s.url, "backward", ctx, th_p("rdy.npy"), "--out", th_p("rb2"), "--recompute", NULL);
+	th_expect_ok(&r);
+	linear_local("none", th_p("lin"));
+	snprintf(p1, sizeof p1, "%s/dw.npy", th_p("lin"));
+	snprintf(p2, sizeof p2, "%s/dw.npy", th_p("rb2"));
+	same_files(p2, p1);
+	snprintf(p1, sizeof p1, "%s/dx.npy", th_p("lin"));
+	snprintf(p2, sizeof p2, "%s/dx.npy", th_p("rb2"));
+	same_files(p2, p1);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_linear_scopes_equal_quantize),
 		cmocka_unit_test(test_bad_scope_names),
+		cmocka_unit_test(test_fosd_put_forward_backward),
 	};
 	return cmocka_run_group_tests(tests, th_setup, th_teardown);
 }
