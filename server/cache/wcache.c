@@ -1,6 +1,7 @@
 /* wcache.c: the weight cache (see wcache.h): a most-recently-used list of attached entries, a list
- * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier and the
- * lanes' decode scratch. Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
+ * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier, the
+ * lanes' decode scratch and an entry's other form of W (four_over_six, fosd_wcache_form; its bytes
+ * are the entry's). Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
  * tier_bytes that of their tier copies (plus a copy being made, reserved before it is allocated);
  * a tier copy with tier_refs > 0 is never freed. */
 #include "wcache.h"
@@ -634,7 +635,6 @@ int fosd_wcache_form(fosd_wcache *wc, fosd_weight *w, fos_backend *be, int scope
 	} else {
 		fos_qweight_parts p;
 		fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses & ~FOS_USE_HIGH_PRECISION, &p);
-		w->alt_bytes = bytes;
 		w->bytes += bytes;
 		w->parts.codes += p.codes;
 		w->parts.columnwise += p.columnwise;

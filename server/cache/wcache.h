@@ -41,12 +41,11 @@ typedef struct fosd_weight {
 	fos_qweight_parts parts; /* bytes by part (their sum is bytes) */
 	int has_master, has_col; /* copies of qw's state, read under wc->mu */
 	/* The other form of W (4/6 for a plain-W scope's entry, plain for a 4/6 one: NUMERICS.md
-	 * section 11), made from qw's master by fosd_wcache_form on first need; its bytes (alt_bytes)
-	 * are in bytes and parts. alt borrows qw's master (alt.master == qw.master, never freed
-	 * through alt). alt_state: 0 none, 1 being made, 2 made; under wc->mu. */
+	 * section 11), made from qw's master by fosd_wcache_form on first need; its bytes are in bytes
+	 * and parts. alt borrows qw's master (alt.master == qw.master, never freed through alt).
+	 * alt_state: 0 none, 1 being made, 2 made; under wc->mu. */
 	fos_qweight alt;
 	int alt_state;
-	size_t alt_bytes;
 	uint16_t *tier_dec; /* the decoded tier's copy (N, K) bf16, or NULL; under wc->mu */
 	size_t tier_bytes;  /* its bytes (0 without one) */
 	int tier_refs;      /* forwards reading tier_dec now */
