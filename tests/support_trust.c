@@ -690,7 +690,7 @@ int tt_weight_put(fos_client *c, const tt_weight *tw, int pin, fos_status *st)
 int tt_weight_save_context(fos_client *c, const tt_weight *tw, fos_context *ctx, fos_status *st)
 {
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, tw->m, tw->k, tw->x), y = fos_tensor_out();
-	fos_forward_opts o = {0, 0, 0, 1};
+	fos_forward_opts o = {0, 0, 0, 1, 0};
 	int rc = fos_forward(c, tw->name, &x, NULL, &o, &y, ctx, st);
 	free(y.data);
 	return rc;

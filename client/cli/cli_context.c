@@ -46,6 +46,8 @@ int cli_ctxfile_write(const char *path, const cli_ctxfile *cf, fos_err *err)
 	cli_jw_str(&w, "override", cli_override_name(c->override));
 	cli_jw_str(&w, "resolved_override", cli_override_name(c->resolved_override));
 	cli_jw_bool(&w, "row_scaled", c->row_scaled);
+	if (c->four_over_six) /* the forward named a scope (else the weight's): a recompute names it too */
+		cli_jw_str(&w, "four_over_six", fos_scope_name(fos_scope_from_wire(c->four_over_six, FOS_SCOPE_ALL)));
 	cli_jw_i64(&w, "m", c->m);
 	cli_jw_i64(&w, "n", c->n);
 	cli_jw_i64(&w, "k", c->k);
@@ -197,6 +199,13 @@ int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
 	v = json_object_get(root, "ttl_ms");
 	if (v && !cli_ctx_u64(v, &u))
 		c->ttl_ms = u;
+	v = json_object_get(root, "four_over_six"); /* optional: absent, the weight's scope */
+	if (v && json_is_string(v) && fos_scope_parse(json_string_value(v)) >= 0)
+		c->four_over_six = fos_scope_to_wire(fos_scope_parse(json_string_value(v)));
+	else if (v && ok) {
+		ok = 0;
+		missing = "four_over_six";
+	}
 	v = json_object_get(root, "recomputed");
 	if (v && !cli_ctx_u64(v, &u) && u < 1000000)
 		c->recomputed = (int)u;

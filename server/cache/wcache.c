@@ -1,6 +1,7 @@
 /* wcache.c: the weight cache (see wcache.h): a most-recently-used list of attached entries, a list
- * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier and the
- * lanes' decode scratch. Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
+ * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier, the
+ * lanes' decode scratch and an entry's other form of W (four_over_six, fosd_wcache_form; its bytes
+ * are the entry's). Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
  * tier_bytes that of their tier copies (plus a copy being made, reserved before it is allocated);
  * a tier copy with tier_refs > 0 is never freed. */
 #include "wcache.h"
@@ -23,6 +24,8 @@ int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
 
 static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
 {
+	w->alt.master = NULL; /* qw's, borrowed */
+	fos_qweight_free(wc->be, &w->alt);
 	fos_qweight_free(wc->be, &w->qw);
 	if (w->tier_dec)
 		wc->be->free(wc->be, w->tier_dec);
@@ -557,4 +560,91 @@ void fosd_wcache_stats_get(fosd_wcache *wc, fosd_wcache_stats *st)
 	for (int i = 0; i < FOSD_WC_LANES; i++)
 		st->scratch_bytes += wc->scratch_seen[i];
 	pthread_mutex_unlock(&wc->mu);
+}
+
+/* ---- the other form of W (four_over_six scopes) -------------------------------------------- */
+
+const fos_qweight *fosd_weight_form_of(fosd_weight *w, int scope)
+{
+	if (fos_scope_w46(scope) == fos_scope_w46(w->qw.opts.four_over_six))
+		return &w->qw;
+	return w->alt_state == 2 ? &w->alt : NULL; /* set before any context that reads it */
+}
+
+/* Makes f, the form of w's weight for scope, from w's master: w's options and uses (alt borrows
+ * the master instead of copying it). */
+static int wc_form_make(fosd_weight *w, fos_backend *be, int scope, fos_qweight *f, fos_err *e)
+{
+	fos_linear_opts o = w->qw.opts;
+	o.four_over_six = scope;
+	int uses = w->qw.uses & ~FOS_USE_HIGH_PRECISION;
+	int rc = fos_qweight_make_uses(be, w->qw.master, w->qw.n, w->qw.k, &o, uses ? uses : FOS_USE_FORWARD, f, e);
+	if (!rc) {
+		f->master = w->qw.master;
+		f->uses = w->qw.uses;
+	}
+	return rc;
+}
+
+int fosd_wcache_form(fosd_wcache *wc, fosd_weight *w, fos_backend *be, int scope, const fos_qweight **out,
+		     fos_qweight *tmp, char *msg, size_t msgsz)
+{
+	int w46 = fos_scope_w46(w->qw.opts.four_over_six);
+	*out = NULL;
+	if (fos_scope_w46(scope) == w46) {
+		*out = &w->qw;
+		return 0;
+	}
+	if (!w->qw.master) {
+		snprintf(msg, msgsz,
+			 "four_over_six '%s' needs W %s; weight '%s' was put for '%s' (W %s) and keeps no master to make "
+			 "it from: use a scope with W %s, or put it again for '%s' or with its master",
+			 fos_scope_name(scope), w46 ? "plain" : "4/6", w->name, fos_scope_name(w->qw.opts.four_over_six),
+			 w46 ? "4/6" : "plain", w46 ? "4/6" : "plain", fos_scope_name(scope));
+		return FOS__CODE__FAILED_PRECONDITION;
+	}
+	pthread_mutex_lock(&wc->mu);
+	int state = w->alt_state;
+	if (state == 0)
+		w->alt_state = 1;
+	pthread_mutex_unlock(&wc->mu);
+	fos_err e;
+	if (state == 2) {
+		*out = &w->alt;
+		return 0;
+	}
+	if (state == 1) { /* another lane is making it: one for this call */
+		if (wc_form_make(w, be, scope, tmp, &e)) {
+			snprintf(msg, msgsz, "quantizing weight '%s' for four_over_six '%s': %s", w->name,
+				 fos_scope_name(scope), e.msg);
+			return e.rc == FOS_ENOMEM ? FOS__CODE__RESOURCE_EXHAUSTED : FOS__CODE__INTERNAL;
+		}
+		*out = tmp;
+		return 0;
+	}
+	size_t bytes = fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses & ~FOS_USE_HIGH_PRECISION, NULL);
+	int rc = fosd_wcache_reserve_in(wc, w->owner, bytes, NULL, msg, msgsz);
+	if (!rc && wc_form_make(w, be, scope, &w->alt, &e)) {
+		snprintf(msg, msgsz, "quantizing weight '%s' for four_over_six '%s': %s", w->name, fos_scope_name(scope),
+			 e.msg);
+		rc = e.rc == FOS_ENOMEM ? FOS__CODE__RESOURCE_EXHAUSTED : FOS__CODE__INTERNAL;
+	}
+	pthread_mutex_lock(&wc->mu);
+	if (rc) {
+		w->alt_state = 0;
+	} else {
+		fos_qweight_parts p;
+		fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses & ~FOS_USE_HIGH_PRECISION, &p);
+		w->bytes += bytes;
+		w->parts.codes += p.codes;
+		w->parts.columnwise += p.columnwise;
+		wc_bytes_move(wc, w, bytes, 0);
+		w->alt_state = 2;
+		fosd_info("cache: weight '%s' v%llu made for four_over_six '%s' from its master (%zu more bytes)", w->name,
+			  (unsigned long long)w->version, fos_scope_name(scope), bytes);
+	}
+	pthread_mutex_unlock(&wc->mu);
+	if (!rc)
+		*out = &w->alt;
+	return rc;
 }
