@@ -33,6 +33,7 @@ typedef struct fosd_config {
 	uint64_t drain_timeout_ms;      /* SIGTERM: wait this long for in-flight requests */
 	uint64_t sweep_interval_ms;     /* context expiry sweep */
 	uint64_t dedup_window_ms;       /* remember executed request ids this long */
+	uint64_t dedup_bytes;           /* memory of the table of those ids (dedup.h) */
 	uint64_t send_timeout_ms;       /* a reply the client does not take this long drops its connection */
 	int connection_requests;        /* most requests in progress from one connection; 0 = auto
 					 * (a quarter of concurrency, at least 1) */
