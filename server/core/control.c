@@ -120,6 +120,20 @@ static void on_signal(uv_signal_t *h, int signum)
 	uv_timer_start(&c->drain, on_drain_tick, 0, 10);
 }
 
+static void signals_mask(int how)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(how, &set, NULL);
+}
+
+void fosd_control_block_signals(void)
+{
+	signals_mask(SIG_BLOCK);
+}
+
 static void close_cb(uv_handle_t *h)
 {
 	(void)h;
@@ -161,6 +175,8 @@ int fosd_control_run(fosd_server *srv)
 		fosd_error("libuv: %s", uv_strerror(rv));
 		c.exit_code = 1;
 	} else {
+		/* the handlers exist: a signal that came during the start (pending) arrives now */
+		signals_mask(SIG_UNBLOCK);
 		uv_run(&c.loop, UV_RUN_DEFAULT);
 	}
 	uv_walk(&c.loop, close_walk, NULL);
@@ -185,11 +201,7 @@ void fosd_control_watchdog(int exit_code)
 	/* a signal during the teardown ends fosd at once (the loop no longer handles it) */
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	signals_mask(SIG_UNBLOCK);
 	pthread_t t;
 	pthread_attr_t a;
 	pthread_attr_init(&a);

@@ -130,6 +130,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fosd_log_set_level(cfg.log_level);
+	/* SIGTERM/SIGINT wait (pending) until the control loop takes them, so that one arriving while
+	 * fosd starts, even after it listens, is a drain; blocked before any thread starts, every
+	 * thread inherits the mask and only the loop's thread unblocks them (control.c) */
+	fosd_control_block_signals();
 	fosd_sd_init(); /* before any thread starts */
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGHUP, SIG_IGN); /* until the control loop reloads on it (reload.c) */
