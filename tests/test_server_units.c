@@ -673,8 +673,10 @@ static void test_wcache(void **state)
 	/* c is LRU but in use, a is pinned: d is evicted next */
 	fosd_weight *c;
 	assert_int_equal(fosd_wcache_acquire(&wc, "c", 1, &c, msg, sizeof msg), 0);
-	fosd_wcache_find(&wc, "a")->pinned = 1;
+	/* pinned while held (a put sets it before the insert; the cache counts what it may evict as
+	 * references and attachment change) */
 	assert_int_equal(fosd_wcache_acquire(&wc, "a", 0, &a, msg, sizeof msg), 0);
+	a->pinned = 1;
 	fosd_wcache_release(&wc, a);
 	assert_int_equal(fosd_wcache_reserve(&wc, one, NULL, msg, sizeof msg), 0);
 	assert_null(fosd_wcache_find(&wc, "d"));

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "http_metrics.h"
 #include "log.h"
+#include "regfile.h"
 #include "trust_config.h"
 
 #include <ctype.h>
@@ -608,50 +609,10 @@ static char *trim(char *s)
 	return s;
 }
 
-static const char *file_kind(mode_t m)
-{
-	if (S_ISDIR(m))
-		return "directory";
-	if (S_ISFIFO(m))
-		return "FIFO";
-	if (S_ISCHR(m))
-		return "character device";
-	if (S_ISBLK(m))
-		return "block device";
-	if (S_ISSOCK(m))
-		return "socket";
-	return "special file";
-}
-
-int fosd_open_regular(const char *path, size_t max, struct stat *sb, char *msg, size_t msgsz)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fd, sb)) {
-		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
-		close(fd);
-		return -1;
-	}
-	if (!S_ISREG(sb->st_mode)) {
-		snprintf(msg, msgsz, "%s: not a regular file (a %s)", path, file_kind(sb->st_mode));
-		close(fd);
-		return -1;
-	}
-	if ((uint64_t)sb->st_size > (uint64_t)max) {
-		snprintf(msg, msgsz, "%s: larger than %zu KiB (%lld bytes)", path, max >> 10, (long long)sb->st_size);
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t msgsz)
 {
 	struct stat sb;
-	int fd = fosd_open_regular(path, FOSD_CONFIG_FILE_MAX, &sb, msg, msgsz);
+	int fd = fos_open_regular(path, FOSD_CONFIG_FILE_MAX, &sb, msg, msgsz);
 	if (fd < 0)
 		return -1;
 	FILE *f = fdopen(fd, "r");
