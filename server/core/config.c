@@ -148,6 +148,14 @@ int fosd_config_devices(const char *v, int *ids, int *n, char *msg, size_t msgsz
 		char *end;
 		errno = 0;
 		long d = strtol(p, &end, 10);
+		int digits = end > p && (*end == ',' || !*end) && *p != '-' && *p != '+';
+		if (digits && (errno == ERANGE || d > 64)) { /* an ordinal, but past any device fosd serves */
+			snprintf(msg, msgsz,
+				 "devices: ordinal %.*s in '%s' is too large: device ordinals go from 0 to 64, at most %d "
+				 "devices at once",
+				 (int)(end - p > 24 ? 24 : end - p), p, v, FOSD_MAX_DEVICES);
+			return -1;
+		}
 		if (errno || end == p || d < 0 || d > 64 || (*end && *end != ',') || (*end == ',' && !end[1])) {
 			snprintf(msg, msgsz, "devices: '%s' is not all or a list of device ordinals like 0,1", v);
 			return -1;
