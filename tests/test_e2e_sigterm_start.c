@@ -3,7 +3,8 @@
  * and its control loop takes them once it runs (control.c). Each try starts a fosd and signals it
  * the moment its ipc socket file appears (half the tries) or first accepts a connection (the
  * others); every try must exit 0 and log the drain. Without the blocking, the signal killed fosd
- * (exit 143) in almost every try. */
+ * (exit 143) in almost every try. A signal during a long weight-repository load stops the load
+ * and fosd exits 0 before serving. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,8 +27,8 @@
 
 enum { TRIES = 30 };
 
-/* Starts fosd on a private socket without waiting for it; 0 or -1. */
-static int spawn(tsrv *s)
+/* Starts fosd on a private socket without waiting for it (extra: more arguments); 0 or -1. */
+static int spawn_with(tsrv *s, const char *const *extra)
 {
 	memset(s, 0, sizeof *s);
 	snprintf(s->dir, sizeof s->dir, "/tmp/fosd-test-XXXXXX");
@@ -37,7 +38,7 @@ static int spawn(tsrv *s)
 	snprintf(s->log, sizeof s->log, "%s/fosd.log", s->dir);
 	char bin[1200];
 	const char *argv[64];
-	tsrv_fosd_argv(s, NULL, bin, sizeof bin, argv);
+	tsrv_fosd_argv(s, extra, bin, sizeof bin, argv);
 	pid_t pid = fork();
 	if (pid < 0)
 		return -1;
@@ -86,6 +87,11 @@ static int wait_socket(const tsrv *s, int accept)
 	return -1;
 }
 
+static int spawn(tsrv *s)
+{
+	return spawn_with(s, NULL);
+}
+
 static void signal_at_start(int sig)
 {
 	int drained = 0;
@@ -118,11 +124,62 @@ static void test_sigint_at_start(void **state)
 	signal_at_start(SIGINT);
 }
 
+/* A signal while the weight repository loads (2000 files): fosd stops loading and exits 0
+ * before it serves ("stopping before serving"), or, if the load was done, drains; never the
+ * default action, never the whole load first when it is long. */
+static void test_sigterm_during_weights(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/fos-sigw-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	static uint16_t w[64 * 64];
+	tsrv_fill_bf16(w, 64 * 64, 3, 0.05f);
+	char hdr[128];
+	int hl = snprintf(hdr, sizeof hdr, "{'descr': '<u2', 'fortran_order': False, 'shape': (64, 64), }");
+	while ((10 + hl + 1) % 64)
+		hdr[hl++] = ' ';
+	hdr[hl++] = '\n';
+	for (int i = 0; i < 2000; i++) {
+		char path[300];
+		snprintf(path, sizeof path, "%s/w%04d.npy", dir, i);
+		FILE *f = fopen(path, "wb");
+		assert_non_null(f);
+		unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)};
+		assert_int_equal(fwrite(pre, 1, 10, f), 10);
+		assert_int_equal(fwrite(hdr, 1, (size_t)hl, f), (size_t)hl);
+		assert_int_equal(fwrite(w, 1, sizeof w, f), sizeof w);
+		fclose(f);
+	}
+	int stopped_early = 0;
+	for (int t = 0; t < 5; t++) {
+		tsrv s;
+		const char *extra[] = {"--weights", dir, NULL};
+		assert_int_equal(spawn_with(&s, extra), 0);
+		uint64_t t0 = tsrv_now_ms();
+		while (!tsrv_log_contains(&s, "limits:") && tsrv_now_ms() - t0 < 15000) /* past the signal mask */
+			usleep(200);
+		usleep((useconds_t)(t * 2000));
+		int rc = tsrv_stop(&s, t & 1 ? SIGINT : SIGTERM, 20000);
+		int early = tsrv_log_contains(&s, "during the start: stopping before serving");
+		if (rc != 0 || !(early || tsrv_log_contains(&s, "drained"))) {
+			tsrv_dump_log(&s);
+			fail_msg("try %d: exit %d", t, rc);
+		}
+		stopped_early += early;
+		tsrv_cleanup(&s);
+	}
+	printf("%d of 5 tries stopped during the load\n", stopped_early);
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sigterm_at_start),
 		cmocka_unit_test(test_sigint_at_start),
+		cmocka_unit_test(test_sigterm_during_weights),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,6 +134,14 @@ void fosd_control_block_signals(void)
 	signals_mask(SIG_BLOCK);
 }
 
+int fosd_control_stop_pending(void)
+{
+	sigset_t set;
+	if (sigpending(&set))
+		return 0;
+	return sigismember(&set, SIGTERM) ? SIGTERM : sigismember(&set, SIGINT) ? SIGINT : 0;
+}
+
 static void close_cb(uv_handle_t *h)
 {
 	(void)h;

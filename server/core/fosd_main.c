@@ -221,6 +221,14 @@ int main(int argc, char **argv)
 		fosd_config_free(&cfg);
 		return 1;
 	}
+	int stop = fosd_control_stop_pending();
+	if (stop) { /* nothing accepted yet: nothing to drain */
+		fosd_info("%s during the start: stopping before serving", stop == SIGINT ? "SIGINT" : "SIGTERM");
+		fosd_server_destroy(&srv);
+		fosd_tenants_free(tenants);
+		fosd_config_free(&cfg);
+		return 0;
+	}
 	fosd_info("message pool: bodies from %zu KiB reused, %llu bytes kept free, %s", FOSD_MSGPOOL_MIN >> 10,
 		  (unsigned long long)cfg.message_pool_bytes,
 		  srv.regions.pin ? "pinned for device DMA" : "not pinned (no device)");

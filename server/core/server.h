@@ -213,6 +213,9 @@ uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped);
 /* control.c: blocks SIGTERM and SIGINT in the calling thread (main, before any thread starts, so
  * every thread inherits it): they stay pending until fosd_control_run's handlers exist. */
 void fosd_control_block_signals(void);
+/* SIGTERM or SIGINT when one is pending (arrived while blocked, before the loop runs), else 0:
+ * for the steps of the start that can take long (the weight repository) to stop early. */
+int fosd_control_stop_pending(void);
 /* Runs the libuv loop (signals, timers) until a drain finishes; unblocks SIGTERM/SIGINT in its
  * thread once their handlers are in place. Returns the exit code. */
 int fosd_control_run(fosd_server *srv);

@@ -640,6 +640,10 @@ int fosd_weights_repo_load(fosd_server *srv, const char *dir, char *msg, size_t 
 	}
 	repo_ctx rc = {srv, {0}, 0, 0, 0};
 	for (int i = 0; i < n; i++) {
+		if (fosd_control_stop_pending()) { /* fosd_main.c stops before serving */
+			fosd_warn("weights: a stop signal arrived: %d of %d files not loaded", n - i, n);
+			break;
+		}
 		const char *fname = list[i]->d_name;
 		char path[4400], why[REPO_WHY];
 		snprintf(path, sizeof path, "%s/%s", dir, fname);
