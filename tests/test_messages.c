@@ -4,7 +4,8 @@
  *   - TLS to 127.0.0.1 with a certificate for localhost: the connect names the mismatch (the
  *     certificate's names and the server name, an address mbedTLS never matches) and the way out,
  *     --tls-server-name, from mbedTLS's verify flags; with that name it connects; a CA that did not
- *     sign it is named as such; libfos and the fos CLI alike. */
+ *     sign it is named as such; libfos and the fos CLI alike. The issue's certificate too (an IP
+ *     SAN 127.0.0.1 beside DNS localhost), and one with an IP SAN alone (no name can match). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,11 +134,58 @@ static void test_tls_name_mismatch(void **state)
 	tt_tmpdir_remove(dir);
 }
 
+/* A server certificate whose subjectAltName is san (DER), connected to at 127.0.0.1. */
+static void san_case(const unsigned char *san, size_t len, const char *want, const char *good_name)
+{
+	char dir[256], msg[300], ca[320], cert[320], key[320];
+	assert_int_equal(tt_tmpdir(dir), 0);
+	if (tt_make_certs_san(dir, "fosd test server", san, len, msg, sizeof msg))
+		fail_msg("certificates: %s", msg);
+	snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+	snprintf(cert, sizeof cert, "%s/server.pem", dir);
+	snprintf(key, sizeof key, "%s/server.key", dir);
+	tsrv s;
+	const char *args[] = {"--listen", "tls+tcp://127.0.0.1:0", "--allow-insecure-tcp", "--tls-cert", cert,
+			      "--tls-key", key, NULL};
+	assert_int_equal(tsrv_start(&s, args), 0);
+	int port = tt_logged_port(s.log, "tls+tcp://127.0.0.1:0");
+	char url[128];
+	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", port);
+	fos_status st;
+	assert_int_equal(connect_tls(url, ca, NULL, &st), FOS_CODE_UNAVAILABLE);
+	if (!strstr(st.message, want))
+		fail_msg("the message does not say '%s': %s", want, st.message);
+	if (good_name)
+		assert_int_equal(connect_tls(url, ca, good_name, &st), FOS_CODE_OK);
+	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
+	tsrv_cleanup(&s);
+	tt_tmpdir_remove(dir);
+}
+
+static void test_tls_ip_san(void **state)
+{
+	(void)state;
+	/* SEQUENCE { [7] 127.0.0.1, [2] "localhost" } */
+	static const unsigned char ip_dns[] = {0x30, 0x11, 0x87, 0x04, 127, 0, 0, 1, 0x82, 0x09,
+					       'l',  'o',  'c',  'a',  'l', 'h', 'o', 's', 't'};
+	san_case(ip_dns, sizeof ip_dns,
+		 "TLS: the certificate is for 127.0.0.1, localhost, not '127.0.0.1' (an address: mbedTLS matches DNS names "
+		 "only); use --tls-server-name localhost",
+		 "localhost");
+	/* SEQUENCE { [7] 127.0.0.1 }: no name mbedTLS could match */
+	static const unsigned char ip_only[] = {0x30, 0x06, 0x87, 0x04, 127, 0, 0, 1};
+	san_case(ip_only, sizeof ip_only,
+		 "the certificate is for 127.0.0.1, not '127.0.0.1', and has no DNS name (all mbedTLS matches): add one (SAN "
+		 "DNS:NAME), use --tls-server-name NAME",
+		 NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_devices_too_large),
 		cmocka_unit_test(test_tls_name_mismatch),
+		cmocka_unit_test(test_tls_ip_san),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,9 +99,15 @@ int fosc_tls_why(const char *host, const char *port, const char *ca_file, const 
 		int literal = inet_pton(AF_INET, server_name, addr) == 1 || inet_pton(AF_INET6, server_name, addr) == 1;
 		cert_names(peer, names, sizeof names, dns, sizeof dns);
 		/* short: the CLI's message keeps 255 bytes in all */
-		used += (size_t)snprintf(why + used, whysz - used, "the certificate is for %s, not '%s'%s; use --tls-server-name %s",
-					 names, server_name, literal ? " (an address: mbedTLS matches DNS names only)" : "",
-					 dns[0] ? dns : "NAME");
+		if (dns[0])
+			used += (size_t)snprintf(why + used, whysz - used, "the certificate is for %s, not '%s'%s; use --tls-server-name %s",
+						 names, server_name, literal ? " (an address: mbedTLS matches DNS names only)" : "",
+						 dns);
+		else
+			used += (size_t)snprintf(why + used, whysz - used,
+						 "the certificate is for %s, not '%s', and has no DNS name (all mbedTLS matches): add "
+						 "one (SAN DNS:NAME), use --tls-server-name NAME",
+						 names, server_name);
 	}
 	if ((flags & MBEDTLS_X509_BADCERT_NOT_TRUSTED) && used < whysz)
 		used += (size_t)snprintf(why + used, whysz - used, "%sno CA of the CA file %s signed the server's certificate",
