@@ -7,7 +7,8 @@
  * of links and a directory named *.safetensors), a tensor over the PutWeight limit refused from
  * its header (a sparse file that claims 1.5 GiB, and a real 2 MiB tensor under a 1 MiB
  * max_message_bytes), 20,000 tensors of one file all cached, and fos's .npy, .safetensors and
- * context files. Every process runs under a deadline: a hang is a failure, not a stuck test.
+ * context files and its --tls-ca file. Every process runs under a deadline: a hang is a failure,
+ * not a stuck test.
  * (The config and tokens files: test_trust_config_files.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -379,6 +380,11 @@ static void test_cli_files(void **state)
 	}
 	{
 		const char *a[] = {"backward", fifo, fifo, "--out", p("b"), "--server", s.url, NULL};
+		expect_fos_refuses("fifo: not a regular file (a FIFO)", a);
+	}
+	{ /* --tls-ca: checked before libfos reads it */
+		const char *a[] = {"health", "--server", "tls+tcp://127.0.0.1:1", "--tls-ca", fifo, NULL};
+		expect_fos_refuses("--tls-ca " , a);
 		expect_fos_refuses("fifo: not a regular file (a FIFO)", a);
 	}
 	assert_int_equal(tsrv_stop(&s, SIGTERM, 15000), 0);
