@@ -76,7 +76,7 @@ const fosd_config_key fosd_config_keys[] = {
 	 .help = "remember executed request ids (default {def})"},
 	{"dedup_bytes", FOSD_CT_SIZE, F(dedup_bytes), "4M",
 	 .help = "memory of the executed request ids: at most this / 64 ids,\n"
-		 "the oldest forgotten first (default {def}: 65536 ids; least 64K)"},
+		 "the oldest forgotten first (default {def}: 65536 ids; at least 64K)"},
 	{"send_timeout", FOSD_CT_DURATION, F(send_timeout_ms), "10s",
 	 .help = "a reply the client does not read for this long drops its\nconnection (default {def})"},
 	{"connection_requests", FOSD_CT_INT, F(connection_requests), "0", 0, 65536,
