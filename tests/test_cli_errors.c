@@ -209,7 +209,7 @@ static void test_quantize_inputs(void **state)
 	static const ecase cases[] = {
 		{1, "nothere.npy: cannot open: No such file", {Q, "@nothere.npy", "--out", "@o", "--local", NULL}},
 		{1, "text.npy: not a .npy file", {Q, "@text.npy", "--out", "@o", "--local", NULL}},
-		{1, "adir: is a directory", {Q, "@adir", "--out", "@o", "--local", NULL}},
+		{1, "adir: not a regular file (a directory)", {Q, "@adir", "--out", "@o", "--local", NULL}},
 		{1, "badhdr.npy: bad .npy header: expected ',' or '}'", {Q, "@badhdr.npy", "--out", "@o", "--local", NULL}},
 		{1, "fortran_order True is not supported", {Q, "@fortran.npy", "--out", "@o", "--local", NULL}},
 		{1, "trunc.npy: truncated .npy data", {Q, "@trunc.npy", "--out", "@o", "--local", NULL}},

@@ -5,6 +5,7 @@
  * 64-bit ids, and versions beyond 2^63 - 1, are written as decimal strings so that no JSON reader
  * rounds them; the file ends with a newline. */
 #include "cli.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -122,21 +123,11 @@ static int cli_ctx_u64(const json_t *v, uint64_t *out)
 int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
 {
 	memset(cf, 0, sizeof *cf);
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return cli_errf(err, "%s: cannot open: %s", path, strerror(errno));
-	char *buf = malloc(CLI_CTX_MAX_BYTES + 1);
-	if (!buf) {
-		fclose(f);
-		return fos_seterr(err, FOS_ENOMEM, "out of memory");
-	}
-	size_t len = fread(buf, 1, CLI_CTX_MAX_BYTES + 1, f);
-	int rerr = ferror(f);
-	fclose(f);
-	if (rerr || len > CLI_CTX_MAX_BYTES) {
-		free(buf);
-		return cli_errf(err, "%s: %s", path, rerr ? "cannot read (is it a directory?)" : "too large for a context file");
-	}
+	size_t len;
+	char why[sizeof err->msg];
+	char *buf = fos_read_regular(path, CLI_CTX_MAX_BYTES, &len, NULL, why, sizeof why); /* regfile.h */
+	if (!buf)
+		return cli_errf(err, "%s", why);
 	fos_err pe = {0, ""};
 	json_t *root = cli_json_load(buf, len, &pe);
 	free(buf);

@@ -19,7 +19,16 @@ int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
 	wc->be = be;
 	wc->budget = budget;
 	wc->tier_budget = budget / FOSD_TIER_BUDGET_DIV;
-	return pthread_mutex_init(&wc->mu, NULL) ? -1 : 0;
+	wc->hn = 64;
+	wc->hb = calloc(wc->hn, sizeof *wc->hb);
+	if (!wc->hb)
+		return -1;
+	if (pthread_mutex_init(&wc->mu, NULL)) {
+		free(wc->hb);
+		wc->hb = NULL;
+		return -1;
+	}
+	return 0;
 }
 
 static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
@@ -47,6 +56,9 @@ void fosd_wcache_destroy(fosd_wcache *wc)
 		w = n;
 	}
 	wc->head = wc->tail = wc->detached = NULL;
+	free(wc->hb);
+	wc->hb = NULL;
+	wc->hn = 0;
 	for (int i = 0; i < FOSD_WC_LANES; i++) /* device memory is shared by the lanes' instances */
 		fos_wscratch_free(wc->be, &wc->scratch[i]);
 	pthread_mutex_destroy(&wc->mu);
@@ -99,14 +111,84 @@ static int wc_is(const fosd_weight *w, const fosd_tenant *owner, const char *nam
 	return w->owner == owner && !strcmp(w->name, name);
 }
 
+/* ---- the name index and the idle bytes (see wcache.h); all called with wc->mu held ---- */
+
+static size_t wc_hash(const fosd_tenant *owner, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)(uintptr_t)owner * 0x9E3779B97F4A7C15ull);
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return (size_t)(h ^ (h >> 29));
+}
+
+static fosd_weight *wc_lookup(fosd_wcache *wc, const fosd_tenant *owner, const char *name)
+{
+	fosd_weight *w = wc->hb[wc_hash(owner, name) & (wc->hn - 1)];
+	while (w && (wc->probes++, !wc_is(w, owner, name)))
+		w = w->hnext;
+	return w;
+}
+
+/* Adds an attached entry; doubles the buckets first when entries outgrow them (if that memory is
+ * short the chains grow longer instead: still correct). */
+static void wc_index_add(fosd_wcache *wc, fosd_weight *w)
+{
+	if (wc->entries >= wc->hn) {
+		size_t nn = wc->hn * 2;
+		fosd_weight **nb = calloc(nn, sizeof *nb);
+		if (nb) {
+			for (fosd_weight *v = wc->head; v; v = v->next) { /* the attached ones, w not yet */
+				size_t b = wc_hash(v->owner, v->name) & (nn - 1);
+				v->hnext = nb[b];
+				nb[b] = v;
+			}
+			free(wc->hb);
+			wc->hb = nb;
+			wc->hn = nn;
+		}
+	}
+	size_t b = wc_hash(w->owner, w->name) & (wc->hn - 1);
+	w->hnext = wc->hb[b];
+	wc->hb[b] = w;
+}
+
+static void wc_index_del(fosd_wcache *wc, fosd_weight *w)
+{
+	fosd_weight **pp = &wc->hb[wc_hash(w->owner, w->name) & (wc->hn - 1)];
+	while (*pp && *pp != w)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = w->hnext;
+	w->hnext = NULL;
+}
+
+/* Whether eviction may free w: attached, unpinned, unused. */
+static int wc_idle(const fosd_weight *w)
+{
+	return !w->detached && !w->pinned && w->refs == 0;
+}
+
+/* After w's refs or attachment changed from a state whose wc_idle was was: idle_bytes follows. */
+static void wc_idle_update(fosd_wcache *wc, const fosd_weight *w, int was)
+{
+	int now = wc_idle(w);
+	if (now && !was)
+		wc->idle_bytes += w->bytes;
+	else if (was && !now)
+		wc->idle_bytes -= w->bytes;
+}
+
 /* Removes an attached entry from the table. Returns it when nobody uses it (the caller frees it
  * after unlocking, so readers never wait on backend frees), else keeps it on the detached list
  * until its last user releases it and returns NULL. Called with wc->mu held. */
 static fosd_weight *wc_detach_locked(fosd_wcache *wc, fosd_weight *w)
 {
+	int was = wc_idle(w);
+	wc_index_del(wc, w);
 	wc_unlink(wc, w);
 	wc->entries--;
 	w->detached = 1;
+	wc_idle_update(wc, w, was);
 	if (w->refs == 0) {
 		wc_bytes_move(wc, w, 0, w->bytes);
 		wc_tier_gone_locked(wc, w);
@@ -130,9 +212,7 @@ static void wc_free_list(fosd_wcache *wc, fosd_weight *w)
 fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	pthread_mutex_unlock(&wc->mu);
 	return w;
 }
@@ -140,9 +220,7 @@ fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, cons
 int fosd_wcache_holds(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t *version)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	if (w && version)
 		*version = w->version;
 	pthread_mutex_unlock(&wc->mu);
@@ -164,9 +242,7 @@ int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char
 			   fosd_weight **out, char *msg, size_t msgsz)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	if (!w) {
 		wc->misses++;
 		pthread_mutex_unlock(&wc->mu);
@@ -182,7 +258,9 @@ int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char
 		return FOS__CODE__FAILED_PRECONDITION;
 	}
 	wc->hits++;
+	int was = wc_idle(w);
 	w->refs++;
+	wc_idle_update(wc, w, was);
 	w->uses++;
 	w->last_used_ns = fosd_now_ns();
 	if (wc->head != w) {
@@ -197,7 +275,9 @@ int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char
 void fosd_wcache_acquire_ref(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
+	int was = wc_idle(w);
 	w->refs++;
+	wc_idle_update(wc, w, was);
 	pthread_mutex_unlock(&wc->mu);
 }
 
@@ -205,7 +285,10 @@ void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w)
 {
 	fosd_weight *dead = NULL;
 	pthread_mutex_lock(&wc->mu);
-	if (--w->refs == 0 && w->detached) {
+	int was = wc_idle(w);
+	--w->refs;
+	wc_idle_update(wc, w, was);
+	if (w->refs == 0 && w->detached) {
 		fosd_weight **pp = &wc->detached;
 		while (*pp && *pp != w)
 			pp = &(*pp)->next;
@@ -235,7 +318,7 @@ static uint64_t wc_tier_droppable_locked(fosd_wcache *wc, const fosd_weight *kee
 {
 	uint64_t b = 0;
 	for (int l = 0; l < 2; l++)
-		for (fosd_weight *w = l ? wc->detached : wc->head; w; w = w->next)
+		for (fosd_weight *w = l ? wc->detached : wc->head; w; w = w->next, wc->probes++)
 			if (w != keep && w->tier_dec && !w->tier_refs)
 				b += w->tier_bytes;
 	return b;
@@ -282,12 +365,16 @@ int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, c
 		need_quota = own_used - own_back + need - quota;
 	if (used - give_back + need > wc->budget)
 		need_budget = used - give_back + need - wc->budget;
-	uint64_t tier_free = wc_tier_droppable_locked(wc, reclaim);
-	for (w = wc->head; w; w = w->next)
-		if (wc_evictable(w, reclaim)) {
-			all_free += w->bytes;
-			own_free += w->owner == owner ? w->bytes : 0;
-		}
+	if (!need_quota && !need_budget)
+		goto out; /* it fits: nothing to walk, whatever the number of entries */
+	/* what eviction may free: kept up to date (idle_bytes), less the entry being replaced; the
+	 * walks below run only when it matters (owner's share for its quota, the tier's copies when
+	 * the entries alone cannot make the room) */
+	all_free = wc->idle_bytes - (reclaim && wc_idle(reclaim) ? reclaim->bytes : 0);
+	if (need_quota)
+		for (w = wc->head; w; w = w->next, wc->probes++)
+			own_free += wc_evictable(w, reclaim) && w->owner == owner ? w->bytes : 0;
+	uint64_t tier_free = all_free < need_budget && wc->tier_entries ? wc_tier_droppable_locked(wc, reclaim) : 0;
 	if (own_free < need_quota) {
 		snprintf(msg, msgsz,
 			 "weight cache quota of tenant '%s' exceeded: %llu bytes needed, %llu of its %llu in use by pinned "
@@ -307,12 +394,13 @@ int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, c
 	}
 	/* the decoded tier first (never an entry for its sake), then owner's least recently used
 	 * entries (enough for both), then anyone's */
-	uint64_t tier_freed = need_budget ? wc_tier_drop_locked(wc, wc->be, need_budget, reclaim) : 0;
+	uint64_t tier_freed = need_budget && wc->tier_entries ? wc_tier_drop_locked(wc, wc->be, need_budget, reclaim) : 0;
 	need_budget = need_budget > tier_freed ? need_budget - tier_freed : 0;
 	for (int pass = 0; pass < 2; pass++) {
 		uint64_t want = pass == 0 ? (need_quota > need_budget ? need_quota : need_budget) : need_budget;
 		for (w = wc->tail; w && freed < want; w = prev) {
 			prev = w->prev;
+			wc->probes++;
 			if (!wc_evictable(w, reclaim) || (pass == 0 && w->owner != owner))
 				continue;
 			fosd_info("cache: evicting weight '%s'%s%s v%llu (%zu bytes, least recently used)", w->name,
@@ -334,9 +422,7 @@ out:
 void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *old = wc->head;
-	while (old && !wc_is(old, w->owner, w->name))
-		old = old->next;
+	fosd_weight *old = wc_lookup(wc, w->owner, w->name);
 	fosd_weight *dead = old ? wc_detach_locked(wc, old) : NULL;
 	if (dead)
 		dead->next = NULL;
@@ -350,8 +436,10 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 	w->detached = 0;
 	w->last_used_ns = fosd_now_ns();
 	wc_bytes_move(wc, w, w->bytes, 0);
+	wc_index_add(wc, w);
 	wc->entries++;
 	wc_push_front(wc, w);
+	wc_idle_update(wc, w, 0);
 	pthread_mutex_unlock(&wc->mu);
 	wc_free_list(wc, dead);
 }
@@ -364,9 +452,7 @@ int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz)
 int fosd_wcache_drop_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, char *msg, size_t msgsz)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	if (!w) {
 		pthread_mutex_unlock(&wc->mu);
 		snprintf(msg, msgsz, "weight '%s' is not in the cache", name);

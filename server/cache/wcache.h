@@ -57,6 +57,7 @@ typedef struct fosd_weight {
 	uint64_t uses;
 	fosd_tenant *owner; /* its tenant (NULL: anonymous): names are per tenant */
 	struct fosd_weight *prev, *next; /* attached entries, most recently used first */
+	struct fosd_weight *hnext;       /* the name index's chain (attached entries) */
 } fosd_weight;
 
 typedef struct fosd_wcache {
@@ -74,6 +75,17 @@ typedef struct fosd_wcache {
 	uint64_t scratch_seen[FOSD_WC_LANES];
 	fosd_weight *head, *tail; /* attached entries, MRU at head */
 	fosd_weight *detached;    /* detached entries still referenced (linked by next) */
+	/* the attached entries by (owner, name): hn buckets (a power of two, at least entries, grown
+	 * as entries are added), so that a put, a lookup or a drop costs the same however many
+	 * entries there are */
+	fosd_weight **hb;
+	size_t hn;
+	/* bytes of the attached entries eviction may free (unpinned, refs 0): kept as they change, so
+	 * a reserve that fits needs no walk, and one that cannot be met is refused without one */
+	uint64_t idle_bytes;
+	/* entries looked at by lookups (index chains) and by reserve's walks: what a put costs, for the
+	 * tests that check it does not grow with the number of entries */
+	uint64_t probes;
 } fosd_wcache;
 
 /* tier_budget starts at budget / FOSD_TIER_BUDGET_DIV (0 switches the tier off). */

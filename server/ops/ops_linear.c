@@ -347,6 +347,10 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	if (a->dy.shape[0] != m || a->dy.shape[1] != n)
 		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
 				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
+	if (!sv->has_bias && fosd_shm_output_named(s->rq, "db")) /* as for a skipped dX or dW */
+		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+				 "shm_outputs[%d] names db, but the forward of this context had no bias (no db to write)",
+				 fosd_shm_output_index(s->rq, "db"));
 	/* the inline results only: those written into regions are bounded by their regions */
 	uint64_t out = (a->skip_dx || fosd_shm_output_named(s->rq, "dx") ? 0 : (uint64_t)m * (uint64_t)k * 2) +
 		       (a->skip_dw || fosd_shm_output_named(s->rq, "dw") ? 0 : (uint64_t)n * (uint64_t)k * 2) +

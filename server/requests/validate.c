@@ -279,6 +279,15 @@ int fosd_validate_forward(vctx *v, const Fos__Request *rq, fosd_args *args, uint
 	a->row_scaled = r->row_scaled;
 	a->save = r->save_context;
 	a->skip_output = r->skip_output;
+	/* a target for Y that no Y will fill: refused, as one for a skipped gradient is */
+	int yi = fosd_shm_output_index(rq, "y");
+	if (yi >= 0 && (a->has_expect || a->skip_output)) {
+		snprintf(v->msg, v->msgsz,
+			 "shm_outputs[%d] names y, but %s is set: %s returns no Y (drop the y entry or %s)", yi,
+			 a->has_expect ? "expect" : "skip_output", a->has_expect ? "a check" : "a forward with skip_output",
+			 a->has_expect ? "expect" : "skip_output");
+		return INVALID;
+	}
 	/* the shape rule (NUMERICS.md section 8) as far as X shows it; N and K against the weight later */
 	if (a->x.shape[0] < 1)
 		return fail(v, "x (%1$lld, %2$lld): M = %1$lld: M must be at least 1", a->x.shape[0], a->x.shape[1]);
