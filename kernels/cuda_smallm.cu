@@ -49,7 +49,7 @@ __device__ __forceinline__ uint32_t w4_prmt(uint32_t a, uint32_t b, uint32_t s)
 
 __device__ __forceinline__ void w4_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
 		     "{%8, %9}, {%0, %1, %2, %3};\n"
 		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -57,7 +57,7 @@ __device__ __forceinline__ void w4_mma(float *c, const uint32_t *a, uint32_t b0,
 
 __device__ __forceinline__ void w4_ldsm4(uint32_t *a, uint32_t addr)
 {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+	asm("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
 		     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
 		     : "r"(addr));
 }
@@ -72,7 +72,8 @@ __device__ __forceinline__ void w4_cp8(uint32_t dst, const void *src, int bytes)
 	asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
-/* Waits until at most S - 2 commit groups of this thread are pending (S 2..8). */
+/* Waits until at most S - 2 commit groups of this thread are pending (S 2..8; the kernel passes its
+ * ring depth + 1, so S - 3 of its chunks stay pending). */
 __device__ __forceinline__ void w4_wait(int S)
 {
 	switch (S) {
@@ -108,10 +109,11 @@ __device__ __forceinline__ void w4_decode(uint32_t v, uint4 tb, uint32_t &b0, ui
 }
 
 template <int MT, int NT, int WN, int WM>
-__global__ void __launch_bounds__(32 * WN * WM) k_w4(const w4_args A)
+__global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 {
 	constexpr int NTH = 32 * WN * WM, RN = 8 * NT * WN, RM = 16 * MT * WM;
 	constexpr int SB = w4_stage_bytes(RN, RM);
+	constexpr int PC = (RN * 4 + NTH - 1) / NTH, PS = (RN + NTH - 1) / NTH, PX = (RM * 16 + NTH - 1) / NTH;
 	extern __shared__ __align__(16) uint8_t w4_smem[];
 	uint4 *tab = reinterpret_cast<uint4 *>(w4_smem); /* 256 entries */
 	uint8_t *ring = w4_smem + 256 * 16;
@@ -123,29 +125,52 @@ __global__ void __launch_bounds__(32 * WN * WM) k_w4(const w4_args A)
 	const int k = A.k, nch = k / W4_KC;
 	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
 
+	/* this thread's copies of a chunk: sources at chunk 0 (advanced by the chunk's bytes), shared
+	 * offsets in a stage, and sizes (0: zero-filled, past N or M, or no piece) */
+	const uint8_t *csrc[PC], *ssrc[PS];
+	const uint16_t *xsrc[PX];
+	uint32_t cdst[PC], sdst[PS], xdst[PX];
+	int con[PC], son[PS], xon[PX];
+#pragma unroll
+	for (int i = 0; i < PC; i++) {
+		const int p = tid + i * NTH, r = p >> 2, q = p & 3;
+		con[i] = p < RN * 4 && n0 + r < A.n ? 16 : 0;
+		csrc[i] = A.codes + (con[i] ? (n0 + r) * (k / 2) + 16 * q : 0);
+		cdst[i] = (uint32_t)(r * W4_CP + 16 * q);
+	}
+#pragma unroll
+	for (int i = 0; i < PS; i++) {
+		const int p = tid + i * NTH;
+		son[i] = p < RN && n0 + p < A.n ? 8 : 0;
+		ssrc[i] = A.scales + (son[i] ? (n0 + p) * (k / 16) : 0);
+		sdst[i] = (uint32_t)(RN * W4_CP + 8 * p);
+	}
+#pragma unroll
+	for (int i = 0; i < PX; i++) {
+		const int p = tid + i * NTH, r = p >> 4, q = p & 15;
+		xon[i] = p < RM * 16 && m0 + r < A.m ? 16 : 0;
+		xsrc[i] = A.x + (xon[i] ? (int64_t)(m0 + r) * k + 8 * q : 0);
+		xdst[i] = (uint32_t)(RN * (W4_CP + 8) + r * (W4_XP * 2) + 16 * q);
+	}
 	auto issue = [&](int c, int b) {
 		const uint32_t base = ring_s + (uint32_t)(b * SB);
-		const int64_t kc = (int64_t)c * W4_KC;
-		for (int p = tid; p < RN * 4; p += NTH) { /* codes: 4 x 16 bytes per row */
-			const int r = p >> 2, q = p & 3;
-			const bool on = n0 + r < A.n;
-			const uint8_t *src = A.codes + (on ? (n0 + r) * (k / 2) + kc / 2 + 16 * q : 0);
-			w4_cp16(base + r * W4_CP + 16 * q, src, on ? 16 : 0);
-		}
-		for (int p = tid; p < RN; p += NTH) { /* scales: 8 bytes per row */
-			const bool on = n0 + p < A.n;
-			const uint8_t *src = A.scales + (on ? (n0 + p) * (k / 16) + kc / 16 : 0);
-			w4_cp8(base + RN * W4_CP + 8 * p, src, on ? 8 : 0);
-		}
-		for (int p = tid; p < RM * 16; p += NTH) { /* x: 16 x 16 bytes per row */
-			const int r = p >> 4, q = p & 15;
-			const bool on = m0 + r < A.m;
-			const uint16_t *src = A.x + (on ? (int64_t)(m0 + r) * k + kc + 8 * q : 0);
-			w4_cp16(base + RN * (W4_CP + 8) + r * (W4_XP * 2) + 16 * q, src, on ? 16 : 0);
-		}
+#pragma unroll
+		for (int i = 0; i < PC; i++)
+			if (tid + i * NTH < RN * 4)
+				w4_cp16(base + cdst[i], csrc[i] + (con[i] ? c * (W4_KC / 2) : 0), con[i]);
+#pragma unroll
+		for (int i = 0; i < PS; i++)
+			if (tid + i * NTH < RN)
+				w4_cp8(base + sdst[i], ssrc[i] + (son[i] ? c * (W4_KC / 16) : 0), son[i]);
+#pragma unroll
+		for (int i = 0; i < PX; i++)
+			if (tid + i * NTH < RM * 16)
+				w4_cp16(base + xdst[i], xsrc[i] + (xon[i] ? c * W4_KC : 0), xon[i]);
 	};
 
-	for (int s = 0; s < S - 1; s++) {
+	/* the ring: chunk c in buffer c % S; S - 2 chunks in flight, so that chunk c - 1's buffer still
+	 * holds its x while chunk c is decoded (its mma steps run then) */
+	for (int s = 0; s < S - 2; s++) {
 		if (s < nch)
 			issue(s, s);
 		asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -173,41 +198,62 @@ __global__ void __launch_bounds__(32 * WN * WM) k_w4(const w4_args A)
 	const uint32_t selt = (uint32_t)t | ((uint32_t)(t + 4) << 4);
 	const int wrow = wn * 8 * NT + g;		    /* this lane's W row in the stage, tile j: + 8 j */
 	const int xrow = wm * 16 * MT + (lane & 15);	    /* this lane's ldmatrix row, tile i: + 16 i */
-	const uint32_t xcol = (uint32_t)(lane >> 4) * 16; /* bytes */
+	const uint32_t xoff = (uint32_t)(RN * (W4_CP + 8)) + (uint32_t)xrow * (W4_XP * 2) + (uint32_t)(lane >> 4) * 16;
 
-	for (int c = 0, b = 0; c < nch; c++) {
-		w4_wait(S);
-		__syncthreads(); /* chunk c landed for every thread; chunk c - 1's buffer is free */
-		if (c + S - 1 < nch)
-			issue(c + S - 1, b == 0 ? S - 1 : b - 1);
-		asm volatile("cp.async.commit_group;\n" ::: "memory");
-		const uint8_t *st = ring + b * SB;
-		const uint32_t xs = ring_s + (uint32_t)(b * SB + RN * (W4_CP + 8)) + (uint32_t)xrow * (W4_XP * 2) + xcol;
-		uint2 sc[NT];
+	uint32_t bo[NT][W4_KC / 16][2]; /* the previous chunk's decoded W fragments */
+	/* the 8 mma steps of chunk cm (x from its buffer bm, W from bo), in k order */
+	auto steps = [&](int bm) {
+		const uint32_t xs = ring_s + (uint32_t)(bm * SB) + xoff;
 #pragma unroll
-		for (int j = 0; j < NT; j++)
-			sc[j] = *reinterpret_cast<const uint2 *>(st + RN * W4_CP + 8 * (wrow + 8 * j));
-#pragma unroll
-		for (int s = 0; s < W4_KC / 16; s++) {
-			uint32_t b0[NT], b1[NT];
-#pragma unroll
-			for (int j = 0; j < NT; j++) {
-				const uint2 cw = *reinterpret_cast<const uint2 *>(st + (wrow + 8 * j) * W4_CP + 8 * s);
-				const uint32_t v = w4_prmt(cw.x, cw.y, selt);
-				const uint32_t sf = ((s < 4 ? sc[j].x : sc[j].y) >> (8 * (s & 3))) & 0xFFu;
-				w4_decode(v, tab[sf], b0[j], b1[j]);
-			}
+		for (int s = 0; s < W4_KC / 16; s++)
 #pragma unroll
 			for (int i = 0; i < MT; i++) {
 				uint32_t a[4];
 				w4_ldsm4(a, xs + (uint32_t)(i * 16 * W4_XP * 2 + s * 32));
 #pragma unroll
 				for (int j = 0; j < NT; j++)
-					w4_mma(acc[i][j], a, b0[j], b1[j]);
+					w4_mma(acc[i][j], a, bo[j][s][0], bo[j][s][1]);
+			}
+	};
+
+	for (int c = 0, b = 0; c < nch; c++) {
+		w4_wait(S - 1); /* at most S - 3 pending: chunk c landed (this thread's copies) */
+		__syncthreads(); /* chunk c landed for every thread; chunk c - 2's buffer is free */
+		if (c + S - 2 < nch)
+			issue(c + S - 2, b >= 2 ? b - 2 : b + S - 2);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+		const uint8_t *st = ring + b * SB;
+		uint32_t bn[NT][W4_KC / 16][2];
+#pragma unroll
+		for (int j = 0; j < NT; j++) {
+			const uint8_t *row = st + (wrow + 8 * j) * W4_CP;
+			uint4 cw[4];
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+				cw[q] = reinterpret_cast<const uint4 *>(row)[q];
+			const uint2 sc = *reinterpret_cast<const uint2 *>(st + RN * W4_CP + 8 * (wrow + 8 * j));
+#pragma unroll
+			for (int s = 0; s < W4_KC / 16; s++) {
+				const uint32_t w0 = (s & 1) ? cw[s >> 1].z : cw[s >> 1].x;
+				const uint32_t w1 = (s & 1) ? cw[s >> 1].w : cw[s >> 1].y;
+				const uint32_t v = w4_prmt(w0, w1, selt);
+				const uint32_t sf = ((s < 4 ? sc.x : sc.y) >> (8 * (s & 3))) & 0xFFu;
+				w4_decode(v, tab[sf], bn[j][s][0], bn[j][s][1]);
 			}
 		}
+		if (c > 0)
+			steps(b == 0 ? S - 1 : b - 1);
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int s = 0; s < W4_KC / 16; s++) {
+				bo[j][s][0] = bn[j][s][0];
+				bo[j][s][1] = bn[j][s][1];
+			}
 		b = b + 1 == S ? 0 : b + 1;
 	}
+	if (nch > 0)
+		steps((nch - 1) % S);
 	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
 	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
@@ -308,11 +354,11 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	const int nth = 32 * v->wn * v->wm;
 	const int sb = w4_stage_bytes(rn, rm);
 	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
-	/* stages: up to 8, as many as let every CTA of the grid be resident at once (at least 3) */
+	/* stages: up to 8, as many as let every CTA of the grid be resident at once (at least 4) */
 	const int64_t ctas = (int64_t)gx * gy, per_sm = (ctas + im->sms - 1) / im->sms;
 	const int64_t budget = (int64_t)220 * 1024 / (per_sm < 1 ? 1 : per_sm) - 256 * 16 - 1024;
 	int S = (int)(budget / sb);
-	S = S > 8 ? 8 : S < 3 ? 3 : S;
+	S = S > 8 ? 8 : S < 4 ? 4 : S;
 	if (im->w4_stages)
 		S = im->w4_stages;
 	const int smem = 256 * 16 + S * sb;

@@ -543,7 +543,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		struct {
 			const void *x, *y, *bias, *wdec, *wcodes, *wscales, *wamax;
 			int64_t m, n, k;
-			int err_mode, bound;
+			int err_mode, bound, w4;
 		} key;
 		memset(&key, 0, sizeof key); /* padding too: keys are compared as bytes */
 		key.x = x;
@@ -551,8 +551,9 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		key.bias = bias;
 		/* the decoded operand the GEMM reads: the caller's, or the scratch (sized now: a replay writes
 		 * the buffer of its key), or none (a buffer of the recorded work itself) */
-		if (fwd_w4(be, m, qw))
-			key.wdec = 0; /* the GEMM reads the codes */
+		key.w4 = fwd_w4(be, m, qw); /* the GEMM reads the codes (no decoded operand) */
+		if (key.w4)
+			key.wdec = 0;
 		else if (wo && wo->wdec)
 			key.wdec = wo->wdec;
 		else if (wo && wo->ws) {
