@@ -157,18 +157,18 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 #pragma unroll
 		for (int i = 0; i < PC; i++)
 			if (tid + i * NTH < RN * 4)
-				w4_cp16(base + cdst[i], csrc[i] + (con[i] ? c * (W4_KC / 2) : 0), con[i]);
+				w4_cp16(base + cdst[i], csrc[i] + (size_t)c * (size_t)(con[i] ? W4_KC / 2 : 0), con[i]);
 #pragma unroll
 		for (int i = 0; i < PS; i++)
 			if (tid + i * NTH < RN)
-				w4_cp8(base + sdst[i], ssrc[i] + (son[i] ? c * (W4_KC / 16) : 0), son[i]);
+				w4_cp8(base + sdst[i], ssrc[i] + (size_t)c * (size_t)(son[i] ? W4_KC / 16 : 0), son[i]);
 	};
 	auto issue_x = [&](int c, int b) {
 		const uint32_t base = ring_s + (uint32_t)(b * SB);
 #pragma unroll
 		for (int i = 0; i < PX; i++)
 			if (tid + i * NTH < RM * 16)
-				w4_cp16(base + xdst[i], xsrc[i] + (xon[i] ? c * W4_KC : 0), xon[i]);
+				w4_cp16(base + xdst[i], xsrc[i] + (size_t)c * (size_t)(xon[i] ? W4_KC : 0), xon[i]);
 	};
 	auto issue = [&](int c, int b) {
 		issue_w(c, b);
@@ -230,17 +230,9 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 			}
 	};
 
-	for (int c = 0, b = 0; c < nch; c++) {
-		if (c == 0) /* the prologue's groups: all */
-			asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-		else /* at most S - 3 pending: chunk c landed (this thread's copies) */
-			w4_wait(S - 1);
-		__syncthreads(); /* chunk c landed for every thread; chunk c - 2's buffer is free */
-		if (c + S - 2 < nch)
-			issue(c + S - 2, b >= 2 ? b - 2 : b + S - 2);
-		asm volatile("cp.async.commit_group;\n" ::: "memory");
+	/* chunk c's W fragments (buffer b) into d */
+	auto decode = [&](int b, uint32_t (*d)[W4_KC / 16][2]) {
 		const uint8_t *st = ring + b * SB;
-		uint32_t bn[NT][W4_KC / 16][2];
 #pragma unroll
 		for (int j = 0; j < NT; j++) {
 			const uint8_t *row = st + (wrow + 8 * j) * W4_CP;
@@ -255,11 +247,30 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 				const uint32_t w1 = (s & 1) ? cw[s >> 1].w : cw[s >> 1].y;
 				const uint32_t v = w4_prmt(w0, w1, selt);
 				const uint32_t sf = ((s < 4 ? sc.x : sc.y) >> (8 * (s & 3))) & 0xFFu;
-				w4_decode(v, tab[sf], bn[j][s][0], bn[j][s][1]);
+				w4_decode(v, tab[sf], d[j][s][0], d[j][s][1]);
 			}
 		}
-		if (c > 0)
-			steps(b == 0 ? S - 1 : b - 1);
+	};
+
+	/* chunk 0 (the prologue's groups: all of them), then each chunk c decoded beside chunk c - 1's
+	 * mma steps: one straight block, so the decode fills the waits of the mma chain */
+	if (nch > 0) {
+		asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+		__syncthreads();
+		if (S - 2 < nch)
+			issue(S - 2, S - 2);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+		decode(0, bo);
+	}
+	for (int c = 1, b = 1 % S; c < nch; c++) {
+		w4_wait(S - 1); /* at most S - 3 pending: chunk c landed (this thread's copies) */
+		__syncthreads(); /* chunk c landed for every thread; chunk c - 2's buffer is free */
+		if (c + S - 2 < nch)
+			issue(c + S - 2, b >= 2 ? b - 2 : b + S - 2);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+		uint32_t bn[NT][W4_KC / 16][2];
+		decode(b, bn);
+		steps(b == 0 ? S - 1 : b - 1);
 #pragma unroll
 		for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -324,6 +335,8 @@ static const struct w4_variant w4_variants[] = {
 	{k_w4<2, 4, 2, 4>, 2, 4, 2, 4, "MT2 NT4 WN2 WM4"},
 	{k_w4<1, 1, 4, 4>, 1, 1, 4, 4, "MT1 NT1 WN4 WM4"},
 	{k_w4<2, 1, 4, 4>, 2, 1, 4, 4, "MT2 NT1 WN4 WM4"},
+	{k_w4<1, 2, 2, 1>, 1, 2, 2, 1, "MT1 NT2 WN2 WM1"},
+	{k_w4<1, 1, 2, 1>, 1, 1, 2, 1, "MT1 NT1 WN2 WM1"},
 };
 #define W4_NVAR ((int)(sizeof w4_variants / sizeof w4_variants[0]))
 
@@ -332,11 +345,9 @@ static int w4_pick(int64_t m)
 {
 	if (m <= 16)
 		return 0;
-	if (m <= 32)
-		return 3;
 	if (m <= 64)
-		return 6;
-	return 8;
+		return 3;
+	return 5;
 }
 
 static int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k)
