@@ -6,8 +6,7 @@
  * 14336x4096 at M = 1, 16, 64, 128:
  *   - the forward (4/6 quantize of X + the GEMM, no context: graph replay; 16x16 weight) against
  *     the plain bf16 cuBLASLt GEMM of the same shape (32 MiB workspace, heuristic's first choice);
- *   - the same forward with gemm_w4 launched without programmatic dependent launch, and with
- *     be->gemm_w4 switched off (the path before: decode W + cuBLASLt);
+ *   - the same forward with be->gemm_w4 switched off (the path before: decode W + cuBLASLt);
  *   - the forward with row-scaled X, and the forward saving a context (quantized override);
  *   - be->gemm_w4 alone on the decoded X (the GEMM without the X quantize);
  * and, with `smallm variants`, gemm_w4 alone for every kernel variant (fos_cuda_smallm_variant). */
@@ -55,7 +54,7 @@ static void sm_row(const char *what, const char *shape, op_fn f, void *c, op_fn 
 	row(what, shape, t, "plain bf16 GEMM (L2 flushed)", tb);
 }
 
-typedef int (*sm_w4_fn)(fos_backend *, const uint16_t *, const fos_qtensor *, int64_t, const fos_gemm_epi *, int,
+typedef int (*sm_w4_fn)(fos_backend *, const uint16_t *, const fos_qtensor *, int64_t, const fos_gemm_epi *,
 			uint16_t *, fos_err *);
 static sm_w4_fn sm_w4_keep;
 
@@ -64,13 +63,6 @@ static void sm_fwd_old(void *c) /* the forward with gemm_w4 switched off */
 	be->gemm_w4 = NULL;
 	op_fwd(c);
 	be->gemm_w4 = sm_w4_keep;
-}
-
-static void sm_fwd_nopdl(void *c) /* the forward with gemm_w4 launched the ordinary way */
-{
-	CK(fos_cuda_smallm_pdl(be, 0, &err));
-	op_fwd(c);
-	CK(fos_cuda_smallm_pdl(be, 1, &err));
 }
 
 static void sm_fwd_save(void *c)
@@ -91,7 +83,7 @@ static void sm_w4(void *c)
 {
 	sm_ctx *s = c;
 	const fos_gemm_epi e = fos_gemm_epi_plain();
-	CK(be->gemm_w4(be, s->xdec, s->w, s->m, &e, 1, s->y, &err));
+	CK(be->gemm_w4(be, s->xdec, s->w, s->m, &e, s->y, &err));
 }
 
 static void bench_smallm(int variants)
@@ -136,8 +128,6 @@ static void bench_smallm(int variants)
 				continue;
 			}
 			sm_row("smallm: forward (codes read by gemm_w4; graph replay)", shape, op_fwd, &l, op_gemm, &g);
-			sm_row("smallm: forward, gemm_w4 without programmatic dependent launch", shape, sm_fwd_nopdl, &l,
-			       op_gemm, &g);
 			sm_row("smallm: forward, decode W + cuBLASLt (gemm_w4 off)", shape, sm_fwd_old, &l, op_gemm, &g);
 			sm_row("smallm: gemm_w4 alone (X decoded beforehand)", shape, sm_w4, &sc, op_gemm, &g);
 			l.o.row_scaled = 1;

@@ -189,13 +189,10 @@ struct fos_backend {
 	 * epilogue(sum_k a[m,k] * decode(w)[n,k]), a (M, K) bf16, the bits of be->decode + be->gemm
 	 * with the same epi (cuda: the same in-order FP32 chain per output as its cuBLASLt GEMM), so a
 	 * row's bits never depend on which of the two served it. Only for the shapes gemm_w4_takes
-	 * answers 1 (else EINVAL); linear.c asks first and uses it for the forward's GEMM. w_early 1:
-	 * w's codes and scales were complete before the last op queued on this instance began, so the
-	 * GEMM may start reading them while that op ends (cuda: a programmatic dependent launch; a, the
-	 * amaxes, row scales and bias are read only after it); 0: an ordinary stream-ordered call. */
+	 * answers 1 (else EINVAL); linear.c asks first and uses it for the forward's GEMM. */
 	int (*gemm_w4_takes)(fos_backend *be, int64_t m, int64_t n, int64_t k);
 	int (*gemm_w4)(fos_backend *be, const uint16_t *a, const struct fos_qtensor *w, int64_t m,
-		       const struct fos_gemm_epi *epi, int w_early, uint16_t *y, fos_err *err);
+		       const struct fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 
 	/* ---- recorded work ---- */
 	/* Optional (NULL when not offered): runs run(be, arg, err). run must only queue work on this

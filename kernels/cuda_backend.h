@@ -64,9 +64,7 @@ int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans_b, int64_t
  * be NULL) gets the variant's tile shape. */
 int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err);
 int fos_cuda_smallm_variants(void);
-/* 1 (default): the small-M GEMM is launched as a programmatic dependent launch (it streams its first
- * W chunks while the X quantize before it ends); 0: an ordinary launch. Same bytes either way. */
-int fos_cuda_smallm_pdl(fos_backend *be, int on, fos_err *err);
+
 
 /* Exhaustive self-tests on the GPU; each sets *bad to the number of inputs where the fast form
  * differs from the exact one (0 = proven equal over every input):

@@ -64,7 +64,6 @@ struct fcu_impl {
 	unsigned char done_handle[64];
 	int w4_variant; /* small-M kernel variant + 1 (fos_cuda_smallm_variant; 0: by shape) */
 	int w4_stages;  /* its ring depth (0: the launcher's choice) */
-	int w4_nopdl;   /* launched without programmatic dependent launch (fos_cuda_smallm_variant) */
 };
 
 static inline struct fcu_impl *fcu(fos_backend *be)

@@ -176,19 +176,12 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 	};
 
 	/* the ring: chunk c in buffer c % S; S - 2 chunks in flight, so that chunk c - 1's buffer still
-	 * holds its x while chunk c is decoded (its mma steps run then). The first chunks' W is asked
-	 * for before the wait for the kernel this one depends on (programmatic dependent launch: x, its
-	 * amaxes and row scales are that kernel's outputs; W and the bias are not), their x after it, in
-	 * one more commit group that the first chunk waits for entirely. */
+	 * holds its x while chunk c is decoded (its mma steps run then) */
 	for (int s = 0; s < S - 2; s++) {
 		if (s < nch)
-			issue_w(s, s);
+			issue(s, s);
 		asm volatile("cp.async.commit_group;\n" ::: "memory");
 	}
-	asm volatile("griddepcontrol.wait;\n" ::: "memory");
-	for (int s = 0; s < S - 2 && s < nch; s++)
-		issue_x(s, s);
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
 	for (int i = tid; i < 256; i += NTH) {
 		const float sf = fos_e4m3_to_f32((uint32_t)i);
 		uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
@@ -252,10 +245,10 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 		}
 	};
 
-	/* chunk 0 (the prologue's groups: all of them), then each chunk c decoded beside chunk c - 1's
-	 * mma steps: one straight block, so the decode fills the waits of the mma chain */
+	/* chunk 0, then each chunk c decoded beside chunk c - 1's mma steps: one straight block, so the
+	 * decode fills the waits of the mma chain */
 	if (nch > 0) {
-		asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+		w4_wait(S - 1); /* at most S - 3 pending: chunk 0 landed (this thread's copies) */
 		__syncthreads();
 		if (S - 2 < nch)
 			issue(S - 2, S - 2);
@@ -358,7 +351,7 @@ static int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k)
 }
 
 static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w, int64_t m, const fos_gemm_epi *epi,
-		       int w_early, uint16_t *y, fos_err *err)
+		       uint16_t *y, fos_err *err)
 {
 	const int64_t n = w->rows, k = w->cols;
 	if (!fcu_w4_takes(be, m, n, k))
@@ -409,19 +402,8 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	A.b_dinv = epi->b_dinv;
 	A.bias = epi->bias;
 	A.y = y;
-	/* w_early: a programmatic dependent launch, the kernel streams its first W chunks while the op
-	 * queued before it (the forward's X quantize) ends; it waits for that op before reading x */
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = dim3(gx, gy);
-	cfg.blockDim = dim3((unsigned)nth);
-	cfg.dynamicSmemBytes = (size_t)smem;
-	cfg.stream = im->st;
-	cudaLaunchAttribute at[1];
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = w_early && !im->w4_nopdl ? 1 : 0;
-	cfg.attrs = at;
-	cfg.numAttrs = 1;
-	return fcu_check(cudaLaunchKernelEx(&cfg, v->fn, A), err, "gemm_w4 kernel launch");
+	v->fn<<<dim3(gx, gy), nth, smem, im->st>>>(A);
+	return fcu_launched(err, "gemm_w4 kernel launch");
 }
 
 void fcu_smallm_install(fos_backend *be)
@@ -447,11 +429,4 @@ extern "C" int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages,
 extern "C" int fos_cuda_smallm_variants(void)
 {
 	return W4_NVAR;
-}
-
-extern "C" int fos_cuda_smallm_pdl(fos_backend *be, int on, fos_err *err)
-{
-	(void)err;
-	fcu(be)->w4_nopdl = !on;
-	return FOS_OK;
 }

@@ -460,7 +460,7 @@ static int fwd_gemm(fos_backend *be, const uint16_t *xdec, const uint16_t *wdec,
 		    const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
 {
 	if (!wdec)
-		return be->gemm_w4(be, xdec, &qw->q, m, epi, 1, y, err); /* W was put before X's quantize */
+		return be->gemm_w4(be, xdec, &qw->q, m, epi, y, err);
 	return be->gemm(be, xdec, wdec, m, qw->n, qw->k, epi, y, err);
 }
 

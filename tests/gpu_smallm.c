@@ -130,7 +130,7 @@ static void test_gemm_w4_bits(void **state)
 				same_rows(y, ref, m, n, what);
 				assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, m, n, k), m <= 128);
 				if (m > 128) {
-					assert_int_equal(g_gpu->gemm_w4(g_gpu, xdec, &qw.q, m, &epis[ei], 0, y, &e), FOS_EINVAL);
+					assert_int_equal(g_gpu->gemm_w4(g_gpu, xdec, &qw.q, m, &epis[ei], y, &e), FOS_EINVAL);
 					continue;
 				}
 #ifdef FOS_HAVE_CUDA
@@ -138,7 +138,7 @@ static void test_gemm_w4_bits(void **state)
 					char name[64];
 					assert_int_equal(fos_cuda_smallm_variant(g_gpu, v, 0, name, sizeof name, &e), FOS_OK);
 					assert_int_equal(g_gpu->zero(g_gpu, y, (size_t)(m * n) * 2, &e), FOS_OK);
-					assert_int_equal(g_gpu->gemm_w4(g_gpu, xdec, &qw.q, m, &epis[ei], v & 1, y, &e), FOS_OK);
+					assert_int_equal(g_gpu->gemm_w4(g_gpu, xdec, &qw.q, m, &epis[ei], y, &e), FOS_OK);
 					snprintf(what, sizeof what, "N=%lld K=%lld epilogue %d M=%lld: gemm_w4 %s",
 						 (long long)n, (long long)k, ei, (long long)m, name);
 					same_rows(y, ref, m, n, what);
@@ -173,7 +173,7 @@ static void test_gemm_w4_refuses(void **state)
 	fos_err e;
 	assert_int_equal(fos_qtensor_alloc(g_gpu, &q, 16, 144, 0, &e), FOS_OK);
 	uint16_t *a = g_gpu->alloc(g_gpu, 16 * 144 * 2), *y = g_gpu->alloc(g_gpu, 16 * 16 * 2);
-	assert_int_equal(g_gpu->gemm_w4(g_gpu, a, &q, 16, NULL, 0, y, &e), FOS_EINVAL);
+	assert_int_equal(g_gpu->gemm_w4(g_gpu, a, &q, 16, NULL, y, &e), FOS_EINVAL);
 	assert_non_null(strstr(e.msg, "K=144"));
 	fos_qtensor_free(g_gpu, &q);
 	g_gpu->free(g_gpu, a);
@@ -182,8 +182,8 @@ static void test_gemm_w4_refuses(void **state)
 
 /* ---- the forward --------------------------------------------------------------------------------- */
 
-typedef int (*w4_fn)(fos_backend *, const uint16_t *, const fos_qtensor *, int64_t, const fos_gemm_epi *, int,
-		     uint16_t *, fos_err *);
+typedef int (*w4_fn)(fos_backend *, const uint16_t *, const fos_qtensor *, int64_t, const fos_gemm_epi *, uint16_t *,
+		     fos_err *);
 
 /* y = the forward of x's first m rows with o (saving a context when save), gemm_w4 on or off. */
 static void forward(const uint16_t *x, int64_t m, const fos_qweight *qw, const fos_linear_opts *o, const uint16_t *bias,
