@@ -3,8 +3,9 @@
  * CK, dev_rand, cmpf, g_ctx, op_gemm, l_ctx, op_fwd and row). W comes from HBM: a 256 MiB
  * memset (outside the timed interval) flushes L2 before every timed op; op and baseline alternate
  * run by run (median of 11 each, after warm-ups). Shapes (N x K) 4096x4096, 4096x14336 and
- * 14336x4096 at M = 1, 16, 64, 128:
- *   - the forward (4/6 quantize of X + the GEMM, no context: graph replay; 16x16 weight) against
+ * 14336x4096 at M = 1, 16, 32, 64, 128:
+ *   - the forward (4/6 quantize of X + the GEMM, no context: graph replay; 16x16 weight) as fosd
+ *     runs it (gemm_w4 where be->gemm_w4_takes says so), and with gemm_w4 wherever it runs, against
  *     the plain bf16 cuBLASLt GEMM of the same shape (32 MiB workspace, heuristic's first choice);
  *   - the same forward with be->gemm_w4 switched off (the path before: decode W + cuBLASLt);
  *   - the forward with row-scaled X, and the forward saving a context (quantized override);
@@ -65,6 +66,13 @@ static void sm_fwd_old(void *c) /* the forward with gemm_w4 switched off */
 	be->gemm_w4 = sm_w4_keep;
 }
 
+static void sm_fwd_w4(void *c) /* the forward with gemm_w4 wherever it runs (M <= 128) */
+{
+	CK(fos_cuda_smallm_variant(be, -2, 0, NULL, 0, &err));
+	op_fwd(c);
+	CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
+}
+
 static void sm_fwd_save(void *c)
 {
 	l_ctx *x = c;
@@ -88,7 +96,7 @@ static void sm_w4(void *c)
 
 static void bench_smallm(int variants)
 {
-	const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}, ms[] = {1, 16, 64, 128};
+	const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}, ms[] = {1, 16, 32, 64, 128};
 	if (!be->gemm_w4) {
 		printf("bench_cuda: this backend has no gemm_w4\n");
 		return;
@@ -110,7 +118,7 @@ static void bench_smallm(int variants)
 		CK(fos_qtensor_alloc(be, &xq, 128, k, 0, &err));
 		fos_qcfg qc = fos_qcfg_default();
 		CK(be->quantize(be, x, FOS_BF16, 128, k, &qc, NULL, &xq, xdec, &err));
-		for (int i = 0; i < 4; i++) {
+		for (int i = 0; i < 5; i++) {
 			const int64_t m = ms[i];
 			char shape[64];
 			snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
@@ -127,7 +135,8 @@ static void bench_smallm(int variants)
 				CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
 				continue;
 			}
-			sm_row("smallm: forward (codes read by gemm_w4; graph replay)", shape, op_fwd, &l, op_gemm, &g);
+			sm_row("smallm: forward, fosd's pick (graph replay)", shape, op_fwd, &l, op_gemm, &g);
+			sm_row("smallm: forward, gemm_w4 (codes read by the GEMM)", shape, sm_fwd_w4, &l, op_gemm, &g);
 			sm_row("smallm: forward, decode W + cuBLASLt (gemm_w4 off)", shape, sm_fwd_old, &l, op_gemm, &g);
 			sm_row("smallm: gemm_w4 alone (X decoded beforehand)", shape, sm_w4, &sc, op_gemm, &g);
 			l.o.row_scaled = 1;

@@ -62,7 +62,8 @@ struct fcu_impl {
 	cudaEvent_t fork_ev, join_ev;
 	cudaEvent_t done_ev;     /* interprocess (backend.h done_event_*), made on first use */
 	unsigned char done_handle[64];
-	int w4_variant; /* small-M kernel variant + 1 (fos_cuda_smallm_variant; 0: by shape) */
+	int w4_variant; /* small-M kernel variant + 1 (fos_cuda_smallm_variant; 0: by shape; -1: by
+			 * shape, and the forward uses it wherever it runs) */
 	int w4_stages;  /* its ring depth (0: the launcher's choice) */
 };
 

@@ -19,7 +19,8 @@
  * of x (WM warps along M, MT m16 tiles each); x is the mma's A operand (ldmatrix from shared
  * memory), decoded W its B operand. K is streamed in chunks of 128 through an S-stage ring of
  * 16-byte (codes, x) and 8-byte (scales) cp.async copies, S - 1 chunks in flight.
- * Taken (fcu_w4_takes): 1 <= M <= 128, K % 128 == 0, N % 8 == 0; linear.c asks before using it. */
+ * Runs 1 <= M <= 128, K % 128 == 0, N % 8 == 0; be->gemm_w4_takes answers 1 for the shapes where
+ * it is faster than decode + cuBLASLt (W4_PICK_MAXM); linear.c asks before using it. */
 #include "cuda_internal.cuh"
 #include "fos_format.h"
 
@@ -28,7 +29,8 @@
 #define W4_KC 128		  /* k per chunk (8 mma steps) */
 #define W4_CP (W4_KC / 2 + 16)	  /* code bytes per W row in a stage (64 + 16 against bank conflicts) */
 #define W4_XP (W4_KC + 8)	  /* bf16 per x row in a stage (128 + 8 against bank conflicts) */
-#define W4_MAXM 128
+#define W4_MAXM 128		  /* the most rows the kernel runs */
+#define W4_PICK_MAXM 16		  /* the most rows the forward gives it (fcu_w4_takes) */
 
 struct w4_args {
 	const uint16_t *x;
@@ -343,18 +345,25 @@ static int w4_pick(int64_t m)
 	return 5;
 }
 
-static int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k)
+/* The shapes the kernel runs. */
+static int w4_runs(int64_t m, int64_t n, int64_t k)
 {
-	(void)be;
 	return m >= 1 && m <= W4_MAXM && n >= 8 && n % 8 == 0 && k >= W4_KC && k % W4_KC == 0 && n * k < ((int64_t)1 << 40) &&
 	       n < ((int64_t)1 << 30) && k < ((int64_t)1 << 30);
+}
+
+/* The shapes the forward gives it: those it runs faster than be->decode + be->gemm (H200, bench_cuda
+ * smallm, BENCHMARKS.md session 8). Either gives the same bits, so this is speed only. */
+static int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k)
+{
+	return w4_runs(m, n, k) && (m <= W4_PICK_MAXM || fcu(be)->w4_variant != 0);
 }
 
 static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w, int64_t m, const fos_gemm_epi *epi,
 		       uint16_t *y, fos_err *err)
 {
 	const int64_t n = w->rows, k = w->cols;
-	if (!fcu_w4_takes(be, m, n, k))
+	if (!w4_runs(m, n, k))
 		return fos_seterr(err, FOS_EINVAL,
 				  "gemm_w4 takes 1 <= M <= %d, K a multiple of %d, N a multiple of 8 (M=%lld N=%lld K=%lld)",
 				  W4_MAXM, W4_KC, (long long)m, (long long)n, (long long)k);
@@ -414,12 +423,14 @@ void fcu_smallm_install(fos_backend *be)
 
 extern "C" int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err)
 {
-	if (variant < -1 || variant >= W4_NVAR)
-		return fos_seterr(err, FOS_EINVAL, "small-M variant %d: there are %d (0..%d, or -1 for the shape rule)",
+	if (variant < -2 || variant >= W4_NVAR)
+		return fos_seterr(err, FOS_EINVAL,
+				  "small-M variant %d: there are %d (0..%d; -1: the shape rule; -2: the shape rule's tile "
+				  "wherever the kernel runs)",
 				  variant, W4_NVAR, W4_NVAR - 1);
-	if (stages != 0 && (stages < 2 || stages > 8))
-		return fos_seterr(err, FOS_EINVAL, "small-M stages %d: 2..8, or 0 for the launcher's choice", stages);
-	fcu(be)->w4_variant = variant + 1;
+	if (stages != 0 && (stages < 4 || stages > 8))
+		return fos_seterr(err, FOS_EINVAL, "small-M stages %d: 4..8, or 0 for the launcher's choice", stages);
+	fcu(be)->w4_variant = variant + 1; /* -2 -> -1: taken wherever it runs, tile by w4_pick */
 	fcu(be)->w4_stages = stages;
 	if (name && len)
 		snprintf(name, len, "%s", variant >= 0 ? w4_variants[variant].name : "by shape");

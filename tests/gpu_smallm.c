@@ -9,8 +9,9 @@
  *     row-scaled X, bias or not, 16x16 / MAE / 256 and 1x16 / MSE / 448 weights, no context and a
  *     saved context of each override) gives rows 0..M-1 of the M = 8192 forward (X's largest
  *     element sits in row 0, so the per-tensor amax is the same for every M), and at M <= 128 the
- *     bits of the same forward with gemm_w4 switched off;
- *   - shapes the kernel does not take (K % 128, M > 128) are refused by gemm_w4_takes and gemm_w4.
+ *     same bits with gemm_w4 wherever it runs and with gemm_w4 switched off;
+ *   - shapes the kernel cannot run (K % 128, M > 128) are refused by gemm_w4 and never taken;
+ *     gemm_w4_takes answers 1 at M = 1.
  * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -128,7 +129,8 @@ static void test_gemm_w4_bits(void **state)
 					 (long long)k, ei, (long long)m);
 				assert_int_equal(g_gpu->gemm(g_gpu, xdec, wdec, m, n, k, &epis[ei], y, &e), FOS_OK);
 				same_rows(y, ref, m, n, what);
-				assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, m, n, k), m <= 128);
+				if (m > 128)
+					assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, m, n, k), 0);
 				if (m > 128) {
 					assert_int_equal(g_gpu->gemm_w4(g_gpu, xdec, &qw.q, m, &epis[ei], y, &e), FOS_EINVAL);
 					continue;
@@ -168,7 +170,8 @@ static void test_gemm_w4_refuses(void **state)
 	assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, 16, 4096, 64), 0);
 	assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, 0, 4096, 4096), 0);
 	assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, 129, 4096, 4096), 0);
-	assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, 128, 16, 128), 1);
+	assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, 1, 16, 128), 1);
+	assert_int_equal(g_gpu->gemm_w4_takes(g_gpu, 1, 4096, 4096), 1);
 	fos_qtensor q;
 	fos_err e;
 	assert_int_equal(fos_qtensor_alloc(g_gpu, &q, 16, 144, 0, &e), FOS_OK);
@@ -243,6 +246,14 @@ static void test_forward_batch_invariant(void **state)
 							forward(x, m, &qw, &o, b, save, 1, y);
 							same_rows(y, ref, m, n, what);
 							if (m <= 128) {
+#ifdef FOS_HAVE_CUDA
+								char w2[240];
+								snprintf(w2, sizeof w2, "%s (gemm_w4 wherever it runs)", what);
+								assert_int_equal(fos_cuda_smallm_variant(g_gpu, -2, 0, NULL, 0, &e), FOS_OK);
+								forward(x, m, &qw, &o, b, save, 1, y);
+								assert_int_equal(fos_cuda_smallm_variant(g_gpu, -1, 0, NULL, 0, &e), FOS_OK);
+								same_rows(y, ref, m, n, w2);
+#endif
 								strcat(what, " (gemm_w4 off)");
 								forward(x, m, &qw, &o, b, save, 0, y);
 								same_rows(y, ref, m, n, what);
