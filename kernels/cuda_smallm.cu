@@ -20,7 +20,7 @@
  * memory), decoded W its B operand. K is streamed in chunks of 128 through an S-stage ring of
  * 16-byte (codes, x) and 8-byte (scales) cp.async copies, S - 1 chunks in flight.
  * Runs 1 <= M <= 128, K % 128 == 0, N % 8 == 0; be->gemm_w4_takes answers 1 for the shapes where
- * it is faster than decode + cuBLASLt (W4_PICK_MAXM); linear.c asks before using it. */
+ * it is faster than decode + cuBLASLt (fcu_w4_takes); linear.c asks before using it. */
 #include "cuda_internal.cuh"
 #include "fos_format.h"
 
@@ -30,7 +30,6 @@
 #define W4_CP (W4_KC / 2 + 16)	  /* code bytes per W row in a stage (64 + 16 against bank conflicts) */
 #define W4_XP (W4_KC + 8)	  /* bf16 per x row in a stage (128 + 8 against bank conflicts) */
 #define W4_MAXM 128		  /* the most rows the kernel runs */
-#define W4_PICK_MAXM 16		  /* the most rows the forward gives it (fcu_w4_takes) */
 
 struct w4_args {
 	const uint16_t *x;
@@ -335,14 +334,18 @@ static const struct w4_variant w4_variants[] = {
 };
 #define W4_NVAR ((int)(sizeof w4_variants / sizeof w4_variants[0]))
 
-/* The variant fosd uses for m rows (the shape rule; fos_cuda_smallm_variant can force another). */
-static int w4_pick(int64_t m)
+/* The variant for m rows of an (n, k) weight: the fastest of bench_cuda smallm variants (H200,
+ * BENCHMARKS.md session 8, run 3); fos_cuda_smallm_variant can force another. */
+static int w4_pick(int64_t m, int64_t n)
 {
+	const int wide = n >= 8192; /* enough N tiles for 2 per warp */
 	if (m <= 16)
-		return 0;
-	if (m <= 64)
+		return wide ? 1 : 0;
+	if (m <= 32)
 		return 3;
-	return 5;
+	if (m <= 64)
+		return wide ? 5 : 3;
+	return wide ? 8 : 5;
 }
 
 /* The shapes the kernel runs. */
@@ -352,11 +355,15 @@ static int w4_runs(int64_t m, int64_t n, int64_t k)
 	       n < ((int64_t)1 << 30) && k < ((int64_t)1 << 30);
 }
 
-/* The shapes the forward gives it: those it runs faster than be->decode + be->gemm (H200, bench_cuda
- * smallm, BENCHMARKS.md session 8). Either gives the same bits, so this is speed only. */
+/* The shapes the forward gives it: those where the forward with it was faster than with be->decode
+ * + be->gemm (H200, bench_cuda smallm, BENCHMARKS.md session 8, run 3: M <= 16 at 4096x4096,
+ * 4096x14336 and 14336x4096; M = 32 at the two larger ones, not at 4096x4096; M = 64 at none).
+ * Either gives the same bits, so this is speed only. */
 static int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k)
 {
-	return w4_runs(m, n, k) && (m <= W4_PICK_MAXM || fcu(be)->w4_variant != 0);
+	if (!w4_runs(m, n, k))
+		return 0;
+	return m <= 16 || (m <= 32 && n * k >= ((int64_t)1 << 25)) || fcu(be)->w4_variant != 0;
 }
 
 static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w, int64_t m, const fos_gemm_epi *epi,
@@ -378,7 +385,7 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	if (!epi)
 		epi = &plain;
 	struct fcu_impl *im = fcu(be);
-	const int vi = im->w4_variant > 0 ? im->w4_variant - 1 : w4_pick(m);
+	const int vi = im->w4_variant > 0 ? im->w4_variant - 1 : w4_pick(m, n);
 	const struct w4_variant *v = &w4_variants[vi];
 	const int rn = 8 * v->nt * v->wn, rm = 16 * v->mt * v->wm;
 	const int nth = 32 * v->wn * v->wm;
