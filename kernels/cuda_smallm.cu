@@ -18,7 +18,10 @@
  * Layout: a CTA owns 8 * NT * WN rows of W (WN warps along N, NT n8 tiles each) and 16 * MT * WM rows
  * of x (WM warps along M, MT m16 tiles each); x is the mma's A operand (ldmatrix from shared
  * memory), decoded W its B operand. K is streamed in chunks of 128 through an S-stage ring of
- * 16-byte (codes, x) and 8-byte (scales) cp.async copies, S - 1 chunks in flight.
+ * 16-byte (codes, x) and 8-byte (scales) cp.async copies, S - 2 chunks in flight; a warp decodes
+ * chunk c into registers in the same straight block as chunk c - 1's 8 mma steps (whose x stays in
+ * the ring), so the decode fills the waits of the mma chain. The floor is that chain: K / 16
+ * dependent mma steps per output (about 60 ns each on an H200, BENCHMARKS.md session 8).
  * Runs 1 <= M <= 128, K % 128 == 0, N % 8 == 0; be->gemm_w4_takes answers 1 for the shapes where
  * it is faster than decode + cuBLASLt (fcu_w4_takes); linear.c asks before using it. */
 #include "cuda_internal.cuh"
