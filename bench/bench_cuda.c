@@ -33,7 +33,8 @@
  *     at M = 128 with the decoded tier's copy and without; 512 forward-only puts of a (4096, 14336)
  *     weight (a 30B model's 30e9 elements) and a forward on each, every Y compared bit for bit with
  *     the cached decoded path's.
- * Prints markdown table rows. Usage: bench_cuda [quick | qt | small | wcache [NW]]; qt: only the
+ *   - the small-M forward reading W's codes (issue 28): bench_smallm.h.
+ * Prints markdown table rows. Usage: bench_cuda [quick | qt | small | smallm [variants] | wcache [NW]]; qt: only the
  * quick quantize_t rows (for a profiler: one k_quant_t launch early); small: only the small-M
  * rows; wcache: only the weight cache rows (NW puts in the 30B row, default 512). */
 #include "backend.h"
@@ -619,6 +620,8 @@ static void bench_small_m(void)
 	CK(be->sync(be, &err));
 }
 
+#include "bench_smallm.h"
+
 /* ---- the weight cache's decode on demand (issue 17) ------------------------------------------ */
 
 /* A layer call with explicit weight operands: wo as fosd's lanes pass it (scratch: decode on
@@ -825,6 +828,11 @@ int main(int argc, char **argv)
 		be->destroy(be);
 		return 0;
 	}
+	if (argc > 1 && !strcmp(argv[1], "smallm")) {
+		bench_smallm(argc > 2 && !strcmp(argv[2], "variants"));
+		be->destroy(be);
+		return 0;
+	}
 	if (wcache_only) {
 		bench_wcache(argc > 2 ? atoi(argv[2]) : 512);
 		be->destroy(be);
@@ -837,6 +845,7 @@ int main(int argc, char **argv)
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
 	bench_small_m();
+	bench_smallm(0);
 	bench_wcache(quick ? 16 : 512);
 	be->destroy(be);
 	return 0;

@@ -208,6 +208,17 @@ struct fos_backend {
 	/* db (N) bf16 = bf16( sum over m of float(dy[m, n]) ), dy (M, N) bf16, fixed order. */
 	int (*colsum)(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
 
+	/* Optional (NULL when not offered; cpu: NULL): the GEMM of gemm with b = decode(w) (w (N, K),
+	 * b's bits exactly be->decode's), reading w's codes and scales itself: y (M, N) bf16 =
+	 * epilogue(sum_k a[m,k] * decode(w)[n,k]), a (M, K) bf16, the bits of be->decode + be->gemm
+	 * with the same epi (cuda: the same in-order FP32 chain per output as its cuBLASLt GEMM), so a
+	 * row's bits never depend on which of the two served it. gemm_w4_takes answers 1 for the shapes
+	 * where the backend prefers it (linear.c asks, and then uses it for the forward's GEMM); gemm_w4
+	 * refuses (EINVAL) only shapes it cannot run (cuda: M > 128, K % 128, N % 8). */
+	int (*gemm_w4_takes)(fos_backend *be, int64_t m, int64_t n, int64_t k);
+	int (*gemm_w4)(fos_backend *be, const uint16_t *a, const struct fos_qtensor *w, int64_t m,
+		       const struct fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+
 	/* ---- recorded work ---- */
 	/* Optional (NULL when not offered): runs run(be, arg, err). run must only queue work on this
 	 * backend instance's stream (allocations and frees included, no waits, no host reads of

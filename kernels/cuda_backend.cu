@@ -244,6 +244,7 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 	be->side_end = fcu_side_end;
 	be->side_join = fcu_side_join;
 	fcu_ipc_install(be, (const unsigned char *)prop.uuid.bytes);
+	fcu_smallm_install(be);
 
 	int rc = fcu_check(cudaSetDevice(device), err, "cudaSetDevice");
 	if (!rc)

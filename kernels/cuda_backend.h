@@ -58,6 +58,15 @@ int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, cha
 int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, char *buf,
 			      size_t len, fos_err *err);
 
+/* The small-M GEMM (be->gemm_w4, cuda_smallm.cu) for tests and benchmarks: variant -1 (default)
+ * lets the launcher pick the tile shape by M, 0 .. fos_cuda_smallm_variants() - 1 forces one (each
+ * gives the same bits); -2 picks by M too. With a forced variant or -2, be->gemm_w4_takes answers 1
+ * wherever the kernel runs (M <= 128), so the forward uses it there. stages 0 lets the launcher size
+ * the cp.async ring, 4..8 forces it. name (may be NULL) gets the variant's tile shape. */
+int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err);
+int fos_cuda_smallm_variants(void);
+
+
 /* Exhaustive self-tests on the GPU; each sets *bad to the number of inputs where the fast form
  * differs from the exact one (0 = proven equal over every input):
  *   which 0: x / D for D in {6, 1536, 2688}, every float x, against __fdiv_rn (3 * 2^32 inputs);

@@ -39,17 +39,6 @@ __global__ void k_alpha(const float *a_amax, float a_dinv, const float *b_amax, 
 	out[1] = 0.0f;
 }
 
-__device__ __forceinline__ uint16_t fcu_epi1(float acc, float alpha, float rs, int has_rs, uint16_t bias, int has_bias)
-{
-	float t = FOS_MUL(acc, alpha);
-	if (has_rs)
-		t = FOS_MUL(t, rs);
-	uint16_t y = fos_f32_to_bf16(t);
-	if (has_bias)
-		y = fos_f32_to_bf16(FOS_ADD(fos_bf16_to_f32(y), fos_bf16_to_f32(bias)));
-	return y;
-}
-
 /* y (M, N) bf16 from acc (M, N) FP32. alpha: *dalpha if non-NULL, else halpha. vec4: n % 4 == 0. */
 __global__ void __launch_bounds__(ET) k_epilogue(const float *__restrict__ acc, int64_t m, int64_t n,
 						 const float *__restrict__ dalpha, float halpha,

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cuda_backend.h"
+#include "fos_format.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -61,6 +62,9 @@ struct fcu_impl {
 	cudaEvent_t fork_ev, join_ev;
 	cudaEvent_t done_ev;     /* interprocess (backend.h done_event_*), made on first use */
 	unsigned char done_handle[64];
+	int w4_variant; /* small-M kernel variant + 1 (fos_cuda_smallm_variant; 0: by shape; -1: by
+			 * shape, and the forward uses it wherever it runs) */
+	int w4_stages;  /* its ring depth (0: the launcher's choice) */
 };
 
 static inline struct fcu_impl *fcu(fos_backend *be)
@@ -260,6 +264,22 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 void fcu_graph_release(fos_backend *be);
 void *fcu_graph_alloc(fos_backend *be, size_t n);
 int fcu_graph_owns(fos_backend *be, const void *p);
+/* One output of the GEMM epilogue (NUMERICS.md section 7; backend.h fos_gemm_epi): t = rn(acc *
+ * alpha), rn(t * rs) when has_rs, bf16 RNE, then bf16(float(y) + float(bias)) when has_bias. The one
+ * arithmetic of cuda_gemm.cu's epilogue and of the small-M kernel (cuda_smallm.cu). */
+__device__ __forceinline__ uint16_t fcu_epi1(float acc, float alpha, float rs, int has_rs, uint16_t bias, int has_bias)
+{
+	float t = FOS_MUL(acc, alpha);
+	if (has_rs)
+		t = FOS_MUL(t, rs);
+	uint16_t y = fos_f32_to_bf16(t);
+	if (has_bias)
+		y = fos_f32_to_bf16(FOS_ADD(fos_bf16_to_f32(y), fos_bf16_to_f32(bias)));
+	return y;
+}
+
+/* cuda_smallm.cu: sets be's gemm_w4_takes and gemm_w4. */
+void fcu_smallm_install(fos_backend *be);
 /* cuda_ipc.cu: sets be's uuid and its ipc_* and read_sync ops. */
 void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16]);
 

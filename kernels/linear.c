@@ -14,7 +14,9 @@
  * Weights keep only what their uses need (enum fos_wuse): codes, scales and amax, never a bf16
  * operand. A GEMM that reads W's operand gets it from the caller (fos_wops: a decoded copy, or a
  * scratch buffer to decode into) or decodes it into a buffer of the call; be->decode is exact, so
- * the bits are those of any decoded copy of the same codes. */
+ * the bits are those of any decoded copy of the same codes. A forward whose shape the backend's
+ * gemm_w4 takes (cuda: M <= 128) decodes nothing: that GEMM reads the codes itself, with be->gemm's
+ * bits on the decoded W, so a row's bits do not depend on M across the switch. */
 #include "backend.h"
 #include "fos_format.h"
 
@@ -454,6 +456,22 @@ size_t fos_saved_bytes(const fos_saved *s)
 	return b;
 }
 
+/* 1 when the forward's GEMM reads W's codes itself (be->gemm_w4: the backend takes this shape), so
+ * no decoded W is needed; its bits are those of be->gemm on the decoded W. */
+static int fwd_w4(fos_backend *be, int64_t m, const fos_qweight *qw)
+{
+	return be->gemm_w4 && be->gemm_w4_takes && be->gemm_w4_takes(be, m, qw->n, qw->k);
+}
+
+/* The forward's GEMM: be->gemm_w4 on W's codes when taken, else be->gemm on the decoded wdec. */
+static int fwd_gemm(fos_backend *be, const uint16_t *xdec, const uint16_t *wdec, int64_t m, const fos_qweight *qw,
+		    const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+{
+	if (!wdec)
+		return be->gemm_w4(be, xdec, &qw->q, m, epi, y, err);
+	return be->gemm(be, xdec, wdec, m, qw->n, qw->k, epi, y, err);
+}
+
 /* The forward when nothing is kept for a backward: decode W (unless wo has it), quantize X, then
  * the GEMM; only stream-ordered work, no wait (y is read through this backend: a d2h, which
  * waits, or a later op on its stream), so the d2h is queued behind the GEMM instead of after a
@@ -475,9 +493,10 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
 	void *xblk = 0, *wown = 0;
-	const uint16_t *wdec;
-	int side;
-	int rc = wop_get_beside(be, a->qw, a->wo, &wdec, &wown, &side, err);
+	const uint16_t *wdec = 0;
+	int side = 0, rc = FOS_OK;
+	if (!fwd_w4(be, a->m, a->qw))
+		rc = wop_get_beside(be, a->qw, a->wo, &wdec, &wown, &side, err);
 	if (rc) {
 		rc = wop_join(be, side, rc, err);
 		if (wown)
@@ -494,7 +513,7 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 			epi.a_amax = 0;
 			epi.row_scale = xq.amax;
 		}
-		rc = be->gemm(be, xdec, wdec, a->m, a->qw->n, a->qw->k, &epi, a->y, err);
+		rc = fwd_gemm(be, xdec, wdec, a->m, a->qw, &epi, a->y, err);
 		be->free(be, xblk); /* stream-ordered: after the GEMM */
 	}
 	if (wown)
@@ -532,7 +551,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		struct {
 			const void *x, *y, *bias, *wdec, *wcodes, *wscales, *wamax;
 			int64_t m, n, k;
-			int err_mode, bound, four_over_six;
+			int err_mode, bound, four_over_six, w4;
 		} key;
 		memset(&key, 0, sizeof key); /* padding too: keys are compared as bytes */
 		key.x = x;
@@ -540,7 +559,10 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		key.bias = bias;
 		/* the decoded operand the GEMM reads: the caller's, or the scratch (sized now: a replay writes
 		 * the buffer of its key), or none (a buffer of the recorded work itself) */
-		if (wo && wo->wdec)
+		key.w4 = fwd_w4(be, m, qw); /* the GEMM reads the codes (no decoded operand) */
+		if (key.w4)
+			key.wdec = 0;
+		else if (wo && wo->wdec)
 			key.wdec = wo->wdec;
 		else if (wo && wo->ws) {
 			if (!fos_wscratch_get(be, wo->ws, (size_t)(n * k) * 2, err))
@@ -561,9 +583,9 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
 	void *xblk = 0, *wown = 0; /* xq and xdec in one allocation, unless saved keeps xq */
-	const uint16_t *wdec;
-	int side;
-	if ((rc = wop_get_beside(be, qw, wo, &wdec, &wown, &side, err))) {
+	const uint16_t *wdec = 0;
+	int side = 0;
+	if (!fwd_w4(be, m, qw) && (rc = wop_get_beside(be, qw, wo, &wdec, &wown, &side, err))) {
 		rc = wop_join(be, side, rc, err);
 		if (wown)
 			be->free(be, wown);
@@ -585,7 +607,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		epi.a_amax = 0;
 		epi.row_scale = xq.amax;
 	}
-	rc = be->gemm(be, xdec, wdec, m, n, k, &epi, y, err);
+	rc = fwd_gemm(be, xdec, wdec, m, qw, &epi, y, err);
 	if (wown)
 		be->free(be, wown); /* stream-ordered: after the GEMM */
 	if (!xblk)

@@ -1,0 +1,453 @@
+/* cuda_smallm.cu: the CUDA backend's small-M forward GEMM (be->gemm_w4): y (M, N) bf16 =
+ * epilogue(x (M, K) bf16 * decode(W)^T) reading W (N, K) as the cache keeps it, NVFP4 codes (N, K/2:
+ * element 2j in the low nibble of byte j) and e4m3 scale bytes (N, K/16), decoded in registers.
+ *
+ * Invariants (what makes its bits those of be->decode + be->gemm, i.e. cuBLASLt's, at every M):
+ *   - every W element is bf16(e2m1 value * e4m3 scale), exact (NUMERICS.md sections 6, 7), taken
+ *     from a per-CTA table of bf16(magnitude * scale) for each of the 256 scale bytes, its sign
+ *     flipped by the code's sign bit: be->decode's bytes, -0 and NaN scales included;
+ *   - each output's FP32 sum is ONE chain of mma.sync.m16n8k16 (bf16 in, FP32 accumulate) steps over
+ *     k16 = 0, 1, ..., K/16 - 1 in order, starting from +0, each k in its own k-slot (no permutation
+ *     inside a step), never split over K: the order the H200 measurement of DESIGN.md (Executor) found
+ *     to give cuBLASLt's FP32 sums bit for bit (workspace 0, split-K 1). Parallelism comes from N
+ *     (CTAs and warps on different N tiles) and from the M tiles of a warp, never from K;
+ *   - a row's sum depends on its x row and W only: M, the tile shape and the variant change which
+ *     rows a warp holds, never a sum's steps (rows of x beyond M are zero-filled and never stored);
+ *   - the epilogue is the large-M path's (cuda_gemm.cu, fcu_epi1): alpha = rn(ga * gb) from the
+ *     amaxes, t = rn(acc * alpha), rn(t * row_scale[m]) when row-scaled, bf16 RNE, then bias.
+ * Layout: a CTA owns 8 * NT * WN rows of W (WN warps along N, NT n8 tiles each) and 16 * MT * WM rows
+ * of x (WM warps along M, MT m16 tiles each); x is the mma's A operand (ldmatrix from shared
+ * memory), decoded W its B operand. K is streamed in chunks of 128 through an S-stage ring of
+ * 16-byte (codes, x) and 8-byte (scales) cp.async copies, S - 2 chunks in flight; a warp decodes
+ * chunk c into registers in the same straight block as chunk c - 1's 8 mma steps (whose x stays in
+ * the ring), so the decode fills the waits of the mma chain. The floor is that chain: K / 16
+ * dependent mma steps per output (about 60 ns each on an H200, BENCHMARKS.md session 8).
+ * Runs 1 <= M <= 128, K % 128 == 0, N % 8 == 0; be->gemm_w4_takes answers 1 for the shapes where
+ * it is faster than decode + cuBLASLt (fcu_w4_takes); linear.c asks before using it. */
+#include "cuda_internal.cuh"
+#include "fos_format.h"
+
+#include <stdio.h>
+
+#define W4_KC 128		  /* k per chunk (8 mma steps) */
+#define W4_CP (W4_KC / 2 + 16)	  /* code bytes per W row in a stage (64 + 16 against bank conflicts) */
+#define W4_XP (W4_KC + 8)	  /* bf16 per x row in a stage (128 + 8 against bank conflicts) */
+#define W4_MAXM 128		  /* the most rows the kernel runs */
+
+struct w4_args {
+	const uint16_t *x;
+	const uint8_t *codes, *scales;
+	int m, n, k, stages;
+	const float *a_amax, *b_amax, *row_scale;
+	float a_dinv, b_dinv;
+	const uint16_t *bias;
+	uint16_t *y;
+};
+
+__device__ __forceinline__ uint32_t w4_prmt(uint32_t a, uint32_t b, uint32_t s)
+{
+	uint32_t r;
+	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+	return r;
+}
+
+__device__ __forceinline__ void w4_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+		     "{%8, %9}, {%0, %1, %2, %3};\n"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void w4_ldsm4(uint32_t *a, uint32_t addr)
+{
+	asm("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+		     : "r"(addr));
+}
+
+__device__ __forceinline__ void w4_cp16(uint32_t dst, const void *src, int bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void w4_cp8(uint32_t dst, const void *src, int bytes)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+/* Waits until at most S - 2 commit groups of this thread are pending (S 2..8; the kernel passes its
+ * ring depth + 1, so S - 3 of its chunks stay pending). */
+__device__ __forceinline__ void w4_wait(int S)
+{
+	switch (S) {
+	case 2: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+	case 3: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+	case 4: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+	case 5: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+	case 6: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+	case 7: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+	default: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+	}
+}
+
+/* Bytes of one stage and of the whole dynamic shared memory of a variant. */
+__host__ __device__ constexpr int w4_stage_bytes(int rows_n, int rows_m)
+{
+	return rows_n * W4_CP + rows_n * 8 + rows_m * W4_XP * 2;
+}
+
+/* The 4 W elements k = 2t, 2t + 1, 8 + 2t, 9 + 2t of one k16 block as the mma's b0, b1: v holds
+ * their codes in nibbles 0..3, tb the scale's table entry (LO bytes of the 8 magnitudes' bf16 in
+ * .x/.y, HI bytes in .z/.w). */
+__device__ __forceinline__ void w4_decode(uint32_t v, uint4 tb, uint32_t &b0, uint32_t &b1)
+{
+	const uint32_t sel = v & 0x7777u;
+	const uint32_t lo = w4_prmt(tb.x, tb.y, sel);
+	uint32_t hi = w4_prmt(tb.z, tb.w, sel);
+	/* byte i of sg: 0xFF where element i's code is negative (bit 4i + 3 of v) */
+	const uint32_t sg = w4_prmt(v << 4, v, 0xD9C8u);
+	hi ^= sg & 0x80808080u;
+	b0 = w4_prmt(lo, hi, 0x5140u);
+	b1 = w4_prmt(lo, hi, 0x7362u);
+}
+
+template <int MT, int NT, int WN, int WM>
+__global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
+{
+	constexpr int NTH = 32 * WN * WM, RN = 8 * NT * WN, RM = 16 * MT * WM;
+	constexpr int SB = w4_stage_bytes(RN, RM);
+	constexpr int PC = (RN * 4 + NTH - 1) / NTH, PS = (RN + NTH - 1) / NTH, PX = (RM * 16 + NTH - 1) / NTH;
+	extern __shared__ __align__(16) uint8_t w4_smem[];
+	uint4 *tab = reinterpret_cast<uint4 *>(w4_smem); /* 256 entries */
+	uint8_t *ring = w4_smem + 256 * 16;
+	const int S = A.stages;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+	const int wn = warp % WN, wm = warp / WN;
+	const int64_t n0 = (int64_t)blockIdx.x * RN;
+	const int m0 = blockIdx.y * RM;
+	const int k = A.k, nch = k / W4_KC;
+	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+
+	/* this thread's copies of a chunk: sources at chunk 0 (advanced by the chunk's bytes), shared
+	 * offsets in a stage, and sizes (0: zero-filled, past N or M, or no piece) */
+	const uint8_t *csrc[PC], *ssrc[PS];
+	const uint16_t *xsrc[PX];
+	uint32_t cdst[PC], sdst[PS], xdst[PX];
+	int con[PC], son[PS], xon[PX];
+#pragma unroll
+	for (int i = 0; i < PC; i++) {
+		const int p = tid + i * NTH, r = p >> 2, q = p & 3;
+		con[i] = p < RN * 4 && n0 + r < A.n ? 16 : 0;
+		csrc[i] = A.codes + (con[i] ? (n0 + r) * (k / 2) + 16 * q : 0);
+		cdst[i] = (uint32_t)(r * W4_CP + 16 * q);
+	}
+#pragma unroll
+	for (int i = 0; i < PS; i++) {
+		const int p = tid + i * NTH;
+		son[i] = p < RN && n0 + p < A.n ? 8 : 0;
+		ssrc[i] = A.scales + (son[i] ? (n0 + p) * (k / 16) : 0);
+		sdst[i] = (uint32_t)(RN * W4_CP + 8 * p);
+	}
+#pragma unroll
+	for (int i = 0; i < PX; i++) {
+		const int p = tid + i * NTH, r = p >> 4, q = p & 15;
+		xon[i] = p < RM * 16 && m0 + r < A.m ? 16 : 0;
+		xsrc[i] = A.x + (xon[i] ? (int64_t)(m0 + r) * k + 8 * q : 0);
+		xdst[i] = (uint32_t)(RN * (W4_CP + 8) + r * (W4_XP * 2) + 16 * q);
+	}
+	auto issue_w = [&](int c, int b) {
+		const uint32_t base = ring_s + (uint32_t)(b * SB);
+#pragma unroll
+		for (int i = 0; i < PC; i++)
+			if (tid + i * NTH < RN * 4)
+				w4_cp16(base + cdst[i], csrc[i] + (size_t)c * (size_t)(con[i] ? W4_KC / 2 : 0), con[i]);
+#pragma unroll
+		for (int i = 0; i < PS; i++)
+			if (tid + i * NTH < RN)
+				w4_cp8(base + sdst[i], ssrc[i] + (size_t)c * (size_t)(son[i] ? W4_KC / 16 : 0), son[i]);
+	};
+	auto issue_x = [&](int c, int b) {
+		const uint32_t base = ring_s + (uint32_t)(b * SB);
+#pragma unroll
+		for (int i = 0; i < PX; i++)
+			if (tid + i * NTH < RM * 16)
+				w4_cp16(base + xdst[i], xsrc[i] + (size_t)c * (size_t)(xon[i] ? W4_KC : 0), xon[i]);
+	};
+	auto issue = [&](int c, int b) {
+		issue_w(c, b);
+		issue_x(c, b);
+	};
+
+	/* the ring: chunk c in buffer c % S; S - 2 chunks in flight, so that chunk c - 1's buffer still
+	 * holds its x while chunk c is decoded (its mma steps run then) */
+	for (int s = 0; s < S - 2; s++) {
+		if (s < nch)
+			issue(s, s);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+	}
+	for (int i = tid; i < 256; i += NTH) {
+		const float sf = fos_e4m3_to_f32((uint32_t)i);
+		uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const uint32_t b = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)c), sf));
+			lo[c >> 2] |= (b & 0xFFu) << (8 * (c & 3));
+			hi[c >> 2] |= (b >> 8) << (8 * (c & 3));
+		}
+		tab[i] = make_uint4(lo[0], lo[1], hi[0], hi[1]);
+	}
+
+	float acc[MT][NT][4];
+#pragma unroll
+	for (int i = 0; i < MT; i++)
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int r = 0; r < 4; r++)
+				acc[i][j][r] = 0.0f;
+	const uint32_t selt = (uint32_t)t | ((uint32_t)(t + 4) << 4);
+	const int wrow = wn * 8 * NT + g;		    /* this lane's W row in the stage, tile j: + 8 j */
+	const int xrow = wm * 16 * MT + (lane & 15);	    /* this lane's ldmatrix row, tile i: + 16 i */
+	const uint32_t xoff = (uint32_t)(RN * (W4_CP + 8)) + (uint32_t)xrow * (W4_XP * 2) + (uint32_t)(lane >> 4) * 16;
+
+	uint32_t bo[NT][W4_KC / 16][2]; /* the previous chunk's decoded W fragments */
+	/* the 8 mma steps of chunk cm (x from its buffer bm, W from bo), in k order */
+	auto steps = [&](int bm) {
+		const uint32_t xs = ring_s + (uint32_t)(bm * SB) + xoff;
+#pragma unroll
+		for (int s = 0; s < W4_KC / 16; s++)
+#pragma unroll
+			for (int i = 0; i < MT; i++) {
+				uint32_t a[4];
+				w4_ldsm4(a, xs + (uint32_t)(i * 16 * W4_XP * 2 + s * 32));
+#pragma unroll
+				for (int j = 0; j < NT; j++)
+					w4_mma(acc[i][j], a, bo[j][s][0], bo[j][s][1]);
+			}
+	};
+
+	/* chunk c's W fragments (buffer b) into d */
+	auto decode = [&](int b, uint32_t (*d)[W4_KC / 16][2]) {
+		const uint8_t *st = ring + b * SB;
+#pragma unroll
+		for (int j = 0; j < NT; j++) {
+			const uint8_t *row = st + (wrow + 8 * j) * W4_CP;
+			uint4 cw[4];
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+				cw[q] = reinterpret_cast<const uint4 *>(row)[q];
+			const uint2 sc = *reinterpret_cast<const uint2 *>(st + RN * W4_CP + 8 * (wrow + 8 * j));
+#pragma unroll
+			for (int s = 0; s < W4_KC / 16; s++) {
+				const uint32_t w0 = (s & 1) ? cw[s >> 1].z : cw[s >> 1].x;
+				const uint32_t w1 = (s & 1) ? cw[s >> 1].w : cw[s >> 1].y;
+				const uint32_t v = w4_prmt(w0, w1, selt);
+				const uint32_t sf = ((s < 4 ? sc.x : sc.y) >> (8 * (s & 3))) & 0xFFu;
+				w4_decode(v, tab[sf], d[j][s][0], d[j][s][1]);
+			}
+		}
+	};
+
+	/* chunk 0, then each chunk c decoded beside chunk c - 1's mma steps: one straight block, so the
+	 * decode fills the waits of the mma chain */
+	if (nch > 0) {
+		w4_wait(S - 1); /* at most S - 3 pending: chunk 0 landed (this thread's copies) */
+		__syncthreads();
+		if (S - 2 < nch)
+			issue(S - 2, S - 2);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+		decode(0, bo);
+	}
+	for (int c = 1, b = 1 % S; c < nch; c++) {
+		w4_wait(S - 1); /* at most S - 3 pending: chunk c landed (this thread's copies) */
+		__syncthreads(); /* chunk c landed for every thread; chunk c - 2's buffer is free */
+		if (c + S - 2 < nch)
+			issue(c + S - 2, b >= 2 ? b - 2 : b + S - 2);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+		uint32_t bn[NT][W4_KC / 16][2];
+		decode(b, bn);
+		steps(b == 0 ? S - 1 : b - 1);
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int s = 0; s < W4_KC / 16; s++) {
+				bo[j][s][0] = bn[j][s][0];
+				bo[j][s][1] = bn[j][s][1];
+			}
+		b = b + 1 == S ? 0 : b + 1;
+	}
+	if (nch > 0)
+		steps((nch - 1) % S);
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
+	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
+	const float alpha = FOS_MUL(ga, gb);
+#pragma unroll
+	for (int i = 0; i < MT; i++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = m0 + wm * 16 * MT + 16 * i + g + 8 * h;
+			if (row >= A.m)
+				continue;
+			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
+#pragma unroll
+			for (int j = 0; j < NT; j++) {
+				const int64_t col = n0 + wn * 8 * NT + 8 * j + 2 * t;
+				if (col >= A.n)
+					continue;
+				uint32_t bb = 0;
+				if (A.bias)
+					bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
+				const uint16_t y0 = fcu_epi1(acc[i][j][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb,
+							     A.bias != 0);
+				const uint16_t y1 = fcu_epi1(acc[i][j][2 * h + 1], alpha, rs, A.row_scale != 0,
+							     (uint16_t)(bb >> 16), A.bias != 0);
+				*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
+			}
+		}
+}
+
+/* ---- variants and the launcher ---------------------------------------------------------------- */
+
+typedef void (*w4_kern)(const w4_args);
+
+struct w4_variant {
+	w4_kern fn;
+	int mt, nt, wn, wm;
+	const char *name;
+};
+
+static const struct w4_variant w4_variants[] = {
+	{k_w4<1, 1, 4, 1>, 1, 1, 4, 1, "MT1 NT1 WN4 WM1"},
+	{k_w4<1, 2, 4, 1>, 1, 2, 4, 1, "MT1 NT2 WN4 WM1"},
+	{k_w4<1, 1, 8, 1>, 1, 1, 8, 1, "MT1 NT1 WN8 WM1"},
+	{k_w4<2, 1, 4, 1>, 2, 1, 4, 1, "MT2 NT1 WN4 WM1"},
+	{k_w4<1, 2, 2, 4>, 1, 2, 2, 4, "MT1 NT2 WN2 WM4"},
+	{k_w4<2, 2, 4, 2>, 2, 2, 4, 2, "MT2 NT2 WN4 WM2"},
+	{k_w4<4, 1, 4, 1>, 4, 1, 4, 1, "MT4 NT1 WN4 WM1"},
+	{k_w4<2, 2, 2, 4>, 2, 2, 2, 4, "MT2 NT2 WN2 WM4"},
+	{k_w4<4, 2, 4, 2>, 4, 2, 4, 2, "MT4 NT2 WN4 WM2"},
+	{k_w4<2, 4, 2, 4>, 2, 4, 2, 4, "MT2 NT4 WN2 WM4"},
+	{k_w4<1, 1, 4, 4>, 1, 1, 4, 4, "MT1 NT1 WN4 WM4"},
+	{k_w4<2, 1, 4, 4>, 2, 1, 4, 4, "MT2 NT1 WN4 WM4"},
+	{k_w4<1, 2, 2, 1>, 1, 2, 2, 1, "MT1 NT2 WN2 WM1"},
+	{k_w4<1, 1, 2, 1>, 1, 1, 2, 1, "MT1 NT1 WN2 WM1"},
+};
+#define W4_NVAR ((int)(sizeof w4_variants / sizeof w4_variants[0]))
+
+/* The variant for m rows of an (n, k) weight: the fastest of bench_cuda smallm variants (H200,
+ * BENCHMARKS.md session 8, run 3); fos_cuda_smallm_variant can force another. */
+static int w4_pick(int64_t m, int64_t n)
+{
+	const int wide = n >= 8192; /* enough N tiles for 2 per warp */
+	if (m <= 16)
+		return wide ? 1 : 0;
+	if (m <= 32)
+		return 3;
+	if (m <= 64)
+		return wide ? 5 : 3;
+	return wide ? 8 : 5;
+}
+
+/* The shapes the kernel runs. */
+static int w4_runs(int64_t m, int64_t n, int64_t k)
+{
+	return m >= 1 && m <= W4_MAXM && n >= 8 && n % 8 == 0 && k >= W4_KC && k % W4_KC == 0 && n * k < ((int64_t)1 << 40) &&
+	       n < ((int64_t)1 << 30) && k < ((int64_t)1 << 30);
+}
+
+/* The shapes the forward gives it: those where the forward with it was faster than with be->decode
+ * + be->gemm (H200, bench_cuda smallm, BENCHMARKS.md session 8, run 3: M <= 16 at 4096x4096,
+ * 4096x14336 and 14336x4096; M = 32 at the two larger ones, not at 4096x4096; M = 64 at none).
+ * Either gives the same bits, so this is speed only. */
+static int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k)
+{
+	if (!w4_runs(m, n, k))
+		return 0;
+	return m <= 16 || (m <= 32 && n * k >= ((int64_t)1 << 25)) || fcu(be)->w4_variant != 0;
+}
+
+static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w, int64_t m, const fos_gemm_epi *epi,
+		       uint16_t *y, fos_err *err)
+{
+	const int64_t n = w->rows, k = w->cols;
+	if (!w4_runs(m, n, k))
+		return fos_seterr(err, FOS_EINVAL,
+				  "gemm_w4 takes 1 <= M <= %d, K a multiple of %d, N a multiple of 8 (M=%lld N=%lld K=%lld)",
+				  W4_MAXM, W4_KC, (long long)m, (long long)n, (long long)k);
+	if ((uintptr_t)a % 16 || (uintptr_t)w->codes % 16 || (uintptr_t)w->scales % 8 || (uintptr_t)y % 4 ||
+	    (epi && epi->bias && (uintptr_t)epi->bias % 4))
+		return fos_seterr(err, FOS_EINVAL,
+				  "gemm_w4 operands misaligned (x and codes need 16 bytes, scales 8, y and bias 4)");
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	fos_gemm_epi plain = fos_gemm_epi_plain();
+	if (!epi)
+		epi = &plain;
+	struct fcu_impl *im = fcu(be);
+	const int vi = im->w4_variant > 0 ? im->w4_variant - 1 : w4_pick(m, n);
+	const struct w4_variant *v = &w4_variants[vi];
+	const int rn = 8 * v->nt * v->wn, rm = 16 * v->mt * v->wm;
+	const int nth = 32 * v->wn * v->wm;
+	const int sb = w4_stage_bytes(rn, rm);
+	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
+	/* stages: up to 8, as many as let every CTA of the grid be resident at once (at least 4) */
+	const int64_t ctas = (int64_t)gx * gy, per_sm = (ctas + im->sms - 1) / im->sms;
+	const int64_t budget = (int64_t)220 * 1024 / (per_sm < 1 ? 1 : per_sm) - 256 * 16 - 1024;
+	int S = (int)(budget / sb);
+	S = S > 8 ? 8 : S < 4 ? 4 : S;
+	if (im->w4_stages)
+		S = im->w4_stages;
+	const int smem = 256 * 16 + S * sb;
+	rc = fcu_check(cudaFuncSetAttribute((const void *)v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err,
+		       "cudaFuncSetAttribute (gemm_w4 shared memory)");
+	if (rc)
+		return rc;
+	w4_args A;
+	A.x = a;
+	A.codes = w->codes;
+	A.scales = w->scales;
+	A.m = (int)m;
+	A.n = (int)n;
+	A.k = (int)k;
+	A.stages = S;
+	A.a_amax = epi->a_amax;
+	A.b_amax = epi->b_amax;
+	A.row_scale = epi->row_scale;
+	A.a_dinv = epi->a_dinv;
+	A.b_dinv = epi->b_dinv;
+	A.bias = epi->bias;
+	A.y = y;
+	v->fn<<<dim3(gx, gy), nth, smem, im->st>>>(A);
+	return fcu_launched(err, "gemm_w4 kernel launch");
+}
+
+void fcu_smallm_install(fos_backend *be)
+{
+	be->gemm_w4_takes = fcu_w4_takes;
+	be->gemm_w4 = fcu_gemm_w4;
+}
+
+extern "C" int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err)
+{
+	if (variant < -2 || variant >= W4_NVAR)
+		return fos_seterr(err, FOS_EINVAL,
+				  "small-M variant %d: there are %d (0..%d; -1: the shape rule; -2: the shape rule's tile "
+				  "wherever the kernel runs)",
+				  variant, W4_NVAR, W4_NVAR - 1);
+	if (stages != 0 && (stages < 4 || stages > 8))
+		return fos_seterr(err, FOS_EINVAL, "small-M stages %d: 4..8, or 0 for the launcher's choice", stages);
+	fcu(be)->w4_variant = variant + 1; /* -2 -> -1: taken wherever it runs, tile by w4_pick */
+	fcu(be)->w4_stages = stages;
+	if (name && len)
+		snprintf(name, len, "%s", variant >= 0 ? w4_variants[variant].name : "by shape");
+	return FOS_OK;
+}
+
+extern "C" int fos_cuda_smallm_variants(void)
+{
+	return W4_NVAR;
+}
