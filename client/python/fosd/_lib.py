@@ -261,6 +261,7 @@ def _declare(lib):
         "fos_list_weight_entries": (I, [V, P(P(WeightEntry)), P(SZ), ST]),
         "fos_health_devices": (I, [V, P(DeviceInfo), SZ, P(SZ), ST]),
         "fos_set_cuda_order": (I, [V, V, ctypes.c_uint, ST]),
+        "fos_server_mps": (I, [V]),
     }
     for name, (res, args) in list(sig.items()) + list(optional.items()):
         try:
