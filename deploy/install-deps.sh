@@ -7,9 +7,10 @@ PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-
 # opened at run time and only under systemd: server/core/sdnotify.c); systemd: systemd-analyze and
 # systemd-sysusers, with which tests/test_deploy_systemd.c checks deploy/fosd.service and fosd.sysusers
 PKGS="$PKGS libsystemd-dev systemd"
-# the Python package (client/python) and its tests in make test (tests/python.mk); FOS_NO_PYTHON=1
+# the Python package (client/python) and its tests in make test (tests/python.mk; python3-yaml reads
+# deploy/k8s's manifests in tests/python/test_deploy_mps.py); FOS_NO_PYTHON=1
 # leaves them out (an image that only builds the C programs)
-[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-venv python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client"
+[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-venv python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client python3-yaml"
 # the CUDA backend is built where nvcc exists, and nvcc compiles host code with g++
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	PKGS="$PKGS g++"
