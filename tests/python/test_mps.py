@@ -12,6 +12,7 @@ fosd's Health answer and this process's GPU faked where a CPU host has none:
   connection (the hook).
 """
 
+import os
 import warnings
 
 import pytest
@@ -161,3 +162,82 @@ def test_hook_once_per_connection(client, monkeypatch):
     plane._stream_order([])
     plane._stream_order([])
     assert calls == [[]]
+
+
+# ---- on a GPU (the device run; skipped elsewhere) ----------------------------------------------------
+
+
+def _cuda_fosd(monkeypatch, pipe):
+    """A cuda fosd started with CUDA_MPS_PIPE_DIRECTORY=pipe (this process's environment untouched
+    after), or a skip."""
+    from conftest import Fosd
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", pipe)
+    try:
+        s = Fosd(backend="cuda")
+    except RuntimeError as e:
+        pytest.skip("no cuda fosd: %s" % str(e).splitlines()[0])
+    finally:
+        monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY")
+    if s.health["backend"] != "cuda":
+        s.cleanup()
+        pytest.skip("fosd runs on %s" % s.health["backend"])
+    return s
+
+
+def _first_device_call(url):
+    """A Linear with CUDA tensors on a new connection (its first device-tensor call), the warnings
+    it raised, and the facts _mps gathered through the real libfos, torch and driver."""
+    import torch
+    dev = torch.device("cuda", 0)
+    x = torch.randn(64, 128, device=dev).to(torch.bfloat16)
+    w = torch.randn(64, 128, device=dev).to(torch.bfloat16)
+    with fosd.connect(url, timeout=120) as c, warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        c.linear(x, w)
+        assert c.device_tensors_sent > 0, c.device_off_reason
+        facts = _mps.server_facts(c._plane)
+    return [x for x in got if issubclass(x.category, fosd.PerformanceWarning)], facts
+
+
+def test_gpu_warning_without_mps(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    s = _cuda_fosd(monkeypatch, str(tmp_path))  # an empty pipe directory: no daemon there
+    try:
+        got, (mps, uuids) = _first_device_call(s.url)
+    finally:
+        s.cleanup()
+    assert mps == _mps.MPS_OFF
+    assert _mps.local_uuid(0) in uuids  # torch's UUID of cuda:0 is fosd's GPU's
+    assert len(got) == 1 and "fosd is not under NVIDIA MPS" in str(got[0].message), [str(x.message) for x in got]
+
+
+def test_gpu_fosd_under_mps_this_process_not(tmp_path, monkeypatch):
+    """fosd under a private MPS daemon, this process (started without its pipe directory) not: the
+    warning says so when the driver can tell; nothing when it cannot."""
+    torch = pytest.importorskip("torch")
+    import shutil
+    import subprocess
+    if not torch.cuda.is_available() or not shutil.which("nvidia-cuda-mps-control"):
+        pytest.skip("needs a GPU and nvidia-cuda-mps-control")
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "pipe"),
+               CUDA_MPS_LOG_DIRECTORY=str(tmp_path / "log"))
+    os.makedirs(env["CUDA_MPS_PIPE_DIRECTORY"])
+    os.makedirs(env["CUDA_MPS_LOG_DIRECTORY"])
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+    try:
+        s = _cuda_fosd(monkeypatch, env["CUDA_MPS_PIPE_DIRECTORY"])
+        try:
+            got, (mps, uuids) = _first_device_call(s.url)
+        finally:
+            s.cleanup()
+    finally:
+        subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env=env, check=False)
+    assert mps == _mps.MPS_ON and _mps.local_uuid(0) in uuids
+    local = _mps.local_mps(0)
+    assert local in (False, None)  # this process never saw the pipe directory
+    if local is False:
+        assert len(got) == 1 and "but this process" in str(got[0].message)
+    else:
+        assert got == []
