@@ -354,6 +354,7 @@ static void test_units_with_mps(void **state)
 	assert_non_null(strstr(mps, "\nUser=fosd\n"));
 	assert_non_null(strstr(mps, "\nBefore=fosd.service\n"));
 	assert_non_null(strstr(mps, "\nExecStart=/usr/bin/nvidia-cuda-mps-control -d\n"));
+	assert_non_null(strstr(mps, "\nConditionPathExists=/usr/bin/nvidia-cuda-mps-control\n")); /* CPU hosts */
 
 	if (system("command -v systemd-analyze >/dev/null 2>&1"))
 		skip();
