@@ -101,7 +101,7 @@ typedef struct fos_client fos_client;
  * Health request within timeout_ms (<= 0: 30000). token: the auth token sent with every request
  * (NULL: none). The timeout also bounds every later call. On failure *out is NULL and the code is
  * UNAVAILABLE (nothing listening), DEADLINE_EXCEEDED or INVALID_ARGUMENT (a bad URL). The handle
- * reconnects by itself if the connection drops. */
+ * reconnects by itself if the connection drops (see "losing fosd" below). */
 int fos_connect(const char *url, const char *token, int timeout_ms, fos_client **out, fos_status *st);
 /* Closes the handle; no call may be in progress on it. NULL is fine. */
 void fos_close(fos_client *c);
@@ -500,7 +500,7 @@ int fos_cuda_release(fos_client *c, const void *dev_ptr, fos_status *st);
 int fos_server_gpu_uuid(fos_client *c, uint8_t uuid[16], fos_status *st);
 /* Whether fosd's GPU work runs under NVIDIA MPS, as its Health reports it (at connect and at each
  * fos_health): FOS_MPS_ON, FOS_MPS_OFF, FOS_MPS_NOT_APPLICABLE (a cpu fosd) or FOS_MPS_UNKNOWN (fosd
- * cannot tell, or predates the field; also for c NULL) (fos_wire_enums.h; LIBFOS_1.2). A process
+ * cannot tell, or predates the field; also for c NULL) (fos_wire_enums.h; LIBFOS_1.3). A process
  * sharing fosd's GPU without MPS pays a switch of CUDA contexts at each hand-off (README.md
  * "Sharing a GPU with trainers: MPS"). */
 int fos_server_mps(fos_client *c);
@@ -580,8 +580,45 @@ typedef struct fos_connect_opts {
 } fos_connect_opts;
 
 int fos_connect_with(const char *url, const fos_connect_opts *o, fos_client **out, fos_status *st);
-/* Weights the handle has put again after a NOT_FOUND (reput_weights). */
+/* Weights the handle has put again after a NOT_FOUND (reput_weights, or the re-put hook). */
 uint64_t fos_reput_count(const fos_client *c);
+
+/* ---- losing fosd: restarts, lost connections, fork (LIBFOS_1.2) ------------------------------ *
+ *
+ * The handle redials by itself when its connection drops (fosd restarted, or killed). A call whose
+ * request was out when the connection was lost (over the socket or through the request channel,
+ * which stops with its connection) is sent again, with its id, once the handle has a connection,
+ * within the call's timeout; fosd's duplicate detection never runs it twice (a fosd that already
+ * ran it answers ABORTED; a restarted one runs it). A call made while there is no connection waits
+ * for one up to its timeout and then fails UNAVAILABLE ("no connection ... within N ms"), never
+ * later than the timeout. Shared-memory regions and the request channel are registered again on
+ * the new connection (the first call naming a region does it; the channel reopens after the first
+ * call that succeeds). Calls that only release what fosd holds for the connection (region
+ * unregistering, fos_release, device mappings) do not wait for one: fosd let go of those with the
+ * connection. A restarted fosd has lost its weight cache and saved contexts: a forward of a
+ * weight it lacks answers NOT_FOUND unless the weight is put again, by reput_weights' copies or by
+ * the re-put hook below; fos_backward given the forward's X recomputes a lost context, putting its
+ * weight again the same way.
+ *
+ * Re-put hook: when fosd answers NOT_FOUND for the weight of a forward (or of the recompute in
+ * fos_backward) and the handle's copies (reput_weights) do not have it, libfos calls
+ * fn(c, name, version, user) on the calling thread; version is the one the call needs (0: any).
+ * fn puts the weight again through c (fos_put_weight or fos_put_weight_on, same name, and that
+ * version when it is not 0) and returns FOS_CODE_OK (or the put's ALREADY_EXISTS: another thread
+ * put it first), and the call is retried once; any other return leaves the call's NOT_FOUND. For callers that hold their weights (the Python package
+ * keeps a reference to each tensor it put) and so need no copy in libfos. fn NULL: none (the
+ * default). Set it before calls start.
+ *
+ * fork: nng (libfos's transport) cannot be used in a process forked from one where it ran. In such
+ * a child, a handle inherited from the parent refuses every call with FAILED_PRECONDITION naming
+ * the fork (nothing is sent; the parent's connection, regions and channel are untouched), fos_close
+ * of it frees the child's copy without a word to fosd, and fos_connect fails FAILED_PRECONDITION
+ * (connect in a process that did not inherit libfos's state: exec, a spawned process, or load
+ * another copy of libfos.so). fos_after_fork says whether this is such a process. */
+typedef int (*fos_reput_hook)(fos_client *c, const char *name, uint64_t version, void *user);
+void fos_set_reput_hook(fos_client *c, fos_reput_hook fn, void *user);
+/* 1 in a process forked (without exec) from one where this libfos had connected, else 0. */
+int fos_after_fork(void);
 
 
 /* ---- several devices (PROTOCOL.md "Devices") -------------------------------------------------- *

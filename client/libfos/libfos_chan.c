@@ -26,6 +26,7 @@ typedef struct fosc_chan {
 	size_t size;
 	uint64_t cap;
 	int spin_us;
+	uint64_t conn; /* fos_client.losses when it was opened: another value, its connection is gone */
 	char name[64];
 	struct fosc_chan *next; /* fos_client.chan_old */
 } fosc_chan;
@@ -117,6 +118,7 @@ int fos_channel_open(fos_client *c, size_t bytes, int spin_us, fos_status *st)
 	}
 	ch->base = p;
 	ctl_of(ch)->magic = FOS_CHAN_MAGIC;
+	ch->conn = atomic_load(&c->losses); /* before registering: a loss meanwhile shows */
 	char key[32];
 	snprintf(key, sizeof key, "fd:%d", ch->fd);
 	uint64_t cap = 0;
@@ -213,6 +215,21 @@ size_t fos_channel_bytes(const fos_client *c)
 	return ch && !ch->closed ? (size_t)ch->cap : 0;
 }
 
+void fosc_chan_abandon(fos_client *c)
+{
+	fosc_chan *ch = atomic_exchange(&c->chan, NULL);
+	if (ch) {
+		ch->next = c->chan_old;
+		c->chan_old = ch;
+	}
+	while (c->chan_old) {
+		fosc_chan *n = c->chan_old->next;
+		fosc_chan_unmap(c->chan_old);
+		free(c->chan_old); /* its mutex is the child's copy: not destroyed, a parent's thread may have held it */
+		c->chan_old = n;
+	}
+}
+
 void fosc_chan_free_all(fos_client *c)
 {
 	atomic_store(&c->chan_want_bytes, 0);
@@ -241,16 +258,20 @@ static void st32(uint32_t *w, uint32_t v)
 	__atomic_store_n(w, v, __ATOMIC_SEQ_CST);
 }
 
-/* Waits until rep_seq == seq (1), the channel closed without taking the request (0), or the
- * deadline passed (-1). */
-static int fosc_chan_wait(fos_chan_ctl *ctl, uint32_t seq, int spin_us, uint64_t deadline_us)
+/* Waits until rep_seq == seq (1), the channel closed without taking the request (0), the
+ * deadline passed (-1), or the connection the channel belongs to was lost (-2: a fosd that was
+ * killed never closes it; the pipe events say so). */
+static int fosc_chan_wait(fos_client *c, fosc_chan *ch, uint32_t seq, int spin_us, uint64_t deadline_us)
 {
+	fos_chan_ctl *ctl = ctl_of(ch);
 	uint64_t spin_end = fosc_chan_now_us() + (uint64_t)spin_us;
 	for (;;) {
 		if (ld32(&ctl->rep_seq) == seq)
 			return 1;
 		if (ld32(&ctl->state) != FOS_CHAN_SERVING)
 			return ld32(&ctl->rep_seq) == seq ? 1 : 0;
+		if (atomic_load(&c->losses) != ch->conn)
+			return ld32(&ctl->rep_seq) == seq ? 1 : -2;
 		uint64_t now = fosc_chan_now_us();
 		if (now >= deadline_us)
 			return -1;
@@ -265,7 +286,8 @@ static int fosc_chan_wait(fos_chan_ctl *ctl, uint32_t seq, int spin_us, uint64_t
 		if (seen != seq && ld32(&ctl->rep_seq) == seen && ld32(&ctl->state) == FOS_CHAN_SERVING) {
 			uint64_t left = deadline_us - now;
 			if (left > 20000)
-				left = 20000; /* look at state now and then: a server that stopped says so there */
+				left = 20000; /* look at state and the connection now and then: a server that
+					       * stopped says so there, a lost connection in c->losses */
 			struct timespec ts = {(time_t)(left / 1000000u), (long)(left % 1000000u) * 1000};
 			syscall(SYS_futex, &ctl->rep_seq, FUTEX_WAIT, seen, &ts, NULL, 0);
 		}
@@ -280,7 +302,7 @@ int fosc_chan_exchange(fos_client *c, const nng_msg *req, int timeout_ms, nng_ms
 	size_t len = nng_msg_len((nng_msg *)req);
 	if (!ch || len > ch->cap || pthread_mutex_trylock(&ch->mu))
 		return 0;
-	if (ch->closed || ld32(&ctl_of(ch)->state) != FOS_CHAN_SERVING) {
+	if (ch->closed || ld32(&ctl_of(ch)->state) != FOS_CHAN_SERVING || atomic_load(&c->losses) != ch->conn) {
 		ch->closed = 1; /* fosd stopped serving it (connection lost, shutdown): the socket from now on */
 		pthread_mutex_unlock(&ch->mu);
 		return 0;
@@ -302,7 +324,15 @@ int fosc_chan_exchange(fos_client *c, const nng_msg *req, int timeout_ms, nng_ms
 	int spin = atomic_load(&c->spin_us);
 	if (spin < ch->spin_us)
 		spin = ch->spin_us;
-	int w = fosc_chan_wait(ctl, seq, spin, fosc_chan_now_us() + (uint64_t)timeout_ms * 1000u);
+	int w = fosc_chan_wait(c, ch, seq, spin, fosc_chan_now_us() + (uint64_t)timeout_ms * 1000u);
+	if (w == -2) { /* the request may have been taken: the same id again once reconnected */
+		ch->closed = 1;
+		*code = FOSC_LOST;
+		fosc_status(st, FOS_CODE_UNAVAILABLE, "the connection was lost while waiting for the reply through the "
+			    "channel");
+		pthread_mutex_unlock(&ch->mu);
+		return 1;
+	}
 	if (w == 0) { /* closed before it took the request: nothing ran, the socket may carry it */
 		ch->closed = 1;
 		pthread_mutex_unlock(&ch->mu);

@@ -120,6 +120,9 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	*out = NULL;
 	if (!url || !*url)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no server URL");
+	int code = fosc_fork_check(st); /* nng would abort the process */
+	if (code)
+		return code;
 	fos_client *c = calloc(1, sizeof *c);
 	if (!c)
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -156,11 +159,11 @@ int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, f
 	/* never resend: a slow request must not run twice */
 	if ((rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) ||
 	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50)) ||
-	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 2000))) {
+	    (rv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 2000)) || (rv = fosc_conn_watch(c))) {
 		fos_close(c);
 		return fosc_status(st, FOS_CODE_INTERNAL, "cannot configure the REQ socket: %s", nng_strerror(rv));
 	}
-	int code = fosc_dial(c, url, o, st); /* TLS and re-put set up there (libfos_trust.c) */
+	code = fosc_dial(c, url, o, st); /* TLS and re-put set up there (libfos_trust.c) */
 	if (code) {
 		fos_close(c);
 		return code;
@@ -257,10 +260,31 @@ static void fosc_io_give(fos_client *c, fosc_io *io, int completed)
 	pthread_mutex_unlock(&c->io_mu);
 }
 
+/* fos_close of a handle inherited across fork: the child's copies of the channel and regions are
+ * unmapped, nothing of nng is touched (its state in a forked child is not usable), so neither
+ * fosd nor the parent sees anything; nng's memory of the handle stays (the child's copy). */
+static void fosc_abandon(fos_client *c)
+{
+	fosc_chan_abandon(c);
+	fosc_shm_close(c);
+	for (fosc_io *io = c->io_free, *n; io; io = n) {
+		n = io->next;
+		free(io);
+	}
+	fosc_reput_free(c);
+	free(c->url);
+	free(c->token);
+	free(c);
+}
+
 void fos_close(fos_client *c)
 {
 	if (!c)
 		return;
+	if (fosc_inherited(c)) {
+		fosc_abandon(c);
+		return;
+	}
 	fosc_chan_free_all(c); /* unregisters over the socket: first */
 	while (c->io_free) {
 		fosc_io *n = c->io_free->next;
@@ -344,10 +368,10 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 /* Timeouts shorter than this are too close to the clock's millisecond to call early. */
 #define FOSC_EARLY_TIMEOUT_MIN_MS 100
 
-/* One round trip (through the handle's request channel unless nochan, else the socket); *used_shm
- * is set when a tensor of the request named a region. */
+/* One round trip (through the handle's request channel unless nochan, else the socket), ending by
+ * deadline_ms (fosc_now_ms); *used_shm is set when a tensor of the request named a region. */
 static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st,
-			  int *used_shm, int nochan, uint64_t same_id)
+			  int *used_shm, int nochan, uint64_t same_id, uint64_t deadline_ms)
 {
 	memset(out, 0, sizeof *out);
 	out->c = c;
@@ -383,7 +407,8 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	int code = device ? fosc_cuda_wait_event(c, rq, &ev, st) : FOS_CODE_OK;
 	if (code)
 		return code;
-	int timeout = atomic_load(&c->timeout_ms);
+	uint64_t now = fosc_now_ms();
+	int timeout = deadline_ms > now ? (int)(deadline_ms - now) : 1;
 	rq->id = same_id ? same_id : atomic_fetch_add(&c->next_id, 1);
 	rq->client_id = c->client_id;
 	rq->auth_token.len = c->token ? strlen(c->token) : 0; /* a C string: it holds no NUL */
@@ -433,7 +458,11 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio))) {
 		nng_msg_free(nng_aio_get_msg(aio));
-		code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
+		if (rv == NNG_ETIMEDOUT && !fosc_connected(c))
+			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within the %d ms timeout (is "
+					   "fosd running? the handle keeps redialling)", c->url, atomic_load(&c->timeout_ms));
+		else
+			code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
 		goto done;
 	}
 	uint64_t spent = fosc_now_ms() - t0;
@@ -448,6 +477,8 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 		if (rv == NNG_ETIMEDOUT && !same_id && timeout >= FOSC_EARLY_TIMEOUT_MIN_MS &&
 		    (fosc_now_ms() - t0) * 2 < (uint64_t)timeout)
 			code = FOSC_RETRY_SAME_ID;
+		if (rv == NNG_ECONNRESET)
+			code = FOSC_LOST; /* fosc_call sends it again once reconnected */
 		goto done;
 	}
 	out->msg = nng_aio_get_msg(aio);
@@ -493,25 +524,41 @@ done:
 	return code;
 }
 
+/* Sends of one request after its connection was lost (each waits for the next connection). */
+#define FOSC_LOST_TRIES 4
+
 int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply *out, fos_status *st)
 {
 	int used_shm = 0;
 	fos_status local, *sp = st ? st : &local;
-	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0);
+	if (fosc_inherited(c)) {
+		memset(out, 0, sizeof *out);
+		return fosc_inherited_status(c, sp);
+	}
+	uint64_t deadline = fosc_now_ms() + (uint64_t)atomic_load(&c->timeout_ms);
+	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0, deadline);
 	if (code == FOSC_RETRY_SOCKET) /* too large a reply for the channel: again over the socket */
-		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, 0);
+		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, 0, deadline);
 	if (code == FOSC_RETRY_SAME_ID) { /* a spurious early timeout: once more, the same id */
-		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, rq->id);
+		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, rq->id, deadline);
 		if (code == FOSC_RETRY_SAME_ID)
 			code = FOS_CODE_DEADLINE_EXCEEDED;
 	}
+	/* the connection was lost with the request out: the same id again on the next connection, so
+	 * that a fosd that ran it does not run it twice (the channel died with the connection) */
+	for (int i = 0; code == FOSC_LOST && i < FOSC_LOST_TRIES && fosc_now_ms() < deadline; i++)
+		code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 1, rq->id, deadline);
 	/* a region the server does not know (a reconnect dropped it): register again, retry once */
 	if (code == FOS_CODE_NOT_FOUND && used_shm && strstr(sp->message, "shm region") &&
 	    strstr(sp->message, "not registered")) {
 		fos_status st2;
 		if (fosc_shm_reregister(c, &st2) == FOS_CODE_OK)
-			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0);
+			code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0,
+					      fosc_now_ms() + (uint64_t)atomic_load(&c->timeout_ms));
 	}
+	if (code == FOSC_LOST)
+		code = fosc_status(sp, FOS_CODE_UNAVAILABLE, "the connection to %s was lost while waiting for the reply",
+				   c->url);
 	if (code == FOS_CODE_OK)
 		fosc_chan_revive(c); /* the channel the caller opened, if fosd stopped serving it */
 	return code;

@@ -271,7 +271,7 @@ static int fosc_dev_close(fos_client *c, const uint8_t handle[FOSC_CU_IPC_HANDLE
 	cr.ipc_handle.data = (uint8_t *)handle;
 	atomic_fetch_add(&c->dev_closes, 1);
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	int code = fosc_call_cleanup(c, &rq, &r, st);
 	if (!code)
 		fosc_reply_free(&r);
 	return code;

@@ -63,6 +63,15 @@ struct fos_client {
 	atomic_uint_fast64_t dev_exports, dev_closes;
 	/* Response.device of the last OK reply (fos_last_device; -1: none yet) */
 	atomic_int last_device;
+	/* the connection (libfos_conn.c): nng's pipes now (0: none: fosd gone, or being redialled)
+	 * and the connections lost so far (pipe events), the fork generation the handle was made in
+	 * (an older one: inherited across fork, never to touch nng), the re-put hook */
+	atomic_int pipes;
+	atomic_uint_fast64_t losses;
+	unsigned fork_gen;
+	fos_reput_hook reput_hook;
+	void *reput_user;
+	atomic_uint_fast64_t hook_reputs; /* weights the hook put again (in fos_reput_count) */
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -241,11 +250,40 @@ void fosc_cuda_override(const fosc_cuda_api *api);
 /* Tests: handles exported and CloseDeviceMemory requests sent through c, allocations cached now. */
 void fosc_cuda_counts(fos_client *c, uint64_t *exports, uint64_t *closes, size_t *cached);
 
+/* fosc_call_once and fosc_chan_exchange: the connection was lost while the request was out (its
+ * reply will not come; fosd may have run it): fosc_call sends it again, with its id, once the
+ * handle has reconnected (fosd's duplicate detection never runs it twice). */
+#define FOSC_LOST (-3)
+
+/* ---- the connection (libfos_conn.c) ---- */
+
+/* At connect, after the socket is opened: counts its pipes (fos_client.pipes, .losses) and notes
+ * the process's fork generation. Returns an nng error. */
+int fosc_conn_watch(fos_client *c);
+/* Whether c has a connection now. */
+int fosc_connected(const fos_client *c);
+/* Whether c was made before this process forked (a child's copy: nng must not be touched). */
+int fosc_inherited(const fos_client *c);
+/* FAILED_PRECONDITION naming the fork, for a call on an inherited handle. */
+int fosc_inherited_status(const fos_client *c, fos_status *st);
+/* fos_connect in a process forked after libfos used nng: FAILED_PRECONDITION, else OK. */
+int fosc_fork_check(fos_status *st);
+/* fosc_call for a request that only releases something fosd holds for this connection (a region,
+ * a context, a device mapping): with no connection now it is not waited for (UNAVAILABLE at once:
+ * fosd let go of the connection's, or is gone). */
+int fosc_call_cleanup(fos_client *c, Fos__Request *rq, fosc_reply *out, fos_status *st);
+/* After a NOT_FOUND for weight name (a forward, a recompute; version: the one needed, 0 any): puts
+ * it again from the handle's copies (reput_weights), else through the re-put hook. OK when it is
+ * there again. */
+int fosc_reput_any(fos_client *c, const char *name, uint64_t version);
+
 /* libfos_chan.c: one exchange through the handle's request channel. Returns 0 when the channel
  * was not used (none, busy, closed, or the request does not fit: use the socket), else 1 with
  * *reply (a new message holding the reply's bytes) or *code (and st) set. */
 int fosc_chan_exchange(fos_client *c, const nng_msg *req, int timeout_ms, nng_msg **reply, int *code,
 		       fos_status *st);
+/* fos_close of an inherited handle: unmaps and frees the channels without a word to fosd. */
+void fosc_chan_abandon(fos_client *c);
 /* fos_close: closes and frees the channels. */
 void fosc_chan_free_all(fos_client *c);
 /* After a call that succeeded: opens the wanted channel again if fosd no longer serves it. */

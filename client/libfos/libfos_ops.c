@@ -58,6 +58,12 @@ static const void *call_result(fos_client *c, Fos__Request *rq, fosc_in *ins, in
 	return res;
 }
 
+/* The weight of a Forward and the version it needs (0: any), put again on a NOT_FOUND. */
+typedef struct reput_of {
+	const char *name;
+	uint64_t version;
+} reput_of;
+
 /* One op's call: its inputs, the outputs fosd may write straight into a shared-memory region
  * (names[i] for outs[i]; NULL entries are not asked for), the result case it answers with, and
  * for a Forward the weight libfos puts again (then retries once) when fosd answers NOT_FOUND. */
@@ -69,7 +75,7 @@ typedef struct opcall {
 	int nout;
 	Fos__Response__ResultCase want;
 	const char *what;
-	const char *reput;
+	const reput_of *reput;
 } opcall;
 
 /* What one op's call leaves: the reply (to free with fosc_reply_free when the result came), the
@@ -92,7 +98,8 @@ static const void *op_call(fos_client *c, Fos__Request *rq, const opcall *oc, op
 			return NULL;
 	}
 	const void *res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, &rp->r, &rp->code, st);
-	if (!res && oc->reput && rp->code == FOS_CODE_NOT_FOUND && fosc_reput_restore(c, oc->reput) == FOS_CODE_OK)
+	if (!res && oc->reput && rp->code == FOS_CODE_NOT_FOUND &&
+	    fosc_reput_any(c, oc->reput->name, oc->reput->version) == FOS_CODE_OK)
 		res = call_result(c, rq, oc->ins, oc->nin, oc->want, oc->what, &rp->r, &rp->code, st);
 	if (res)
 		for (int i = 0; i < oc->nout; i++)
@@ -595,8 +602,9 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
 	static const char *const out_names[] = {"y"};
 	fos_tensor *outs[] = {skip_output ? NULL : y};
+	const reput_of ro = {weight, o ? o->weight_version : 0};
 	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD,
-			   "forward result", weight};
+			   "forward result", &ro};
 	opreply rp;
 	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
@@ -679,7 +687,8 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 		fr.criterion = &cc;
 	}
 	fosc_in ins[3] = {{&tx, x, "x"}, {&te, expect, "expect"}, {&tb, bias, "bias"}};
-	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", weight};
+	const reput_of ro = {weight, o ? o->weight_version : 0};
+	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", &ro};
 	opreply rp;
 	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &rp, st);
 	if (!res)
@@ -802,7 +811,7 @@ int fos_release(fos_client *c, fos_context *ctx, fos_status *st)
 	rq.release_context = &rr;
 	rr.context_id = ctx->id;
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	int code = fosc_call_cleanup(c, &rq, &r, st); /* no connection: fosd gone, or it expires by its TTL */
 	if (!code) {
 		fosc_reply_free(&r);
 		ctx->id = 0;

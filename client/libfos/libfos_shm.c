@@ -65,7 +65,7 @@ int fosc_region_unregister(fos_client *c, const char *name, fos_status *st)
 	rq.unregister_region = &ur;
 	ur.name = (char *)name;
 	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
+	int code = fosc_call_cleanup(c, &rq, &r, st); /* with no connection fosd holds none of ours */
 	if (!code)
 		fosc_reply_free(&r);
 	return code;
@@ -211,6 +211,11 @@ int fos_region_destroy(fos_region *r, fos_status *st)
 	if (*pp)
 		*pp = r->next;
 	pthread_mutex_unlock(&c->shm_mu);
+	if (fosc_inherited(c)) { /* a forked child's copy of its parent's region: unmapped here only */
+		fosc_status(st, FOS_CODE_OK, "region '%s' unmapped in this forked child (the parent keeps it)", r->name);
+		fosc_region_unmap(r);
+		return FOS_CODE_OK;
+	}
 	fos_status ust;
 	int code = fosc_region_unregister(c, r->name, &ust);
 	/* a server that is gone, or a connection that was replaced, has released it already */

@@ -261,5 +261,8 @@ int fosc_reput_restore(fos_client *c, const char *name)
 
 uint64_t fos_reput_count(const fos_client *c)
 {
-	return c && c->reput ? (uint64_t)atomic_load(&c->reput->count) : 0;
+	if (!c)
+		return 0;
+	uint64_t n = atomic_load(&((fos_client *)c)->hook_reputs);
+	return n + (c->reput ? (uint64_t)atomic_load(&c->reput->count) : 0);
 }

@@ -10,6 +10,10 @@ Where libfos.so comes from, first match wins:
 A package installed with pip from a checkout (`pip install ./client/python`) carries no libfos.so:
 it finds the one of `make install` (4.), or the build's through $FOSD_LIBFOS (1.).
 
+In a process forked from one where libfos had connected, the loaded copy cannot be used (nng, its
+transport, aborts a forked child that touches it): load() then loads another copy of the same
+file, through a memfd, whose nng has never run (fresh_after_fork).
+
 The structs below mirror fos.h field for field (tests/python/test_layout.py compiles a C program
 that prints the C sizes and offsets and compares them with these). fos_stats_info is received
 into a buffer with slack after it, so a header that grows at the end cannot overrun it.
@@ -209,6 +213,11 @@ def candidates():
 
 
 _lib = None
+_lib_path = None  # the file _lib was loaded from
+_lib_pid = None   # the process that loaded it
+
+# fos_reput_hook: int (*)(fos_client *c, const char *name, uint64_t version, void *user)
+REPUT_HOOK = ctypes.CFUNCTYPE(c_int, ctypes.c_void_p, ctypes.c_char_p, c_u64, ctypes.c_void_p)
 
 
 def _declare(lib):
@@ -261,6 +270,8 @@ def _declare(lib):
         "fos_list_weight_entries": (I, [V, P(P(WeightEntry)), P(SZ), ST]),
         "fos_health_devices": (I, [V, P(DeviceInfo), SZ, P(SZ), ST]),
         "fos_set_cuda_order": (I, [V, V, ctypes.c_uint, ST]),
+        "fos_set_reput_hook": (None, [V, REPUT_HOOK, V]),
+        "fos_after_fork": (I, []),
         "fos_server_mps": (I, [V]),
     }
     for name, (res, args) in list(sig.items()) + list(optional.items()):
@@ -283,11 +294,57 @@ def has(lib, name):
     return True
 
 
+def forked(lib):
+    """Whether lib (a loaded libfos) cannot be used in this process: it had connected in a process
+    this one was forked from (fos_after_fork; a libfos without it: whenever it was loaded by
+    another process)."""
+    if has(lib, "fos_after_fork"):
+        return bool(lib.fos_after_fork())
+    return _lib_pid is not None and _lib_pid != os.getpid()
+
+
+def _mapped_path(name):
+    """The file of the loaded library name (a bare "libfos.so" the loader found), from
+    /proc/self/maps; name itself when not found."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split(None, 5)
+                if len(p) == 6 and os.path.basename(p[5].strip()).startswith(name):
+                    return p[5].strip()
+    except OSError:
+        pass
+    return name
+
+
+def fresh_after_fork():
+    """Another copy of the libfos file loaded before the fork, from a memfd (a file the loader
+    has not seen, so its nng starts afresh); becomes the one load() returns."""
+    global _lib, _lib_pid
+    fd = os.memfd_create("libfos.so", os.MFD_CLOEXEC)
+    try:
+        with open(_lib_path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                os.write(fd, chunk)
+        lib = ctypes.CDLL("/proc/self/fd/%d" % fd)
+    finally:
+        os.close(fd)  # the loader keeps its own mapping
+    _declare(lib)
+    _lib, _lib_pid = lib, os.getpid()
+    return lib
+
+
 def load():
-    """The loaded libfos (loaded once); raises OSError naming every path tried."""
-    global _lib
+    """The loaded libfos (loaded once; in a forked child where that copy cannot be used, another
+    copy: fresh_after_fork); raises OSError naming every path tried."""
+    global _lib, _lib_path, _lib_pid
     if _lib is not None:
-        return _lib
+        if _lib_pid == os.getpid() or not forked(_lib):
+            return _lib
+        return fresh_after_fork()
     tried = []
     for path in candidates():
         if os.sep in path and not os.path.isfile(path):
@@ -299,7 +356,8 @@ def load():
             tried.append("%s (%s)" % (path, e))
             continue
         _declare(lib)
-        _lib = lib
+        _lib, _lib_pid = lib, os.getpid()
+        _lib_path = path if os.sep in path else _mapped_path(path)
         return lib
     raise OSError("fosd: cannot load libfos.so; tried: " + "; ".join(tried) +
                   ". Build it (make) and set $FOSD_LIBFOS to its path (e.g. FOSD_LIBFOS=$PWD/build/libfos.so"

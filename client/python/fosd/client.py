@@ -17,6 +17,9 @@ channel for the same polling (fosd polls for the next request for at most its ow
 channel_spin_us): a call then ends when fosd's reply is written, not a futex wake-up later.
 Other clients keep libfos's defaults.
 
+Restarts and fork: the connection, its re-put of lost weights and its replacement in a forked
+child are fosd._conn's.
+
 Contexts: forward(..., save_context=True) returns a Context besides Y. A Context that is garbage
 collected while still saved on fosd is released there (a finalizer), so a dropped autograd graph
 does not leave contexts behind. backward(ctx, dy, x=X) recomputes an expired context from X.
@@ -30,7 +33,7 @@ import weakref
 from . import _lib
 from ._arrays import Arr, Out
 from ._errors import Error, check
-from ._plane import Plane
+from ._conn import Connection, close_conn
 
 DEFAULT_URL = "ipc:///tmp/fosd.sock"
 # microseconds a client of a GPU fosd polls for a reply (and asks its channel to), see the top
@@ -63,6 +66,13 @@ def _arr(x, what, ndim=None):
         want = {1: "1-D (N,)", 2: "2-D"}[ndim]
         raise Error(_lib.INVALID_ARGUMENT, "%s must be %s, got shape %s" % (what, want, a.shape))
     return a
+
+
+def _need(x, what, ndim):
+    """_arr of an array the call cannot do without."""
+    if x is None:
+        raise Error(_lib.INVALID_ARGUMENT, "%s is missing (None): an array is needed" % what)
+    return _arr(x, what, ndim)
 
 
 def _wire(a, what, accept):
@@ -144,13 +154,15 @@ def placement(devices=None, replicas=0):
     return pl
 
 
-def _release_ctx(c, struct):
-    """Finalizer of a Context: release it on fosd if it is still saved there."""
-    if c._handle is None or not struct.id:
+def _release_ctx(c, struct, pid):
+    """Finalizer of a Context: release it on fosd if it is still saved there (not from a forked
+    child: the context is its parent's)."""
+    conn = c._holder[0]
+    if not struct.id or pid != os.getpid() or conn is None or conn.handle is None or conn.pid != pid:
         return
     st = _lib.Status()
     try:
-        c._lib.fos_release(c._handle, ctypes.byref(struct), ctypes.byref(st))
+        conn.lib.fos_release(conn.handle, ctypes.byref(struct), ctypes.byref(st))
     except Exception:  # a finalizer must not raise (interpreter shutdown)
         pass
 
@@ -161,7 +173,7 @@ class Context:
     def __init__(self, client, struct):
         self._struct = struct
         self._client = client
-        self._fin = weakref.finalize(self, _release_ctx, client, struct)
+        self._fin = weakref.finalize(self, _release_ctx, client, struct, os.getpid())
 
     @property
     def id(self):
@@ -186,85 +198,65 @@ class Context:
             self.id, self.weight, self.weight_version, self.m, self.n, self.k)
 
 
-def _close_handle(lib, plane, handle_box):
-    h = handle_box[0]
-    if h is None:
-        return
-    handle_box[0] = None
-    plane.close()
-    lib.fos_close(h)
+def _no_nul(v, what):
+    """A str argument handed to C as a NUL-terminated string: a NUL byte would cut it there."""
+    if isinstance(v, (str, bytes)) and ("\0" if isinstance(v, str) else b"\0") in v:
+        raise Error(_lib.INVALID_ARGUMENT, "%s %r contains a NUL byte" % (what, v))
+    return v
 
 
-class Client:
+def _u64(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64:
+        raise Error(_lib.INVALID_ARGUMENT, "%s must be an integer 0 .. 2^64-1, got %r" % (what, v))
+    return v
+
+
+class Client(Connection):
     """A connection to fosd (see fosd.connect)."""
 
     def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
-                 reput_weights=False, shm=None, channel=None, channel_spin_us=None, device_tensors=True,
+                 reput_weights=None, shm=None, channel=None, channel_spin_us=None, device_tensors=True,
                  spin_us=None):
-        self._lib = _lib.load()
-        self.url = url or os.environ.get("FOS_SERVER") or DEFAULT_URL
+        self.url = _no_nul(url or os.environ.get("FOS_SERVER") or DEFAULT_URL, "url")
         if token is None:
             token = os.environ.get("FOS_TOKEN") or None
-        o = _lib.ConnectOpts()
+        _no_nul(token, "token")
+        _no_nul(tls_ca, "tls_ca")
+        _no_nul(server_name, "server_name")
         self._keep = [x.encode() if isinstance(x, str) else x for x in (token, tls_ca, server_name)]
-        o.token, o.ca_file, o.server_name = self._keep
-        o.timeout_ms = self._ms(timeout)
-        o.reput_weights = 1 if reput_weights else 0
-        h = ctypes.c_void_p()
-        st = _lib.Status()
-        check(self._lib.fos_connect_with(self.url.encode(), ctypes.byref(o), ctypes.byref(h),
-                                         ctypes.byref(st)), st)
-        self._box = [h]
-        if shm is None:
-            shm = self.url.startswith("ipc://")
-        self._plane = Plane(self._lib, h, shm, device_tensors)
+        self._opts = dict(timeout_ms=self._ms(timeout), reput_weights=reput_weights, shm=shm, channel=channel,
+                          channel_spin_us=channel_spin_us, device_tensors=device_tensors, spin_us=spin_us)
         self._weight_n = {}
         self._wmu = threading.Lock()
-        self._fin = weakref.finalize(self, _close_handle, self._lib, self._plane, self._box)
-        # a trainer's client (fosd on a GPU, device tensors on) polls for its replies: see the top
-        trainer = bool(device_tensors) and self.url.startswith("ipc://") and \
-            self._lib.fos_server_gpu_uuid(h, None, ctypes.byref(_lib.Status())) == _lib.OK
-        if spin_us is None and trainer and not os.environ.get("FOS_SPIN_US"):
-            spin_us = DEVICE_SPIN_US
-        if spin_us is not None:
-            try:
-                self.set_spin(spin_us)
-            except Error:
-                self.close()
-                raise
-        if channel_spin_us is None:
-            channel_spin_us = DEVICE_SPIN_US if trainer else 0
-        if channel is None:  # the default: a channel where results go into regions (ipc://)
-            if self._plane.shm:
-                st = _lib.Status()
-                rc = self._lib.fos_channel_open(h, 0, int(channel_spin_us), ctypes.byref(st))
-                if rc == _lib.INVALID_ARGUMENT:  # channel_spin_us out of range
-                    self.close()
-                    check(rc, st)
-                if rc != _lib.OK:
-                    self._plane.channel_off_reason = _s(st.message)  # calls take the socket
-            else:
-                self._plane.channel_off_reason = "no shared memory (%s)" % self._plane.shm_off_reason
-        elif channel:
-            self.open_channel(spin_us=channel_spin_us)
-        else:
-            self._plane.channel_off_reason = "turned off (channel=False)"
+        # what a weight fosd lost is put again from (reput_weights not False): name -> (Arr, version,
+        # fos_weight_config, placement, torch in-place version at the put or None)
+        self._reput = {} if reput_weights is not False else None
+        self._put_pid = {}  # name -> the process that last put it through this client
+        self._holder = [None]
+        self._holder[0] = self._connect()
+        self._fin = weakref.finalize(self, close_conn, self._holder)
 
     @staticmethod
     def _ms(timeout):
         if timeout is None:
             return 0
         ms = int(round(float(timeout) * 1000))
-        if ms <= 0:
-            raise Error(_lib.INVALID_ARGUMENT, "timeout must be positive seconds, got %r" % (timeout,))
+        if not 0 < ms < 1 << 31:
+            raise Error(_lib.INVALID_ARGUMENT, "timeout must be positive seconds, at most %d, got %r"
+                        % (((1 << 31) - 1) // 1000, timeout))
         return ms
+
+    @staticmethod
+    def _check_spin(spin_us):
+        if isinstance(spin_us, bool) or not isinstance(spin_us, int) or not 0 <= spin_us < 1 << 31:
+            raise Error(_lib.INVALID_ARGUMENT, "spin_us must be an integer 0 .. 2^31-1, got %r" % (spin_us,))
 
     @property
     def _handle(self):
-        return self._box[0]
+        return self._holder[0].handle
 
     def _h(self):
-        h = self._box[0]
+        h = self._conn().handle
         if h is None:
             raise Error(_lib.FAILED_PRECONDITION, "the client is closed")
         return h
@@ -278,7 +270,7 @@ class Client:
 
     @property
     def closed(self):
-        return self._box[0] is None
+        return self._holder[0].handle is None
 
     def __enter__(self):
         return self
@@ -298,14 +290,16 @@ class Client:
         self.close()
 
     def set_timeout(self, seconds):
-        self._lib.fos_set_timeout(self._h(), self._ms(seconds))
+        ms = self._ms(seconds)
+        self._lib.fos_set_timeout(self._h(), ms)
+        self._opts["timeout_ms"] = ms  # a connection made after a fork takes it too
 
     def set_spin(self, spin_us):
         """How long each call polls for its reply before it sleeps (microseconds, 0: it sleeps at
         once; a call on a channel polls for the larger of this and the channel's spin)."""
-        if isinstance(spin_us, bool) or not isinstance(spin_us, int) or spin_us < 0:
-            raise Error(_lib.INVALID_ARGUMENT, "spin_us must be a non-negative integer, got %r" % (spin_us,))
+        self._check_spin(spin_us)
         self._lib.fos_set_spin(self._h(), spin_us)
+        self._opts["spin_us"] = spin_us
 
     @property
     def reput_count(self):
@@ -365,8 +359,8 @@ class Client:
     @property
     def channel(self):
         """True while the connection has a request channel open (see channel_off_reason)."""
-        h = self._box[0]
-        return h is not None and self._lib.fos_channel_bytes(h) > 0
+        conn = self._holder[0]
+        return conn.handle is not None and conn.lib.fos_channel_bytes(conn.handle) > 0
 
     @property
     def channel_off_reason(self):
@@ -469,11 +463,10 @@ class Client:
         them); or replicas, a number of devices fosd picks; not both. Neither: the devices
         of the name's current copies, else the least loaded one. The WeightInfo's devices say
         where it went."""
-        a = _arr(w, "w", 2)
+        a = _need(w, "w", 2)
         cfg = self._weight_config(weight_block, err, bound, pin, drop_master, eager_columnwise, uses)
         pl = placement(devices, replicas)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise Error(_lib.INVALID_ARGUMENT, "version must be a non-negative integer, got %r" % (version,))
+        _u64(version, "version")
         if pl is None and not _lib.has(self._lib, "fos_put_weight_on"):
             info = _lib.WeightInfo()
             self._put(name, self._name(name), a, version, cfg, info)
@@ -524,18 +517,32 @@ class Client:
 
         self._plane.call([(a, _wire(a, "w", (BF16,)))], [], fn)
         self._weight_n[name] = a.shape[0]  # one dict store: atomic
+        self._put_pid[name] = os.getpid()
+        if self._reput is not None:  # kept for a fosd that loses it (restart, eviction): a reference
+            self._reput[name] = (a, version, cfg, placement, a.obj._version if a.torch else None)
 
     @staticmethod
     def _name(name):
         if not isinstance(name, str):
             raise Error(_lib.INVALID_ARGUMENT, "a weight name must be a str, got %r" % (name,))
+        _no_nul(name, "weight name")
         return name.encode()
 
     def drop_weight(self, name):
+        """Drops weight name from fosd's cache. In a forked child, a weight this client put in the
+        parent is the parent's: FAILED_PRECONDITION (drop it there)."""
+        bname = self._name(name)
+        pid = self._put_pid.get(name)
+        if pid is not None and pid != os.getpid():
+            raise Error(_lib.FAILED_PRECONDITION, "weight %r was put through this client by process %d, "
+                        "which this one was forked from: it is that process's to drop" % (name, pid))
         st = _lib.Status()
         with self._wmu:
             self._weight_n.pop(name, None)
-        check(self._lib.fos_drop_weight(self._h(), self._name(name), ctypes.byref(st)), st)
+        if self._reput is not None:
+            self._reput.pop(name, None)
+        self._put_pid.pop(name, None)
+        check(self._lib.fos_drop_weight(self._h(), bname, ctypes.byref(st)), st)
 
     def list_weights(self):
         """The tenant's cached weights, most recently used first (each once, its devices saying
@@ -563,8 +570,8 @@ class Client:
                 version=0):
         """y (M, N) = x (M, K) W^T [+ bias] with the cached weight name (version 0: whichever is
         cached, else it must match). save_context: also return the Context for backward."""
-        ax, ab = _arr(x, "x", 2), _arr(bias, "bias", 1)
-        return self._forward(name, self._name(name), ax, ab, int(version),
+        ax, ab = _need(x, "x", 2), _arr(bias, "bias", 1)
+        return self._forward(name, self._name(name), ax, ab, _u64(version, "version"),
                              _opt(_lib.OVERRIDES, override, "override"), int(bool(row_scaled)),
                              bool(save_context))
 
@@ -602,7 +609,7 @@ class Client:
         need_dw False: that gradient is not computed (fosd skips its GEMM) and comes back None."""
         if not isinstance(ctx, Context):
             raise Error(_lib.INVALID_ARGUMENT, "ctx must be a fosd Context (from forward with save_context)")
-        ad = _arr(dy, "dy", 2)
+        ad = _need(dy, "dy", 2)
         s = ctx._struct
         h = self._h()
         m, n = ad.shape
@@ -651,7 +658,7 @@ class Client:
                err="mae", bound=256):
         """One linear layer without the cache: {"y"} and with dy also "dx", "dw" (and "db" with a
         bias)."""
-        ax, aw, ad, ab = _arr(x, "x", 2), _arr(w, "w", 2), _arr(dy, "dy", 2), _arr(bias, "bias", 1)
+        ax, aw, ad, ab = _need(x, "x", 2), _need(w, "w", 2), _arr(dy, "dy", 2), _arr(bias, "bias", 1)
         cfg = _lib.LinearConfig(_opt(_lib.OVERRIDES, override, "override"),
                                 _opt(_lib.BLOCKS, weight_block, "weight_block"),
                                 _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(row_scaled)))
@@ -683,7 +690,7 @@ class Client:
                  amax=None):
         """x (rows, cols) bf16 or float32 -> (codes uint8 (rows, cols/2), scales e4m3
         (rows, cols/16), amax float32 (1,) or (rows,)). amax: use it instead of max|x|."""
-        ax, aa = _arr(x, "x", 2), _arr(amax, "amax", 1)
+        ax, aa = _need(x, "x", 2), _arr(amax, "amax", 1)
         cfg = _lib.QuantConfig(_opt(_lib.RECIPES, recipe, "recipe"), _opt(_lib.BLOCKS, block, "block"),
                                _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(row_scaled)))
         rows, cols = ax.shape
@@ -704,7 +711,7 @@ class Client:
 
     def dequantize(self, codes, scales, amax, bound=256, row_scaled=False, dtype="bf16"):
         """(rows, cols) of dtype ("bf16" or "float32") from codes, scales and amax."""
-        ac, asc, aa = _arr(codes, "codes", 2), _arr(scales, "scales", 2), _arr(amax, "amax", 1)
+        ac, asc, aa = _need(codes, "codes", 2), _need(scales, "scales", 2), _need(amax, "amax", 1)
         odt = {"bf16": BF16, "bfloat16": BF16, "f32": F32, "float32": F32}.get(str(dtype).lower())
         if odt is None:
             raise Error(_lib.INVALID_ARGUMENT, "dtype: %r is not one of bf16, float32" % (dtype,))
@@ -727,8 +734,10 @@ class Client:
 def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, **kw):
     """A Client connected to url (default $FOS_SERVER, then ipc:///tmp/fosd.sock). token: the
     tenant's secret (default $FOS_TOKEN). timeout: seconds for the connect and every call.
-    tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (libfos puts a weight of this
-    client again when fosd lost it), shm (tensors through shared memory; default: on for ipc://),
+    tls_ca, server_name: for tls+tcp:// URLs. Keywords: reput_weights (when fosd lost a weight this
+    client put, after a restart or an eviction: None, the default, puts it again from a reference
+    to the array it was put from; True from a private copy libfos keeps; False not at all; see
+    client/python/README.md "When fosd restarts, and after fork"), shm (tensors through shared memory; default: on for ipc://),
     channel (a request channel, so that calls skip the socket: True opens one or raises, False
     never; default None: opened whenever shm is on, and the socket is used when fosd cannot
     give one, channel_off_reason saying why), channel_spin_us (how long both sides of the channel
