@@ -178,8 +178,8 @@ def interleaved(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     cpu = dev.type == "cpu"
     mem = _lib.MEM_HOST if cpu else _lib.MEM_CUDA
     g = torch.Generator(device=dev).manual_seed(1)
-    layer_s = ft.Linear(K, N, bias=bias, client=client, device=dev)
-    layer_f = ft.Linear(K, N, bias=bias, client=client, device=dev)
+    layer_s = ft.Linear(K, N, dtype=torch.bfloat16, bias=bias, client=client, device=dev)
+    layer_f = ft.Linear(K, N, dtype=torch.bfloat16, bias=bias, client=client, device=dev)
     ps, pf = list(layer_s.parameters()), list(layer_f.parameters())
     w = (torch.randn(N, K, device=dev, generator=g) * 0.02).to(torch.bfloat16)
     b = torch.randn(N, device=dev, generator=g).to(torch.bfloat16) if bias else None
@@ -300,7 +300,7 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     cpu = dev.type == "cpu"
     out = interleaved(a, torch, ft, client, x, dy, dev, sync, sgd, bias)
     pc = time.perf_counter
-    layer = ft.Linear(K, N, bias=bias, client=client, device=dev)
+    layer = ft.Linear(K, N, dtype=torch.bfloat16, bias=bias, client=client, device=dev)
     params = list(layer.parameters())
     plane = client._plane
     state = {"lib": 0.0, "events": None}
@@ -591,7 +591,7 @@ def overhead(a):
     b = torch.randn(N, generator=g).to(torch.bfloat16)
     versions = iter(range(1, 1 << 40))
     ctxs = []
-    layer = ft.Linear(K, N, client=c)
+    layer = ft.Linear(K, N, dtype=torch.bfloat16, client=c)
     params = list(layer.parameters())
 
     def put():
@@ -741,7 +741,7 @@ def main():
         for c, how in ((client, "device tensors"),
                        (socket_client, "device tensors, socket"), (host_client, "host memory"),
                        (client, "device tensors, dX not needed")):
-            layer = ft.Linear(K, N, bias=bias, client=c, device=dev)
+            layer = ft.Linear(K, N, dtype=torch.bfloat16, bias=bias, client=c, device=dev)
             params = [p for p in layer.parameters()]
             xin = x if how.endswith("not needed") else xg
 

@@ -10,7 +10,11 @@ PKGS="$PKGS libsystemd-dev systemd"
 # the Python package (client/python) and its tests in make test (tests/python.mk; python3-yaml reads
 # deploy/k8s's manifests in tests/python/test_deploy_mps.py); FOS_NO_PYTHON=1
 # leaves them out (an image that only builds the C programs)
-[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-venv python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client python3-yaml"
+[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client python3-yaml"
+# python3-venv: make venv (tests/python.mk) builds the test environment of torch 2.x from PyPI, and
+# the README's Python steps make one; g++ and python3-dev: torch.compile's CPU backend compiles C++
+# against Python.h (test_torch_compile.py)
+[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3-venv python3-dev g++"
 # the CUDA backend is built where nvcc exists, and nvcc compiles host code with g++
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	PKGS="$PKGS g++"

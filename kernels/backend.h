@@ -51,6 +51,30 @@ enum fos_override {
 	FOS_OVR_DEQUANTIZED = FOS_OVERRIDE_DEQUANTIZED
 };
 
+/* Which forward operands use 4/6 (NUMERICS.md section 11); the others use plain NVFP4 (the section 5
+ * quantizer with the operand's own block shape and amax, bound 448). ALL is 0: today's recipe. */
+enum fos_scope { FOS_SCOPE_ALL = 0, FOS_SCOPE_WEIGHTS = 1, FOS_SCOPE_ACTIVATIONS = 2, FOS_SCOPE_NONE = 3 };
+/* Whether scope quantizes W (resp. X) with 4/6. */
+static inline int fos_scope_w46(int scope) { return scope == FOS_SCOPE_ALL || scope == FOS_SCOPE_WEIGHTS; }
+static inline int fos_scope_x46(int scope) { return scope == FOS_SCOPE_ALL || scope == FOS_SCOPE_ACTIVATIONS; }
+/* "all", "weights", "activations", "none"; else "?". */
+static inline const char *fos_scope_name(int scope)
+{
+	static const char *const n[] = {"all", "weights", "activations", "none"};
+	return scope >= 0 && scope <= FOS_SCOPE_NONE ? n[scope] : "?";
+}
+/* The scope of a name above; -1 for any other. */
+int fos_scope_parse(const char *name);
+/* FOS_FOUR_OVER_SIX_ALL .. _NONE -> FOS_SCOPE_*; FOS_FOUR_OVER_SIX_DEFAULT -> dflt; any other: -1. */
+static inline int fos_scope_from_wire(int wire, int dflt)
+{
+	return wire == FOS_FOUR_OVER_SIX_DEFAULT ? dflt
+	       : (wire >= FOS_FOUR_OVER_SIX_ALL && wire <= FOS_FOUR_OVER_SIX_NONE) ? wire - FOS_FOUR_OVER_SIX_ALL
+									   : -1;
+}
+/* FOS_SCOPE_* -> the wire's (never FOS_FOUR_OVER_SIX_DEFAULT). */
+static inline int fos_scope_to_wire(int scope) { return scope + FOS_FOUR_OVER_SIX_ALL; }
+
 /* FOS_DTYPE_BF16 / FOS_DTYPE_F32 -> FOS_BF16 / FOS_F32; any other wire type: -1. */
 static inline int fos_dtype_from_wire(int wire)
 {
@@ -78,11 +102,11 @@ static inline size_t fos_dtype_size(int dt) { return dt == FOS_F32 ? 4 : 2; }
 
 /* How to quantize. Defaults (fos_qcfg_default): 4over6, 1x16, MAE, bound 256, per-tensor. */
 typedef struct fos_qcfg {
-	int recipe;     /* enum fos_recipe; NVFP4 requires bound 448, 1x16, per-tensor (else EINVAL) */
-	int block;      /* enum fos_block; 16x16 only for 4over6 per-tensor */
+	int recipe;     /* enum fos_recipe; NVFP4 (plain, section 5) requires bound 448 (else EINVAL) */
+	int block;      /* enum fos_block; 16x16 only per-tensor */
 	int err_mode;   /* enum fos_errmode */
 	int bound;      /* 256 or 448 */
-	int row_scaled; /* 1: one amax per row (4over6, 1x16 only) */
+	int row_scaled; /* 1: one amax per row (1x16 only) */
 } fos_qcfg;
 
 fos_qcfg fos_qcfg_default(void);
@@ -265,7 +289,14 @@ typedef struct fos_linear_opts {
 	int err_mode;     /* enum fos_errmode */
 	int bound;        /* 256 or 448 */
 	int row_scaled;   /* row-scaled activations */
+	int four_over_six; /* enum fos_scope: which operands use 4/6 (default all) */
 } fos_linear_opts;
+
+/* How a layer of options o quantizes W (rowwise, and its columnwise copy): 4/6 with o's weight_block,
+ * err_mode and bound, or plain NVFP4 (bound 448) with o's weight_block; per-tensor. */
+fos_qcfg fos_linear_wcfg(const fos_linear_opts *o);
+/* How it quantizes X: 1x16, 4/6 with o's err_mode and bound or plain NVFP4; row_scaled as given. */
+fos_qcfg fos_linear_xcfg(const fos_linear_opts *o, int row_scaled);
 
 fos_linear_opts fos_linear_opts_default(void);
 /* Validates shapes (M >= 1; N and K positive multiples of 16: NUMERICS.md section 8, outputs are
@@ -319,8 +350,8 @@ typedef struct fos_qweight_parts {
 	size_t codes, columnwise, master;
 } fos_qweight_parts;
 
-/* Quantizes w (N, K) bf16 (backend memory) with o's weight_block, err_mode and bound (o's override
- * and row_scaled are ignored), keeping what uses (FOS_USE_* bits, at least one; else EINVAL) need. */
+/* Quantizes w (N, K) bf16 (backend memory) as fos_linear_wcfg(o) says (o's override and row_scaled
+ * are ignored), keeping what uses (FOS_USE_* bits, at least one; else EINVAL) need. */
 int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
 			  int uses, fos_qweight *qw, fos_err *err);
 /* fos_qweight_make_uses with uses forward and dequantized, plus high_precision and quantized when
@@ -358,6 +389,7 @@ typedef struct fos_wops {
 /* What a forward keeps for the backward of its resolved override (section 8). */
 typedef struct fos_saved {
 	int override; /* resolved */
+	int four_over_six; /* the forward's scope (the form of W its backward uses) */
 	int64_t m, n, k;
 	int has_bias;
 	fos_qtensor xq;       /* dequantized: rowwise x; (codes NULL otherwise) */
@@ -367,9 +399,10 @@ typedef struct fos_saved {
 	float *x_amax;        /* quantized: x amax (1 float) */
 } fos_saved;
 
-/* y (M, N) bf16 = forward(x (M, K) bf16, qw) [+ bias (N) bf16]. o gives the call's override and
- * row_scaled; its weight_block, err_mode and bound must equal qw->opts (X is quantized with the
- * same err_mode and bound as the weight). If saved is non-NULL it is filled with what the backward
+/* y (M, N) bf16 = forward(x (M, K) bf16, qw) [+ bias (N) bf16]. o gives the call's override,
+ * row_scaled and four_over_six scope; its weight_block, err_mode and bound must equal qw->opts (X is
+ * quantized with the same err_mode and bound as the weight), and its scope must quantize W as the
+ * weight was (4/6 or plain; else EINVAL naming both scopes). If saved is non-NULL it is filled with what the backward
  * of the resolved override needs (free with fos_saved_free); the weight must have been made for
  * that override's use (fos_use_of_override; else EINVAL naming it). wo: see fos_wops (NULL: none). */
 int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fos_qweight *qw, const fos_wops *wo,

@@ -1,6 +1,6 @@
 /* cpu_quant.c: the CPU reference for amax, four-over-six quantize (1x16 and 16x16 blocks,
- * per-tensor and row-scaled), the standard NVFP4 gradient quantize, dequantize and decode
- * (NUMERICS.md sections 1-6). Written to read like NUMERICS.md; rows are processed in parallel and
+ * per-tensor and row-scaled), the plain NVFP4 quantize (the gradient's, and a plain operand's with
+ * the same block shapes and amaxes, section 11), dequantize and decode (NUMERICS.md sections 1-6). Written to read like NUMERICS.md; rows are processed in parallel and
  * every output depends only on its own block, so the thread count never changes a bit. */
 #include "cpu_internal.h"
 #include "fos_format.h"
@@ -185,6 +185,17 @@ static void quant_tiles_16x16(void *ctx, int64_t t0, int64_t t1)
 			for (int i = 0; i < 16; i++)
 				for (int c = 0; c < 16; c++)
 					bamax = fos_absmax(bamax, rows[i * cols + b * 16 + c]);
+			if (j->cfg.recipe == FOS_RECIPE_NVFP4) { /* plain: one scale from the tile's amax */
+				uint32_t sf = fos_grad_scale(bamax, s_enc);
+				float inv = fos_inv_scale(sf, s_dec);
+				for (int i = 0; i < 16; i++) {
+					uint8_t q[16];
+					for (int c = 0; c < 16; c++)
+						q[c] = (uint8_t)fos_e2m1_encode(rows[i * cols + b * 16 + c] * inv);
+					store_block(j, t * 16 + i, b, q, sf);
+				}
+				continue;
+			}
 			uint32_t sf6, sf4;
 			fos_46_candidates(bamax, s_enc, &sf6, &sf4);
 			uint8_t q6[16][16], q4[16][16];

@@ -238,10 +238,12 @@ int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int6
 		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
 int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
-/* the rowwise gradient quantize of fcu_quantize (cuda_gradient.cu): nblk 1x16 blocks of x (bf16 or
- * f32) into q's codes and scales, and their decoding into dec unless NULL */
-void fcu_grad_rows(fos_backend *be, const void *x, int dtype, int nblk, const fcu_qa &A, fos_qtensor *q,
-		   uint16_t *dec);
+/* the rowwise plain NVFP4 quantize of fcu_quantize (cuda_gradient.cu): x (rows, cols = 16 bpr;
+ * nblk = rows bpr 1x16 blocks), bf16 or f32, in cfg's block shape (1x16 or 16x16) and amax (per
+ * tensor or, 1x16 only, per row in A.amax), into q's codes and scales, and their decoding into dec
+ * unless NULL */
+void fcu_grad_rows(fos_backend *be, const void *x, int dtype, int64_t rows, int nblk, int bpr, const fos_qcfg *cfg,
+		   const fcu_qa &A, fos_qtensor *q, uint16_t *dec);
 /* ops (cuda_grad_pair.cu) */
 int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
 		  uint16_t *dec_cols_t, fos_err *err);

@@ -3,8 +3,8 @@
  * (cuda_quantize_t.cu) and grad_pair (cuda_grad_pair.cu) run the very same arithmetic: raw
  * 16-element loads and their unpacking, the per-CTA per-tensor tables (fcu_pt_smem: inverse
  * scales, 4/6 candidate values, decoded bf16), the block functions fcu_blk46 / fcu_blk46_tile (4/6,
- * NUMERICS.md section 3) and fcu_blk_grad (the gradient quantizer, section 5) with their magnitude
- * and sign helpers, the stores of a block's codes and scale byte, and the decoding of a block's
+ * NUMERICS.md section 3) and fcu_blk_grad (the gradient quantizer, section 5; fcu_blk_grad_tile its
+ * 16x16 form, section 11) with their magnitude and sign helpers, the stores of a block's codes and scale byte, and the decoding of a block's
  * codes into bf16 from the sdec table (fcu_dec_pt: one 16-byte row load and byte permutes). Device
  * code only; every float operation an __f*_rn intrinsic (cuda_q46.cuh). */
 #ifndef FOS_CUDA_QBLOCK_CUH
@@ -174,6 +174,32 @@ __device__ __forceinline__ uint64_t fcu_blk_grad(const fcu_raw<T> &cur, float g,
 	const uint64_t m = fcu_mags_fma(xf, fabsf(inv));
 	*sf_out = sf;
 	return m | fcu_pick_signs(cur, xf, inv, has_nan);
+}
+
+/* One row-group (16 elements) of a plain NVFP4 16x16 tile (NUMERICS.md section 11): the tile amax
+ * over the 16 lanes LS apart (as fcu_blk46_tile), one scale byte from it by the gradient
+ * quantizer's arithmetic (fcu_blk_grad), this row-group's codes. Every lane of the warp must call
+ * it. Returns the codes, *sf_out the scale byte. */
+template <typename T, int LS>
+__device__ __forceinline__ uint64_t fcu_blk_grad_tile(const fcu_raw<T> &raw, float g, int hw, const fcu_pt_smem &sm,
+						      uint32_t *sf_out)
+{
+	float xf[16], bamax = 0.0f;
+	bool has_nan = false;
+	fcu_unpack(raw, xf);
+#pragma unroll
+	for (int j = 0; j < 16; j++) {
+		bamax = fmaxf(bamax, fabsf(xf[j])); /* = fos_absmax: drops NaN */
+		has_nan |= xf[j] != xf[j];
+	}
+#pragma unroll
+	for (int o = 8; o >= 1; o >>= 1)
+		bamax = fmaxf(bamax, __shfl_xor_sync(0xffffffffu, bamax, o * LS, 16 * LS)); /* no NaN here */
+	const float v = FOS_MUL(bamax, g);
+	const uint32_t sf = hw ? (fcu_e4m3x2_hw(v, v) & 0xFFu) : fcu_e4m3_capped(v);
+	const float inv = sm.sinv[sf];
+	*sf_out = sf;
+	return fcu_mags_fma(xf, fabsf(inv)) | fcu_pick_signs(raw, xf, inv, has_nan);
 }
 
 /* ---- the rowwise walk ----------------------------------------------------------------------- */

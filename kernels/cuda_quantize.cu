@@ -1,6 +1,6 @@
 /* cuda_quantize.cu: the CUDA backend's quantize op (fcu_quantize) and its 4/6 kernels (NUMERICS.md
  * section 3): 1x16 blocks per tensor (k_q46_pt) and row-scaled (k_q46_rows), 16x16 tiles per tensor
- * (k_q46_16x16). The NVFP4 gradient recipe goes to cuda_gradient.cu, an input stored transposed to
+ * (k_q46_16x16). The plain NVFP4 recipe (every shape) goes to cuda_gradient.cu, an input stored transposed to
  * cuda_quantize_t.cu. Bit-identical to the CPU reference (kernels/cpu_quant.c): the per-block
  * arithmetic is cuda_q46.cuh and the block functions of cuda_qblock.cuh, shared with the other
  * quantize kernels; every float operation an __f*_rn intrinsic. A per-tensor amax given by the
@@ -244,7 +244,7 @@ int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 	const int nblk = (int)(rows * cols / 16), bpr = (int)(cols / 16);
 	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst);
 	if (cfg->recipe == FOS_RECIPE_NVFP4)
-		fcu_grad_rows(be, x, dtype, nblk, A, q, decoded);
+		fcu_grad_rows(be, x, dtype, rows, nblk, bpr, cfg, A, q, decoded);
 	else
 		fcu_qdispatch(dtype, cfg->err_mode == FOS_ERR_MSE, decoded != 0, [&](auto t, auto mse, auto dec) {
 			fcu_quant_typed<typename decltype(t)::type, decltype(mse)::value, decltype(dec)::value>(

@@ -1,8 +1,8 @@
 /* cuda_quantize_t.cu: the CUDA backend's quantize_t op: the quantizers of fcu_quantize (4/6 1x16
- * and 16x16 per tensor, the NVFP4 gradient recipe) on an input stored transposed, read in place
+ * and 16x16 per tensor, plain NVFP4 1x16 and 16x16 per tensor) on an input stored transposed, read in place
  * through shared-memory tiles streamed by the cp.async ring of cuda_ring.cuh. The per-block
- * arithmetic is that of the rowwise kernels (fcu_blk46 / fcu_blk46_tile / fcu_blk_grad of
- * cuda_qblock.cuh), so the outputs are those of fcu_quantize on the transpose, bit for bit. */
+ * arithmetic is that of the rowwise kernels (fcu_blk46 / fcu_blk46_tile / fcu_blk_grad / fcu_blk_grad_tile
+ * of cuda_qblock.cuh), so the outputs are those of fcu_quantize on the transpose, bit for bit. */
 #include "cuda_internal.cuh"
 #include "cuda_q46.cuh"
 #include "cuda_qblock.cuh"
@@ -12,7 +12,7 @@
 
 #define QT FCU_QT
 
-enum { FCU_QT_46 = 0, FCU_QT_46_TILE = 1, FCU_QT_GRAD = 2 };
+enum { FCU_QT_46 = 0, FCU_QT_46_TILE = 1, FCU_QT_GRAD = 2, FCU_QT_GRAD_TILE = 3 };
 
 /* ---- quantize of an input stored transposed (quantize_t) ------------------------------------- */
 
@@ -40,7 +40,9 @@ __global__ void __launch_bounds__(QT, MODE == FCU_QT_GRAD ? 4 : 3) k_quant_t(con
 						float d, int hw, int rev, int vec, uint8_t *__restrict__ codes,
 						uint8_t *__restrict__ scales, uint16_t *__restrict__ dec)
 {
-	constexpr int W = MODE == FCU_QT_46_TILE ? 2 : 4; /* blocks of one logical row on W lanes */
+	constexpr bool TILE = MODE == FCU_QT_46_TILE || MODE == FCU_QT_GRAD_TILE;
+	constexpr bool GRAD = MODE == FCU_QT_GRAD || MODE == FCU_QT_GRAD_TILE; /* plain NVFP4 */
+	constexpr int W = TILE ? 2 : 4;			  /* blocks of one logical row on W lanes */
 	constexpr int RW = 32 / W;			  /* logical rows per warp (also the skew) */
 	constexpr int EPC = 16 / (int)sizeof(T);	  /* elements per 16-byte chunk */
 	constexpr int CPR = QTT_R / EPC;		  /* chunks per stored tile row */
@@ -55,8 +57,8 @@ __global__ void __launch_bounds__(QT, MODE == FCU_QT_GRAD ? 4 : 3) k_quant_t(con
 	const float a = amax[0];
 	if (amax_out && blockIdx.x == 0 && t == 0)
 		amax_out[0] = a; /* the caller's amax, copied into the quantized tensor */
-	const float s_enc = fos_s_enc(a, MODE == FCU_QT_GRAD ? 2688.0f : d), s_dec = FOS_DIV(1.0f, s_enc);
-	if (MODE == FCU_QT_GRAD)
+	const float s_enc = fos_s_enc(a, GRAD ? 2688.0f : d), s_dec = FOS_DIV(1.0f, s_enc);
+	if (GRAD)
 		fcu_pt_setup(sm, a, 2688.0f, s_dec, false, DEC);
 	else
 		fcu_pt_setup(sm, a, d, s_dec, true, DEC);
@@ -124,6 +126,8 @@ __global__ void __launch_bounds__(QT, MODE == FCU_QT_GRAD ? 4 : 3) k_quant_t(con
 		uint64_t cw;
 		if (MODE == FCU_QT_GRAD)
 			cw = fcu_blk_grad<T>(raw, g, hw, sm, &sf);
+		else if (MODE == FCU_QT_GRAD_TILE)
+			cw = fcu_blk_grad_tile<T, W>(raw, g, hw, sm, &sf); /* row-groups W lanes apart */
 		else if (MODE == FCU_QT_46_TILE)
 			cw = fcu_blk46_tile<T, MSE, W>(raw, s_enc, r6, hw, sm, svt0, &sf); /* row-groups W lanes apart */
 		else
@@ -152,7 +156,9 @@ static void fcu_qt_mode(fos_backend *be, const void *x, int rows, int cols, cons
 			int vec, fos_qtensor *q, uint16_t *dec)
 {
 	const float d = fos_bound_d(cfg->bound);
-	if (cfg->recipe == FOS_RECIPE_NVFP4)
+	if (cfg->recipe == FOS_RECIPE_NVFP4 && cfg->block == FOS_BLOCK_16X16)
+		fcu_qt_launch<T, FCU_QT_GRAD_TILE, false, DEC>(be, x, rows, cols, d, A, vec, q, dec);
+	else if (cfg->recipe == FOS_RECIPE_NVFP4)
 		fcu_qt_launch<T, FCU_QT_GRAD, false, DEC>(be, x, rows, cols, d, A, vec, q, dec);
 	else if (cfg->block == FOS_BLOCK_16X16)
 		fcu_qt_launch<T, FCU_QT_46_TILE, MSE, DEC>(be, x, rows, cols, d, A, vec, q, dec);

@@ -1,6 +1,6 @@
 /* fos_wire_enums.h: the element types and option values of the wire (fos.proto's DType, Override,
- * Block, ErrMode, Recipe, HealthResult.Mps), the one set of these numbers for libfos's callers
- * (fos.h includes this header and is installed beside it), the numerics (backend.h) and fosd.
+ * Block, ErrMode, Recipe, FourOverSix, HealthResult.Mps), the one set of these numbers for libfos's
+ * callers (fos.h includes this header and is installed beside it), the numerics (backend.h) and fosd.
  *
  * backend.h names the override, error mode and recipe values through these (FOS_OVR_QUANTIZED is
  * FOS_OVERRIDE_QUANTIZED, ...). Its element types and block modes are numbered from 0 (kernels and
@@ -28,6 +28,15 @@ enum fos_override_opt {
 enum fos_block_opt { FOS_BLOCKS_DEFAULT = 0, FOS_BLOCKS_1X16 = 1, FOS_BLOCKS_16X16 = 2 };
 enum fos_errmode_opt { FOS_ERRMODE_MAE = 0, FOS_ERRMODE_MSE = 1 };
 enum fos_recipe_opt { FOS_QRECIPE_4OVER6 = 0, FOS_QRECIPE_NVFP4 = 1 };
+/* Which forward operands use 4/6 (the wire's fos.FourOverSix, NUMERICS.md section 11); the others
+ * use plain NVFP4. DEFAULT: ALL for PutWeight and Linear, the weight's own scope for Forward. */
+enum fos_four_over_six_opt {
+	FOS_FOUR_OVER_SIX_DEFAULT = 0,
+	FOS_FOUR_OVER_SIX_ALL = 1,
+	FOS_FOUR_OVER_SIX_WEIGHTS = 2,
+	FOS_FOUR_OVER_SIX_ACTIVATIONS = 3,
+	FOS_FOUR_OVER_SIX_NONE = 4
+};
 
 /* Whether fosd's GPU work runs under NVIDIA MPS (the wire's HealthResult.Mps; fos_server_mps). */
 enum fos_mps_state { FOS_MPS_UNKNOWN = 0, FOS_MPS_NOT_APPLICABLE = 1, FOS_MPS_OFF = 2, FOS_MPS_ON = 3 };

@@ -184,10 +184,10 @@ static int pad_rows(fos_backend *be, const uint16_t *src, int64_t rows, int64_t 
 	return rc;
 }
 
-static fos_qcfg cfg_46(int block, int err_mode, int bound, int row_scaled)
+/* rn(1 / D) of a quantized operand's own bound (plain NVFP4: 448), the GEMM epilogue's dinv. */
+static float q_dinv(const fos_qtensor *q)
 {
-	fos_qcfg c = {FOS_RECIPE_4OVER6, block, err_mode, bound, row_scaled};
-	return c;
+	return 1.0f / fos_bound_d(q->bound);
 }
 
 /* ---- weights ------------------------------------------------------------------------------- */
@@ -241,10 +241,10 @@ size_t fos_qweight_bytes(const fos_qweight *qw)
 	return fos_qweight_bytes_for(qw->n, qw->k, qw->uses, NULL);
 }
 
-/* The columnwise copy: 4/6(W^T (K x N), w_amax, weight_block), quantized from w. */
+/* The columnwise copy: W's recipe (4/6 or plain) on W^T (K x N), w_amax, weight_block, from w. */
 static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w, fos_err *err)
 {
-	fos_qcfg c = cfg_46(qw->opts.weight_block, qw->opts.err_mode, qw->opts.bound, 0);
+	fos_qcfg c = fos_linear_wcfg(&qw->opts);
 	int rc = quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, NULL, err);
 	return rc ? rc : be->sync(be, err);
 }
@@ -265,7 +265,7 @@ int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t
 	qw->opts.override = FOS_OVR_DEFAULT;
 	qw->opts.row_scaled = 0;
 	qw->uses = uses;
-	fos_qcfg c = cfg_46(o->weight_block, o->err_mode, o->bound, 0);
+	fos_qcfg c = fos_linear_wcfg(o);
 	rc = quantize_new(be, w, 0, n, k, &c, 0, &qw->q, NULL, err);
 	if (!rc && (uses & FOS_USE_HIGH_PRECISION)) {
 		qw->master = be->alloc(be, (size_t)(n * k) * 2);
@@ -411,6 +411,14 @@ static int need_use(const fos_qweight *qw, int use, const char *what, fos_err *e
 
 static int opts_match(const fos_linear_opts *o, const fos_qweight *qw, fos_err *err)
 {
+	int w46 = fos_scope_w46(qw->opts.four_over_six);
+	if (fos_scope_w46(o->four_over_six) != w46)
+		return fos_seterr(err, FOS_EINVAL,
+				  "four_over_six '%s' quantizes W %s, but the weight was quantized for '%s' (W %s): "
+				  "quantize it again for '%s'",
+				  fos_scope_name(o->four_over_six), w46 ? "plain" : "with 4/6",
+				  fos_scope_name(qw->opts.four_over_six), w46 ? "with 4/6" : "plain",
+				  fos_scope_name(o->four_over_six));
 	if (o->weight_block != qw->opts.weight_block || o->err_mode != qw->opts.err_mode ||
 	    o->bound != qw->opts.bound)
 		return fos_seterr(err, FOS_EINVAL,
@@ -464,7 +472,6 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 {
 	const fwd_plain *a = arg;
 	const fos_linear_opts *o = a->o;
-	float dinv = 1.0f / fos_bound_d(o->bound);
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
 	void *xblk = 0, *wown = 0;
@@ -477,11 +484,12 @@ static int forward_plain(fos_backend *be, void *arg, fos_err *err)
 			be->free(be, wown);
 		return rc;
 	}
-	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
+	fos_qcfg c = fos_linear_xcfg(o, o->row_scaled);
 	rc = quantize_once(be, a->x, a->m, a->qw->k, &c, &xq, &xdec, &xblk, err);
 	rc = wop_join(be, side, rc, err);
 	if (!rc) {
-		fos_gemm_epi epi = {xq.amax, dinv, a->qw->q.amax, dinv, 0, a->bias};
+		/* each operand's scale with its own D (section 11) */
+		fos_gemm_epi epi = {xq.amax, 1.0f / fos_bound_d(c.bound), a->qw->q.amax, q_dinv(&a->qw->q), 0, a->bias};
 		if (o->row_scaled) {
 			epi.a_amax = 0;
 			epi.row_scale = xq.amax;
@@ -524,7 +532,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		struct {
 			const void *x, *y, *bias, *wdec, *wcodes, *wscales, *wamax;
 			int64_t m, n, k;
-			int err_mode, bound;
+			int err_mode, bound, four_over_six;
 		} key;
 		memset(&key, 0, sizeof key); /* padding too: keys are compared as bytes */
 		key.x = x;
@@ -547,9 +555,9 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 		key.k = k;
 		key.err_mode = o->err_mode;
 		key.bound = o->bound;
+		key.four_over_six = o->four_over_six;
 		return be->replay(be, &key, sizeof key, forward_plain, &a, err);
 	}
-	float dinv = 1.0f / fos_bound_d(o->bound);
 	fos_qtensor xq;
 	uint16_t *xdec = 0;
 	void *xblk = 0, *wown = 0; /* xq and xdec in one allocation, unless saved keeps xq */
@@ -561,7 +569,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 			be->free(be, wown);
 		return rc;
 	}
-	fos_qcfg c = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled);
+	fos_qcfg c = fos_linear_xcfg(o, o->row_scaled);
 	if (ovr == FOS_OVR_DEQUANTIZED)
 		rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
 	else
@@ -572,7 +580,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 			be->free(be, wown);
 		return rc;
 	}
-	fos_gemm_epi epi = {xq.amax, dinv, qw->q.amax, dinv, 0, bias};
+	fos_gemm_epi epi = {xq.amax, 1.0f / fos_bound_d(c.bound), qw->q.amax, q_dinv(&qw->q), 0, bias};
 	if (o->row_scaled) {
 		epi.a_amax = 0;
 		epi.row_scale = xq.amax;
@@ -585,6 +593,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 	if (!rc) {
 		memset(saved, 0, sizeof *saved);
 		saved->override = ovr;
+		saved->four_over_six = o->four_over_six;
 		saved->m = m;
 		saved->n = n;
 		saved->k = k;
@@ -597,8 +606,8 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 			rc = saved->x ? be->d2d(be, saved->x, x, (size_t)(m * k) * 2, err)
 				      : fos_seterr(err, FOS_ENOMEM, "out of backend memory saving X");
 		} else {
-			/* x_col = 4/6(X^T (K x Mp), x_amax, 1x16): its blocks run along M, so X gets zero
-			 * rows up to Mp (see the top) */
+			/* x_col = X's recipe (4/6 or plain) on X^T (K x Mp), x_amax, 1x16: its blocks run
+			 * along M, so X gets zero rows up to Mp (see the top) */
 			int64_t mp = pad16(m);
 			uint16_t *xp = 0;
 			saved->x_amax = be->alloc(be, sizeof(float));
@@ -610,7 +619,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 					: fos_seterr(err, FOS_ENOMEM, "out of backend memory padding X to %lld rows",
 						     (long long)mp);
 			}
-			fos_qcfg cc = cfg_46(FOS_BLOCK_1X16, o->err_mode, o->bound, 0);
+			fos_qcfg cc = fos_linear_xcfg(o, 0);
 			if (!rc)
 				rc = quantize_new(be, xp ? xp : x, 1, k, mp, &cc, xq.amax, &saved->xcol,
 						  &saved->xcol_decoded, err);
@@ -663,9 +672,10 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qw
 		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for the gradient");
 	if ((rc = be->amax(be, dy, FOS_BF16, m, n, 0, dy_amax, err)))
 		return rc;
-	float g_dinv = 1.0f / 2688.0f, dinv = 1.0f / fos_bound_d(qw->opts.bound);
-	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, dinv, 0, 0};
-	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, dinv, 0, 0};
+	/* w_col and x_col with the D of their own recipe (section 11) */
+	float g_dinv = 1.0f / 2688.0f;
+	fos_gemm_epi e1 = {dy_amax, g_dinv, qw->q.amax, q_dinv(&qw->qcol), 0, 0};
+	fos_gemm_epi e2 = {dy_amax, g_dinv, sv->x_amax, q_dinv(&sv->xcol), 0, 0};
 	if (be->grad_pair && dx && dw) {
 		/* Both decoded gradient operands (the GEMMs use nothing else of the two quantizes) from one
 		 * pass over dY: the same bytes as the two quantizes below, so the same GEMM calls give the

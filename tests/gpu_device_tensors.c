@@ -212,7 +212,7 @@ static void every_op(fos_client *c, const char *tag)
 	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), hb = fos_tensor_1d(FOS_DTYPE_BF16, N, g_b);
 	static uint16_t y_h[M * N], y_h2[M * N];
 	fos_tensor yh = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y_h), yh2 = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y_h2);
-	fos_forward_opts fo = {0, 0, 0, 1};
+	fos_forward_opts fo = {0, 0, 0, 1, 0};
 	fos_context ch, cd;
 	ASSERT_OK(fos_forward(c, wh, &hx, &hb, &fo, &yh, &ch, &st), st);
 	ASSERT_OK(fos_forward(c, wd, &hx, &hb, NULL, &yh2, NULL, &st), st);
@@ -364,7 +364,7 @@ static void test_event_stream(void **state)
 	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), hw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
 	static uint16_t y_h[M * N];
 	fos_tensor yh = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y_h);
-	fos_linear_config lc = {0, 0, 0, 0, 0};
+	fos_linear_config lc = {0, 0, 0, 0, 0, 0};
 	ASSERT_OK(fos_linear(c, &hx, &hw, NULL, NULL, &lc, &yh, NULL, NULL, NULL, &st), st);
 	uint16_t *dX = dalloc(sizeof g_x), *dW = dcopy(g_w, sizeof g_w), *dY = dalloc(sizeof y_h);
 	for (int i = 0; i < 4; i++) {

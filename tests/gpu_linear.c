@@ -12,7 +12,8 @@
  * columnwise copy, dY^T read in place) bit for bit equal to the same calls with quantize_t
  * switched off (linear.c's transpose-then-quantize path), to the same calls with every quantize
  * launch on one CTA, and to the same calls with grad_pair switched off (the two gradient quantizes
- * of dY, rowwise and through quantize_t).
+ * of dY, rowwise and through quantize_t); the linear cases under each four_over_six scope
+ * (NUMERICS.md section 11: plain operands, their columnwise copies, each operand's own D).
  * Skips cleanly (exit 0) when there is no usable GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -692,10 +693,12 @@ static void test_linear_all_overrides(void **state)
 	(void)state;
 	NEED_GPU();
 	const int ovrs[] = {FOS_OVR_DEFAULT, FOS_OVR_QUANTIZED, FOS_OVR_HIGH_PRECISION, FOS_OVR_DEQUANTIZED};
+	for (int sc = FOS_SCOPE_ALL; sc <= FOS_SCOPE_NONE; sc++) /* four_over_six per operand (section 11) */
 	for (int oi = 0; oi < 4; oi++)
 		for (int wb = 0; wb < 2; wb++)
 			for (int rs = 0; rs < 2; rs++) {
 				fos_linear_opts o = fos_linear_opts_default();
+				o.four_over_six = sc;
 				o.override = ovrs[oi];
 				o.weight_block = wb ? FOS_BLOCK_16X16 : FOS_BLOCK_1X16;
 				o.row_scaled = rs;
@@ -728,10 +731,11 @@ static void test_linear_quantize_t(void **state)
 	const int64_t sh[][3] = {{256, 384, 512}, {2048, 1024, 1536}, {1024, 4096, 512}};
 	int64_t cases = 0;
 	for (int s = 0; s < 3; s++)
-		for (int v = 0; v < 4; v++) {
+		for (int v = 0; v < 8; v++) {
 			int64_t m = sh[s][0], n = sh[s][1], k = sh[s][2];
 			fos_linear_opts o = fos_linear_opts_default();
 			o.override = FOS_OVR_QUANTIZED;
+			o.four_over_six = v < 4 ? FOS_SCOPE_ALL : v - 4; /* v 4..7: every scope (section 11) */
 			o.weight_block = v & 1 ? FOS_BLOCK_1X16 : FOS_BLOCK_16X16;
 			o.err_mode = v & 2 ? FOS_ERR_MSE : FOS_ERR_MAE;
 			o.bound = v & 2 ? 448 : 256;

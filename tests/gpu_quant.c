@@ -423,6 +423,8 @@ static void test_large_random(void **state)
 			{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0},
 			{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 1},
 			{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+			{FOS_RECIPE_NVFP4, FOS_BLOCK_16X16, FOS_ERR_MAE, 448, 0}, /* plain operands (section 11) */
+			{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 1},
 		};
 		for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
 			bad += compare_quant(xh, 0, rows, cols, &cfgs[c], NULL, c == 0, "large random");
@@ -452,6 +454,8 @@ static void test_determinism(void **state)
 		{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0},
 		{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 1},
 		{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+		{FOS_RECIPE_NVFP4, FOS_BLOCK_16X16, FOS_ERR_MAE, 448, 0},
+		{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 1},
 	};
 	for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
 		qres ref = {0};
@@ -776,14 +780,14 @@ static void *gen_stored(int kind, int64_t rows, int64_t cols, uint64_t seed, int
 	return stored;
 }
 
-/* The per-tensor configs quantize_t takes: 4/6 1x16 and 16x16 x MAE/MSE x bound 256/448, and the
- * NVFP4 gradient recipe. */
+/* The per-tensor configs quantize_t takes: 4/6 1x16 and 16x16 x MAE/MSE x bound 256/448, and plain
+ * NVFP4 1x16 (the gradient's) and 16x16 (a plain weight's columnwise copy, section 11). */
 static const fos_qcfg qt_cfgs[] = {
 	{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 256, 0},  {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
 	{FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 256, 0},  {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, FOS_ERR_MSE, 448, 0},
 	{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0}, {FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MAE, 448, 0},
 	{FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MSE, 256, 0}, {FOS_RECIPE_4OVER6, FOS_BLOCK_16X16, FOS_ERR_MSE, 448, 0},
-	{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},
+	{FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, FOS_ERR_MAE, 448, 0},  {FOS_RECIPE_NVFP4, FOS_BLOCK_16X16, FOS_ERR_MAE, 448, 0},
 };
 #define QT_NCFG ((int)(sizeof qt_cfgs / sizeof qt_cfgs[0]))
 

@@ -278,10 +278,11 @@ static void ref_codes16(const float *x, float inv, uint8_t *q)
 int ref_quantize(const float *x, int64_t rows, int64_t cols, const fos_qcfg *cfg, const float *amax_in,
 		 uint8_t *codes, uint8_t *scales, float *amax_out, ref_qblock *info)
 {
+	/* grad: plain NVFP4 (section 5), per tensor or (section 11) per row, 1x16 or 16x16 */
 	int grad = cfg->recipe == FOS_RECIPE_NVFP4;
 	int bound = grad ? 448 : cfg->bound;
-	int tile = !grad && cfg->block == FOS_BLOCK_16X16;
-	int rs = !grad && cfg->row_scaled;
+	int tile = cfg->block == FOS_BLOCK_16X16;
+	int rs = cfg->row_scaled;
 	int mse = !grad && cfg->err_mode == FOS_ERR_MSE;
 	if (cols <= 0 || rows <= 0 || cols % 16 != 0 || (bound != 256 && bound != 448) || (tile && rows % 16 != 0) ||
 	    (tile && rs))
@@ -309,6 +310,27 @@ int ref_quantize(const float *x, int64_t rows, int64_t cols, const fos_qcfg *cfg
 				for (int i = 0; i < 16; i++)
 					memcpy(xt[i], x + (r0 + i) * cols + b * 16, 64);
 				float bam = ref_bamax(&xt[0][0], 256);
+				if (grad) { /* NUMERICS section 11: section 5's scale from the tile's amax, on all 16 rows */
+					float m = s * 0x1.555556p-3f;
+					float t = bam * m;
+					unsigned sf = ref_e4m3_enc(t > 448.0f ? 448.0f : t);
+					float inv = ref_inv(sf, sdec);
+					float e[16];
+					for (int i = 0; i < 16; i++) {
+						ref_codes16(xt[i], inv, q6[i]);
+						e[i] = ref_group_err(q6[i], sf, a, d, xt[i], 0);
+						for (int j = 0; j < 16; j++)
+							ref_put_code(codes, cols, r0 + i, b * 16 + j, q6[i][j]);
+						scales[(r0 + i) * nb + b] = (uint8_t)sf;
+					}
+					for (int i = 0; info && i < 16; i++) {
+						ref_qblock *qb = &info[(r0 + i) * nb + b];
+						qb->sf6 = qb->sf4 = (uint8_t)sf;
+						qb->pick4 = 0;
+						qb->err6 = qb->err4 = ref_tree16(e);
+					}
+					continue;
+				}
 				float base = bam / 6.0f;
 				base = base * s;
 				float b4 = base * 1.5f;
@@ -534,7 +556,6 @@ int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, c
 		big = n * k;
 	if (m * n > big)
 		big = m * n;
-	float dinv = 1.0f / ref_d(o->bound);
 	float g2688 = 1.0f / 2688.0f;
 	fos_qcfg cx = fos_qcfg_default(), cw = fos_qcfg_default(), cg = fos_qcfg_default();
 	cx.err_mode = cw.err_mode = o->err_mode;
@@ -543,6 +564,18 @@ int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, c
 	cw.block = o->weight_block;
 	cg.recipe = FOS_RECIPE_NVFP4;
 	cg.bound = 448;
+	/* four_over_six (section 11): an operand outside the scope is plain NVFP4, bound 448, with
+	 * its own block shape and amax; each operand's scale uses its own D */
+	int sc = o->four_over_six;
+	if (sc == FOS_SCOPE_WEIGHTS || sc == FOS_SCOPE_NONE) {
+		cx.recipe = FOS_RECIPE_NVFP4;
+		cx.bound = 448;
+	}
+	if (sc == FOS_SCOPE_ACTIVATIONS || sc == FOS_SCOPE_NONE) {
+		cw.recipe = FOS_RECIPE_NVFP4;
+		cw.bound = 448;
+	}
+	float dinv_x = 1.0f / ref_d(cx.bound), dinv_w = 1.0f / ref_d(cw.bound);
 	/* scratch */
 	float *fa = malloc(sizeof(float) * (size_t)big), *fb = malloc(sizeof(float) * (size_t)big);
 	double *da = malloc(sizeof(double) * (size_t)big), *dbuf = malloc(sizeof(double) * (size_t)big);
@@ -564,15 +597,15 @@ int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, c
 	ref_f32_to_f64(wdec, dbuf, n * k);
 	ref_gemm_nt_f64(da, dbuf, m, n, k, y);
 	{
-		float gw = wa * dinv;
+		float gw = wa * dinv_w;
 		for (int64_t i = 0; i < m; i++) {
 			float alpha;
 			double rs = 1.0;
 			if (o->row_scaled) {
-				alpha = dinv * gw;
+				alpha = dinv_x * gw;
 				rs = (double)xa[i];
 			} else {
-				float gx = xa[0] * dinv;
+				float gx = xa[0] * dinv_x;
 				alpha = gx * gw;
 			}
 			for (int64_t j = 0; j < n; j++) {
@@ -603,7 +636,7 @@ int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, c
 			goto out;
 		ref_f32_to_f64(fb, dbuf, k * n);
 		ref_gemm_nt_f64(da, dbuf, m, k, n, dx);
-		float gdy = dya * g2688, gw = wa * dinv;
+		float gdy = dya * g2688, gw = wa * dinv_w;
 		float alpha = gdy * gw;
 		for (int64_t i = 0; i < m * k; i++)
 			dx[i] *= (double)alpha;
@@ -620,14 +653,14 @@ int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, c
 			goto out;
 		ref_f32_to_f64(fb, dbuf, k * m);
 		ref_gemm_nt_f64(da, dbuf, n, k, m, dw);
-		float gx = xa[0] * dinv;
+		float gx = xa[0] * dinv_x;
 		alpha = gdy * gx;
 		for (int64_t i = 0; i < n * k; i++)
 			dw[i] *= (double)alpha;
 	} else {
 		/* B operands: W (n, k) and X (m, k), original (high_precision) or dequantized to bf16 */
 		if (ovr == FOS_OVR_DEQUANTIZED) {
-			ref_dequantize(wcodes, wscales, &wa, n, k, o->bound, 0, fa);
+			ref_dequantize(wcodes, wscales, &wa, n, k, cw.bound, 0, fa);
 			for (int64_t i = 0; i < n * k; i++)
 				fa[i] = ref_bf16_f32(ref_f32_bf16(fa[i]));
 			ref_f32_to_f64(fa, dt, n * k);
@@ -638,7 +671,7 @@ int ref_linear_f64(const uint16_t *x, const uint16_t *w, const uint16_t *bias, c
 		ref_bf16_to_f64_arr(dy, da, m * n);
 		ref_gemm_nt_f64(da, dbuf, m, k, n, dx);
 		if (ovr == FOS_OVR_DEQUANTIZED) {
-			ref_dequantize(xcodes, xscales, xa, m, k, o->bound, o->row_scaled, fa);
+			ref_dequantize(xcodes, xscales, xa, m, k, cx.bound, o->row_scaled, fa);
 			for (int64_t i = 0; i < m * k; i++)
 				fa[i] = ref_bf16_f32(ref_f32_bf16(fa[i]));
 			ref_f32_to_f64(fa, dt, m * k);
@@ -847,7 +880,7 @@ int ref_be_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int
 		    const float *amax_in, uint8_t *codes, uint8_t *scales, float *amax_out, uint16_t *decoded,
 		    fos_err *err)
 {
-	int rs = cfg->row_scaled && cfg->recipe == FOS_RECIPE_4OVER6;
+	int rs = cfg->row_scaled; /* per row for either recipe (NUMERICS section 11) */
 	size_t na = (size_t)(rs ? rows : 1);
 	size_t nx = (size_t)(rows * cols), ncode = (size_t)(rows * cols / 2) + 16, nsc = (size_t)(rows * cols / 16) + 16;
 	void *p[5] = {0};

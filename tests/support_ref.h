@@ -49,7 +49,8 @@ typedef struct ref_qblock {
 
 /* amax of n floats after the bf16 cast, NaN-dropping (section 1). */
 float ref_amax(const float *x, int64_t n);
-/* Reference quantize of x (rows, cols) given as exact floats (bf16 inputs converted exactly).
+/* Reference quantize of x (rows, cols) given as exact floats (bf16 inputs converted exactly): 4/6,
+ * or plain NVFP4 (recipe nvfp4: section 5, and per row or 16x16 tiles as section 11 says).
  * amax_in: NULL to compute (per tensor, or per row when cfg->row_scaled), else 1 or rows floats.
  * codes (rows, cols/2), scales (rows, cols/16), amax_out (1 or rows), info (rows*cols/16, may be
  * NULL). Returns 0, or -1 if cfg / the shape is invalid. */
@@ -82,7 +83,7 @@ double ref_sqnr_db(const double *ref, const double *x, int64_t n);
 double ref_sqnr_db_bf16(const double *ref, const uint16_t *x, int64_t n);
 
 /* ---- the linear layer in FP64 (sections 7 and 8) ---- */
-/* "Same math" FP64 reference of forward and backward under the resolved override ovr
+/* "Same math" FP64 reference of forward and backward (o's four_over_six scope included) under the resolved override ovr
  * (FOS_OVR_QUANTIZED / HIGH_PRECISION / DEQUANTIZED): operands quantized with ref_quantize
  * (their exact decoded values), the FP32 scalars alpha / amax as NUMERICS.md computes them, every
  * sum in double. y (m, n); dx (m, k), dw (n, k), db (n) when dy is given (db only with bias).

@@ -24,6 +24,7 @@
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/ecp.h>
 #include <mbedtls/entropy.h>
+#include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/x509_crt.h>
 
@@ -481,6 +482,11 @@ static int tt_keygen(tt_rng *r, mbedtls_pk_context *k)
 	       mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(*k), mbedtls_ctr_drbg_random, &r->drbg);
 }
 
+/* The subjectAltName extension's DER of the server certificate tt_make_certs_san writes (none:
+ * NULL). */
+static const unsigned char *tt_san;
+static size_t tt_san_len;
+
 /* Writes a certificate for subject (key sk) signed by issuer (key ik) to path as PEM. */
 static int tt_cert(tt_rng *r, const char *path, const char *subject, mbedtls_pk_context *sk, const char *issuer,
 		   mbedtls_pk_context *ik, int is_ca, int serial)
@@ -501,6 +507,10 @@ static int tt_cert(tt_rng *r, const char *path, const char *subject, mbedtls_pk_
 	    mbedtls_x509write_crt_set_basic_constraints(&c, is_ca, is_ca ? 0 : -1) ||
 	    mbedtls_x509write_crt_set_key_usage(&c, is_ca ? (MBEDTLS_X509_KU_KEY_CERT_SIGN | MBEDTLS_X509_KU_CRL_SIGN)
 							: (MBEDTLS_X509_KU_DIGITAL_SIGNATURE | MBEDTLS_X509_KU_KEY_AGREEMENT)))
+		goto out;
+	if (!is_ca && tt_san &&
+	    mbedtls_x509write_crt_set_extension(&c, MBEDTLS_OID_SUBJECT_ALT_NAME, MBEDTLS_OID_SIZE(MBEDTLS_OID_SUBJECT_ALT_NAME),
+						0, tt_san, tt_san_len))
 		goto out;
 	if (mbedtls_x509write_crt_pem(&c, buf, sizeof buf, mbedtls_ctr_drbg_random, &r->drbg))
 		goto out;
@@ -561,6 +571,17 @@ out:
 	mbedtls_pk_free(&other);
 	mbedtls_ctr_drbg_free(&r.drbg);
 	mbedtls_entropy_free(&r.ent);
+	return rc;
+}
+
+int tt_make_certs_san(const char *dir, const char *cn, const unsigned char *san_der, size_t san_len, char *msg,
+		      size_t msgsz)
+{
+	tt_san = san_der;
+	tt_san_len = san_len;
+	int rc = tt_make_certs(dir, cn, msg, msgsz);
+	tt_san = NULL;
+	tt_san_len = 0;
 	return rc;
 }
 
@@ -690,7 +711,7 @@ int tt_weight_put(fos_client *c, const tt_weight *tw, int pin, fos_status *st)
 int tt_weight_save_context(fos_client *c, const tt_weight *tw, fos_context *ctx, fos_status *st)
 {
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, tw->m, tw->k, tw->x), y = fos_tensor_out();
-	fos_forward_opts o = {0, 0, 0, 1};
+	fos_forward_opts o = {0, 0, 0, 1, 0};
 	int rc = fos_forward(c, tw->name, &x, NULL, &o, &y, ctx, st);
 	free(y.data);
 	return rc;

@@ -88,6 +88,9 @@ int tt_wait_lanes_busy(const char *url, uint64_t n, int timeout_ms);
 /* Makes, in dir: ca.pem (a CA), server.pem + server.key (CN = cn, signed by the CA; key mode 0600)
  * and other-ca.pem (an unrelated CA). EC P-256 keys. Returns 0 or -1 (msg). */
 int tt_make_certs(const char *dir, const char *cn, char *msg, size_t msgsz);
+/* The same, the server certificate with a subjectAltName extension (san_der: its DER value). */
+int tt_make_certs_san(const char *dir, const char *cn, const unsigned char *san_der, size_t san_len, char *msg,
+		      size_t msgsz);
 
 /* ---- processes --------------------------------------------------------------------------------- */
 

@@ -250,7 +250,7 @@ static void run_lcase(const lcase *c, int f32, uint64_t seed)
 	free(want.db);
 }
 
-#define O(ovr, wb, em, bd, rs) {ovr, wb, em, bd, rs}
+#define O(ovr, wb, em, bd, rs) {ovr, wb, em, bd, rs, FOS_SCOPE_ALL}
 
 static const lcase lcases[] = {
 	{{NULL}, O(FOS_OVR_DEFAULT, FOS_BLOCK_16X16, FOS_ERR_MAE, 256, 0), 0, 0, 128, 128, 128},

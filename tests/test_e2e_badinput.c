@@ -397,7 +397,7 @@ static void test_client_errors(void **state)
 	fos_tensor b = fos_tensor_1d(FOS_DTYPE_BF16, 128, buf);
 	ASSERT_CODE(fos_forward(c, "keep", &x, &b, NULL, &y, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	/* quantized backward with row-scaled X */
-	fos_forward_opts fo = {0, FOS_OVERRIDE_QUANTIZED, 1, 1};
+	fos_forward_opts fo = {0, FOS_OVERRIDE_QUANTIZED, 1, 1, 0};
 	fos_context ctx;
 	ASSERT_CODE(fos_forward(c, "keep", &x, NULL, &fo, &y, &ctx, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	/* weights: bad names, shapes, bounds */
@@ -405,7 +405,7 @@ static void test_client_errors(void **state)
 	ASSERT_CODE(fos_put_weight(c, "a b", 1, &w, NULL, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	ASSERT_CODE(fos_put_weight(c, "w100", 1, &w100, NULL, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	assert_non_null(strstr(st.message, "100"));
-	fos_weight_config bad = {0, 0, 300, 0, 0, 0, 0};
+	fos_weight_config bad = {0, 0, 300, 0, 0, 0, 0, 0};
 	ASSERT_CODE(fos_put_weight(c, "w300", 1, &w, &bad, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	assert_non_null(strstr(st.message, "300"));
 	ASSERT_CODE(fos_put_weight(c, "keep", 1, &w, NULL, NULL, &st), FOS_CODE_ALREADY_EXISTS, st);
@@ -417,7 +417,7 @@ static void test_client_errors(void **state)
 	fos_tensor dy = fos_tensor_2d(FOS_DTYPE_BF16, 128, 256, buf), dx = fos_tensor_out(), dw = fos_tensor_out();
 	ASSERT_CODE(fos_backward(c, &fake, &dy, NULL, &dx, &dw, NULL, &st), FOS_CODE_NOT_FOUND, st);
 	ASSERT_CODE(fos_release(c, &fake, &st), FOS_CODE_NOT_FOUND, st);
-	fos_forward_opts save = {0, 0, 0, 1};
+	fos_forward_opts save = {0, 0, 0, 1, 0};
 	ASSERT_OK(fos_forward(c, "keep", &x, NULL, &save, &y, &ctx, &st), st);
 	free(y.data);
 	y = fos_tensor_out();
@@ -433,7 +433,7 @@ static void test_client_errors(void **state)
 	ASSERT_CODE(fos_backward(c, &ctx, &dy, NULL, &dx, &dw, NULL, &st), FOS_CODE_NOT_FOUND, st);
 	assert_non_null(strstr(st.message, "consumed"));
 	/* linear */
-	fos_linear_config qrs = {FOS_OVERRIDE_QUANTIZED, 0, 0, 0, 1};
+	fos_linear_config qrs = {FOS_OVERRIDE_QUANTIZED, 0, 0, 0, 1, 0};
 	ASSERT_CODE(fos_linear(c, &x, &w, NULL, NULL, &qrs, &y, NULL, NULL, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
 	fos_tensor w_k = fos_tensor_2d(FOS_DTYPE_BF16, 128, 256, buf);
 	ASSERT_CODE(fos_linear(c, &x, &w_k, NULL, NULL, NULL, &y, NULL, NULL, NULL, &st), FOS_CODE_INVALID_ARGUMENT, st);
@@ -445,8 +445,9 @@ static void test_client_errors(void **state)
 	float nan_amax = __builtin_nanf("");
 	fos_tensor ta = fos_tensor_1d(FOS_DTYPE_F32, 1, &nan_amax);
 	ASSERT_CODE(fos_quantize(c, &x, NULL, &ta, &codes, &scales, &amax, &st), FOS_CODE_INVALID_ARGUMENT, st);
-	fos_quant_config nv16 = {FOS_QRECIPE_NVFP4, FOS_BLOCKS_16X16, 0, 0, 0};
+	fos_quant_config nv16 = {FOS_QRECIPE_NVFP4, FOS_BLOCKS_16X16, 0, 256, 0}; /* plain NVFP4 is bound 448 only */
 	ASSERT_CODE(fos_quantize(c, &x, &nv16, NULL, &codes, &scales, &amax, &st), FOS_CODE_INVALID_ARGUMENT, st);
+	assert_non_null(strstr(st.message, "448"));
 	fos_tensor qc = fos_tensor_2d(FOS_DTYPE_U8, 128, 64, buf), qs = fos_tensor_2d(FOS_DTYPE_E4M3, 128, 4, buf);
 	float one = 1.0f;
 	fos_tensor qa = fos_tensor_1d(FOS_DTYPE_F32, 1, &one), out = fos_tensor_out();

@@ -372,11 +372,11 @@ static void test_bit_identical(void **state)
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), b = fos_tensor_1d(FOS_DTYPE_BF16, N, g_b);
 	fos_tensor w = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w), dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy);
 	fos_tensor y0 = fos_tensor_out(), dx0 = fos_tensor_out(), dw0 = fos_tensor_out(), db0 = fos_tensor_out();
-	fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1};
+	fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1, 0};
 	fos_context ctx;
 	ASSERT_OK(fos_forward(c0, "w", &x, &b, &fo, &y0, &ctx, &st), st);
 	ASSERT_OK(fos_backward(c0, &ctx, &dy, NULL, &dx0, &dw0, &db0, &st), st);
-	fos_linear_config lc = {FOS_OVERRIDE_QUANTIZED, 0, 0, 0, 0};
+	fos_linear_config lc = {FOS_OVERRIDE_QUANTIZED, 0, 0, 0, 0, 0};
 	fos_tensor ly0 = fos_tensor_out(), ldx0 = fos_tensor_out(), ldw0 = fos_tensor_out(), ldb0 = fos_tensor_out();
 	ASSERT_OK(fos_linear(c0, &x, &w, &b, &dy, &lc, &ly0, &ldx0, &ldw0, &ldb0, &st), st);
 	fos_quant_config qc = {FOS_QRECIPE_4OVER6, FOS_BLOCKS_1X16, FOS_ERRMODE_MSE, 256, 1};

@@ -397,7 +397,7 @@ static void test_bad_requests(void **state)
 	expect_invalid(fos_forward_check(c, "w", &tx, NULL, NULL, &f32, NULL, &res, &st), &st, "expect", "bf16");
 	/* no context with a check */
 	fos_tensor te = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_y);
-	fos_forward_opts save = {0, FOS_OVERRIDE_DEFAULT, 0, 1};
+	fos_forward_opts save = {0, FOS_OVERRIDE_DEFAULT, 0, 1, 0};
 	expect_invalid(fos_forward_check(c, "w", &tx, NULL, &save, &te, NULL, &res, &st), &st, "save_context", "expect");
 	/* criteria */
 	fos_check_criterion nan_db = {0, 0, 1, NAN}, inf_db = {0, 0, 1, INFINITY}, stray_ulps = {0, 3, 0, 0},

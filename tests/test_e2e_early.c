@@ -299,7 +299,7 @@ static void test_early_answers(void **state)
 		   tgw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dGW), tgb = fos_tensor_cuda(FOS_DTYPE_BF16, N, 0, dGB);
 
 	EARLY(fos_put_weight(c, "w", 1, &tw, NULL, NULL, &st_), "PutWeight of a device W");
-	fos_forward_opts fo = {0, 0, 0, 1};
+	fos_forward_opts fo = {0, 0, 0, 1, 0};
 	fos_context ctx;
 	EARLY(fos_forward(c, "w", &tx, &tb, &fo, &ty, &ctx, &st_), "Forward saving a context");
 	assert_memory_equal(dY, ref_y, sizeof ref_y);

@@ -119,7 +119,7 @@ static void *lane_main(void *p)
 				    differs(dw.data, g_ldw[j], nk * 2)))
 				BAD("thread %d iter %d: linear of x%d differs", a->t, i, j);
 		} else if (kind == 3) { /* forward saving a context + backward: both run alone */
-			fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1};
+			fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1, 0};
 			fos_context ctx;
 			rc = fos_forward(c, "lanes.w", &tx, NULL, &fo, &y, &ctx, &st);
 			if (!rc && differs(y.data, g_ry[j], mn * 2))
@@ -140,7 +140,7 @@ static void *lane_main(void *p)
 			BAD("thread %d iter %d kind %d: %s: %s", a->t, i, kind, fos_code_name(rc), st.message);
 		free(y.data), free(dx.data), free(dw.data), free(db.data);
 		/* a request that fails on its lane leaves the others alone */
-		fos_forward_opts bad = {999, FOS_OVERRIDE_DEFAULT, 0, 0};
+		fos_forward_opts bad = {999, FOS_OVERRIDE_DEFAULT, 0, 0, 0};
 		fos_tensor y2 = fos_tensor_out();
 		if (fos_forward(c, "lanes.w", &tx, NULL, &bad, &y2, NULL, &st) != FOS_CODE_FAILED_PRECONDITION)
 			BAD("thread %d: a forward asking for version 999 did not fail FAILED_PRECONDITION", a->t);
@@ -327,7 +327,7 @@ static void test_run_at_once(void **state)
 		free(y.data);
 	}
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, LM, LK, g_x[0]), y = fos_tensor_out();
-	fos_forward_opts fo = {0, 0, 0, 1};
+	fos_forward_opts fo = {0, 0, 0, 1, 0};
 	fos_context ctx;
 	ASSERT_OK(fos_forward(c, "once.w", &tx, NULL, &fo, &y, &ctx, &st), st);
 	assert_memory_equal(y.data, g_ry[0], (size_t)LM * LN * 2);

@@ -115,7 +115,7 @@ static void expect_over_limit(int rc, const fos_status *st, const char *what)
 static void forward_backward(int channel)
 {
 	fos_status st;
-	fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1};
+	fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1, 0};
 	fos_backward_opts keep = {1, NULL, NULL};
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), b = fos_tensor_1d(FOS_DTYPE_BF16, N, g_b);
 	fos_tensor dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy);
@@ -214,7 +214,7 @@ static void test_linear(void **state)
 {
 	(void)state;
 	fos_status st;
-	fos_linear_config cfg = {FOS_OVERRIDE_DEFAULT, 0, 0, 0, 0};
+	fos_linear_config cfg = {FOS_OVERRIDE_DEFAULT, 0, 0, 0, 0, 0};
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), w = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
 	fos_tensor dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy);
 	fos_client *big = connect_to(&g_big);

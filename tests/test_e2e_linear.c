@@ -110,7 +110,7 @@ static void check_linear(fos_client *c, int64_t m, int64_t n, int64_t k, int ove
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, m, k, x), tw = fos_tensor_2d(FOS_DTYPE_BF16, n, k, w);
 	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, n, b), tdy = fos_tensor_2d(FOS_DTYPE_BF16, m, n, dy);
 	fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
-	fos_linear_config cfg = {override, wblock, FOS_ERRMODE_MAE, 0, row_scaled};
+	fos_linear_config cfg = {override, wblock, FOS_ERRMODE_MAE, 0, row_scaled, 0};
 	fos_status st;
 	ASSERT_OK(fos_linear(c, &tx, &tw, with_bias ? &tb : NULL, &tdy, &cfg, &y, &dx, &dw, &db, &st), st);
 	assert_int_equal(y.ndim, 2);
@@ -210,7 +210,7 @@ static int fb_run(fos_client *c, const char *weight, fb_case *t, char *why, size
 	fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, t->n, t->b);
 	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, t->m, t->n, t->dy);
 	fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
-	fos_forward_opts fo = {0, t->override, t->row_scaled, 1};
+	fos_forward_opts fo = {0, t->override, t->row_scaled, 1, 0};
 	fos_context ctx;
 	fos_status st;
 	int bad = 0;
@@ -526,7 +526,7 @@ static void test_expired_context_recompute(void **state)
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, t.m, t.k, t.x), tb = fos_tensor_1d(FOS_DTYPE_BF16, t.n, t.b);
 	fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, t.m, t.n, t.dy);
 	fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
-	fos_forward_opts fo = {0, t.override, 0, 1};
+	fos_forward_opts fo = {0, t.override, 0, 1, 0};
 	fos_context ctx;
 	fos_status st;
 	ASSERT_OK(fos_forward(c, "ttl.w", &tx, &tb, &fo, &y, &ctx, &st), st);
@@ -574,7 +574,7 @@ static void test_context_keeps_version(void **state)
 	put_weight(c, "ver.w", 1, t.w, t.n, t.k, NULL);
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, t.m, t.k, t.x), tdy = fos_tensor_2d(FOS_DTYPE_BF16, t.m, t.n, t.dy);
 	fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out();
-	fos_forward_opts fo = {1, t.override, 0, 1};
+	fos_forward_opts fo = {1, t.override, 0, 1, 0};
 	fos_context ctx;
 	fos_status st;
 	ASSERT_OK(fos_forward(c, "ver.w", &tx, NULL, &fo, &y, &ctx, &st), st);
@@ -587,7 +587,7 @@ static void test_context_keeps_version(void **state)
 	/* asking for version 1 now: FAILED_PRECONDITION */
 	fos_tensor y2 = fos_tensor_out();
 	assert_int_equal(fos_forward(c, "ver.w", &tx, NULL, &fo, &y2, NULL, &st), FOS_CODE_INVALID_ARGUMENT);
-	fos_forward_opts fo1 = {1, t.override, 0, 0};
+	fos_forward_opts fo1 = {1, t.override, 0, 0, 0};
 	assert_int_equal(fos_forward(c, "ver.w", &tx, NULL, &fo1, &y2, NULL, &st), FOS_CODE_FAILED_PRECONDITION);
 	ASSERT_OK(fos_backward(c, &ctx, &tdy, NULL, &dx, &dw, NULL, &st), st);
 	ASSERT_SAME(dx.data, t.rdx, (size_t)(t.m * t.k), "dx of the old version");
@@ -610,7 +610,7 @@ static void test_cache_eviction(void **state)
 	fos_client *c = connect_or_fail(&s);
 	uint16_t *w = malloc(256 * 256 * 2);
 	tsrv_fill_bf16(w, 256 * 256, 5, 0.05f);
-	fos_weight_config pin = {0, 0, 0, 1, 0, 0, 0};
+	fos_weight_config pin = {0, 0, 0, 1, 0, 0, 0, 0};
 	put_weight(c, "a", 1, w, 256, 256, &pin);
 	put_weight(c, "b", 1, w, 256, 256, NULL);
 	fos_weight_info *list;
@@ -666,7 +666,7 @@ static void test_stats_and_release(void **state)
 	tsrv_fill_bf16(x, 128 * 128, 9, 1.0f);
 	put_weight(c, "st.w", 1, w, 128, 128, NULL);
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, 128, 128, x), y = fos_tensor_out();
-	fos_forward_opts fo = {0, 0, 0, 1};
+	fos_forward_opts fo = {0, 0, 0, 1, 0};
 	fos_context ctx;
 	fos_status st;
 	ASSERT_OK(fos_forward(c, "st.w", &tx, NULL, &fo, &y, &ctx, &st), st);

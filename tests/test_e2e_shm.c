@@ -108,7 +108,7 @@ static void test_forward_backward(void **state)
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), b = fos_tensor_1d(FOS_DTYPE_BF16, N, g_b);
 	fos_tensor dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy);
 	fos_tensor y0 = fos_tensor_out(), dx0 = fos_tensor_out(), dw0 = fos_tensor_out(), db0 = fos_tensor_out();
-	fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1};
+	fos_forward_opts fo = {0, FOS_OVERRIDE_DEFAULT, 0, 1, 0};
 	fos_context ctx;
 	ASSERT_OK(fos_forward(c, "w", &x, &b, &fo, &y0, &ctx, &st), st);
 	ASSERT_OK(fos_backward(c, &ctx, &dy, NULL, &dx0, &dw0, &db0, &st), st);
@@ -182,7 +182,7 @@ static void test_linear(void **state)
 	fos_client *c = connect_or_fail();
 	fos_status st;
 	for (int ovr = FOS_OVERRIDE_QUANTIZED; ovr <= FOS_OVERRIDE_DEQUANTIZED; ovr++) {
-		fos_linear_config cfg = {ovr, 0, 0, 0, 0};
+		fos_linear_config cfg = {ovr, 0, 0, 0, 0, 0};
 		fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), w = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w);
 		fos_tensor b = fos_tensor_1d(FOS_DTYPE_BF16, N, g_b), dy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy);
 		fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();

@@ -203,7 +203,7 @@ static void test_repo_loaded(void **state)
 static uint16_t *forward(const char *name, uint64_t version, const uint16_t *x, int64_t m, int64_t n, int64_t k)
 {
 	fos_tensor tx = fos_tensor_2d(FOS_DTYPE_BF16, m, k, x), y = fos_tensor_out();
-	fos_forward_opts fo = {version, 0, 0, 0};
+	fos_forward_opts fo = {version, 0, 0, 0, 0};
 	fos_status st;
 	int rc = fos_forward(g_c, name, &tx, NULL, &fo, &y, NULL, &st);
 	if (rc)

@@ -129,7 +129,7 @@ if inst "$ROOT" /usr/local; then
 		[ -f "$BUILD/libfos-cuda.so" ] && echo "f usr/local/lib/fos/libfos-cuda.so" # a CUDA build: fos's plugin
 		[ -f deploy/fosd.sysusers ] && echo "f usr/local/lib/sysusers.d/fosd.conf"
 		if [ -n "$PYSITE" ]; then
-			for f in client/python/fosd/*.py; do echo "f $PYSITE/fosd/$(basename "$f")"; done
+			for f in client/python/fosd/*.py client/python/fosd/py.typed; do echo "f $PYSITE/fosd/$(basename "$f")"; done
 			echo "l $PYSITE/fosd/libfos.so"
 		fi
 	} | sort >"$T/want.txt"

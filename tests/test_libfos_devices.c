@@ -333,7 +333,7 @@ static void test_backward_routed(void **state)
 		fos_placement pl = {on, 1, 0};
 		put_on("bw.w", d + 1, g_w, &pl, &e);
 		fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), yt = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y);
-		fos_forward_opts fo = {0, 0, 0, 1};
+		fos_forward_opts fo = {0, 0, 0, 1, 0};
 		fos_context ctx;
 		fos_status st;
 		assert_int_equal(fos_forward(g_c, "bw.w", &x, NULL, &fo, &yt, &ctx, &st), FOS_CODE_OK);

@@ -355,7 +355,7 @@ static void test_fosd_linear(void **state)
 		fos_tensor tb = fos_tensor_1d(FOS_DTYPE_BF16, l.n, l.bias), tdy = fos_tensor_2d(FOS_DTYPE_BF16, l.m, l.n, l.dy);
 		fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
 		fos_linear_config cfg = {opt->override, block_opt(opt->weight_block), opt->err_mode, opt->bound,
-					 opt->row_scaled};
+					 opt->row_scaled, 0};
 		fos_status st;
 		ASSERT_OK(fos_linear(c, &tx, &tw, opt->bias ? &tb : NULL, &tdy, &cfg, &y, &dx, &dw, &db, &st), st);
 		char ctx[200];
@@ -393,7 +393,7 @@ static void test_fosd_cached_forward_backward(void **state)
 			 (long long)l.k, opt->name);
 		fos_status st;
 		fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, l.n, l.k, l.w);
-		fos_weight_config wc = {block_opt(opt->weight_block), opt->err_mode, opt->bound, 0, 0, s % 2, 0};
+		fos_weight_config wc = {block_opt(opt->weight_block), opt->err_mode, opt->bound, 0, 0, s % 2, 0, 0};
 		fos_weight_info info;
 		ASSERT_OK(fos_put_weight(c, name, 1, &tw, &wc, &info, &st), st);
 		assert_int_equal(info.n, l.n);
@@ -402,12 +402,12 @@ static void test_fosd_cached_forward_backward(void **state)
 		fos_tensor tdy = fos_tensor_2d(FOS_DTYPE_BF16, l.m, l.n, l.dy);
 		/* a plain forward (the small-forward path) */
 		fos_tensor y0 = fos_tensor_out();
-		fos_forward_opts f0 = {0, opt->override, opt->row_scaled, 0};
+		fos_forward_opts f0 = {0, opt->override, opt->row_scaled, 0, 0};
 		ASSERT_OK(fos_forward(c, name, &tx, opt->bias ? &tb : NULL, &f0, &y0, NULL, &st), st);
 		expect_slice("y (no context)", &y0, p.y, l.m, l.n, p.n, ctxs);
 		/* with a saved context, then the backward */
 		fos_tensor y = fos_tensor_out(), dx = fos_tensor_out(), dw = fos_tensor_out(), db = fos_tensor_out();
-		fos_forward_opts fo = {0, opt->override, opt->row_scaled, 1};
+		fos_forward_opts fo = {0, opt->override, opt->row_scaled, 1, 0};
 		fos_context ctx;
 		ASSERT_OK(fos_forward(c, name, &tx, opt->bias ? &tb : NULL, &fo, &y, &ctx, &st), st);
 		expect_slice("y", &y, p.y, l.m, l.n, p.n, ctxs);

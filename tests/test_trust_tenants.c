@@ -102,7 +102,7 @@ static void test_isolation(void **state)
 	ASSERT_CODE(fos_drop_weight(b, "shared/name", &st), FOS_CODE_NOT_FOUND, st);
 	snprintf(drop_other, sizeof drop_other, "%s", st.message);
 	fos_tensor x = fos_tensor_2d(FOS_DTYPE_BF16, 128, 128, wa.x), y = fos_tensor_out();
-	fos_forward_opts fo = {7, 0, 0, 0}; /* a version: still NOT_FOUND, not a version mismatch */
+	fos_forward_opts fo = {7, 0, 0, 0, 0}; /* a version: still NOT_FOUND, not a version mismatch */
 	ASSERT_CODE(fos_forward(b, "shared/name", &x, NULL, &fo, &y, NULL, &st), FOS_CODE_NOT_FOUND, st);
 	snprintf(ver_other, sizeof ver_other, "%s", st.message);
 	fos_weight_info *list;
@@ -134,7 +134,7 @@ static void test_isolation(void **state)
 
 	/* contexts: alice's context id is unknown to bob, with the message of an id that never was */
 	ASSERT_OK(tt_weight_put(a, &wa, 0, &st), st);
-	fos_forward_opts so = {0, 0, 0, 1};
+	fos_forward_opts so = {0, 0, 0, 1, 0};
 	fos_context ctx, stolen, never;
 	ASSERT_OK(fos_forward(a, "shared/name", &x, NULL, &so, &y, &ctx, &st), st);
 	assert_memory_equal(y.data, wa.y, (size_t)(128 * 256) * 2);

@@ -261,7 +261,7 @@ static void test_fosd_uses(void **state)
 	free(y.data);
 	static const int wire_ovr[3] = {FOS_OVERRIDE_QUANTIZED, FOS_OVERRIDE_HIGH_PRECISION, FOS_OVERRIDE_DEQUANTIZED};
 	for (int i = 0; i < 3; i++) {
-		fos_forward_opts fo = {0, wire_ovr[i], 0, 1};
+		fos_forward_opts fo = {0, wire_ovr[i], 0, 1, 0};
 		fos_context ctx;
 		y = fos_tensor_out();
 		ASSERT_CODE(fos_forward(c, "f", &tx, NULL, &fo, &y, &ctx, &st), FOS_CODE_FAILED_PRECONDITION, st);
@@ -283,7 +283,7 @@ static void test_fosd_uses(void **state)
 		y = fos_tensor_out();
 		ASSERT_CODE(fos_forward(c, name, &tx, NULL, NULL, &y, NULL, &st), FOS_CODE_FAILED_PRECONDITION, st);
 		assert_non_null(strstr(st.message, "use 'forward'"));
-		fos_forward_opts fo = {0, wire_ovr[i], 0, 1};
+		fos_forward_opts fo = {0, wire_ovr[i], 0, 1, 0};
 		fos_context ctx;
 		ASSERT_OK(fos_forward(c, name, &tx, NULL, &fo, &y, &ctx, &st), st);
 		o.override = twc_overrides[i];
@@ -295,7 +295,7 @@ static void test_fosd_uses(void **state)
 		ASSERT_SAME(dw.data, rdw, SN * SK, "dw");
 		free(y.data), free(dx.data), free(dw.data);
 		/* the other overrides: refused */
-		fos_forward_opts other = {0, wire_ovr[(i + 1) % 3], 0, 1};
+		fos_forward_opts other = {0, wire_ovr[(i + 1) % 3], 0, 1, 0};
 		y = fos_tensor_out();
 		ASSERT_CODE(fos_forward(c, name, &tx, NULL, &other, &y, &ctx, &st), FOS_CODE_FAILED_PRECONDITION, st);
 	}

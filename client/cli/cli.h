@@ -117,6 +117,8 @@ int cli_opt_backend(const cli_flag *f, const char **out, fos_err *err);
 int cli_opt_err_mode(const cli_flag *f, int *out, fos_err *err);
 int cli_opt_bound(const cli_flag *f, int *out, fos_err *err);
 int cli_opt_block(const cli_flag *f, int *out, fos_err *err);
+/* --four-over-six all|weights|activations|none: enum fos_scope (NUMERICS.md section 11). */
+int cli_opt_scope(const cli_flag *f, int *out, fos_err *err);
 int cli_opt_override(const cli_flag *f, int *out, fos_err *err);
 
 /* ---- errors (cli_common.c) ------------------------------------------------------------------- */

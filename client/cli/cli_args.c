@@ -271,6 +271,13 @@ int cli_opt_bound(const cli_flag *f, int *out, fos_err *err)
 	return cli_choice(f, 2, names, vals, out, err);
 }
 
+int cli_opt_scope(const cli_flag *f, int *out, fos_err *err)
+{
+	static const char *const names[] = {"all", "weights", "activations", "none"};
+	static const int vals[] = {FOS_SCOPE_ALL, FOS_SCOPE_WEIGHTS, FOS_SCOPE_ACTIVATIONS, FOS_SCOPE_NONE};
+	return cli_choice(f, 4, names, vals, out, err);
+}
+
 int cli_opt_block(const cli_flag *f, int *out, fos_err *err)
 {
 	static const char *const names[] = {"1x16", "16x16"};

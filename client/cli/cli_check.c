@@ -183,7 +183,7 @@ static int check_remote(const cli_global *g, cli_flag *flags, const char *name, 
 			pb = &sb;
 		}
 	}
-	fos_forward_opts o = {version, FOS_OVERRIDE_DEFAULT, flags[CF_ROW].given, 0};
+	fos_forward_opts o = {version, FOS_OVERRIDE_DEFAULT, flags[CF_ROW].given, 0, 0};
 	fos_check_criterion fc = {crit->by_max_ulps, (uint32_t)crit->max_ulps, crit->by_min_sqnr, crit->min_sqnr_db};
 	fos_check_result res;
 	fos_status st;

@@ -5,6 +5,7 @@
  * 64-bit ids, and versions beyond 2^63 - 1, are written as decimal strings so that no JSON reader
  * rounds them; the file ends with a newline. */
 #include "cli.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,6 +47,8 @@ int cli_ctxfile_write(const char *path, const cli_ctxfile *cf, fos_err *err)
 	cli_jw_str(&w, "override", cli_override_name(c->override));
 	cli_jw_str(&w, "resolved_override", cli_override_name(c->resolved_override));
 	cli_jw_bool(&w, "row_scaled", c->row_scaled);
+	if (c->four_over_six) /* the forward named a scope (else the weight's): a recompute names it too */
+		cli_jw_str(&w, "four_over_six", fos_scope_name(fos_scope_from_wire(c->four_over_six, FOS_SCOPE_ALL)));
 	cli_jw_i64(&w, "m", c->m);
 	cli_jw_i64(&w, "n", c->n);
 	cli_jw_i64(&w, "k", c->k);
@@ -120,21 +123,11 @@ static int cli_ctx_u64(const json_t *v, uint64_t *out)
 int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
 {
 	memset(cf, 0, sizeof *cf);
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return cli_errf(err, "%s: cannot open: %s", path, strerror(errno));
-	char *buf = malloc(CLI_CTX_MAX_BYTES + 1);
-	if (!buf) {
-		fclose(f);
-		return fos_seterr(err, FOS_ENOMEM, "out of memory");
-	}
-	size_t len = fread(buf, 1, CLI_CTX_MAX_BYTES + 1, f);
-	int rerr = ferror(f);
-	fclose(f);
-	if (rerr || len > CLI_CTX_MAX_BYTES) {
-		free(buf);
-		return cli_errf(err, "%s: %s", path, rerr ? "cannot read (is it a directory?)" : "too large for a context file");
-	}
+	size_t len;
+	char why[sizeof err->msg];
+	char *buf = fos_read_regular(path, CLI_CTX_MAX_BYTES, &len, NULL, why, sizeof why); /* regfile.h */
+	if (!buf)
+		return cli_errf(err, "%s", why);
 	fos_err pe = {0, ""};
 	json_t *root = cli_json_load(buf, len, &pe);
 	free(buf);
@@ -197,6 +190,13 @@ int cli_ctxfile_read(const char *path, cli_ctxfile *cf, fos_err *err)
 	v = json_object_get(root, "ttl_ms");
 	if (v && !cli_ctx_u64(v, &u))
 		c->ttl_ms = u;
+	v = json_object_get(root, "four_over_six"); /* optional: absent, the weight's scope */
+	if (v && json_is_string(v) && fos_scope_parse(json_string_value(v)) >= 0)
+		c->four_over_six = fos_scope_to_wire(fos_scope_parse(json_string_value(v)));
+	else if (v && ok) {
+		ok = 0;
+		missing = "four_over_six";
+	}
 	v = json_object_get(root, "recomputed");
 	if (v && !cli_ctx_u64(v, &u) && u < 1000000)
 		c->recomputed = (int)u;

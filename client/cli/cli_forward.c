@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FF_OUT, FF_CTX, FF_VERSION, FF_OVERRIDE, FF_ROW, FF_BIAS, FF_SHM, FF_COUNT };
+enum { FF_OUT, FF_CTX, FF_VERSION, FF_OVERRIDE, FF_ROW, FF_BIAS, FF_SHM, FF_SCOPE, FF_COUNT };
 
 /* The cached weight's N (0 when fosd lists no weight of that name: the forward then fails with
  * fosd's own message). */
@@ -48,6 +48,9 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 		[FF_BIAS] = {"--bias", "B.npy", "bias, shape (N,), bf16 or float32: Y = bf16(Y + bf16(bias))", 0, 0},
 		[FF_SHM] = {"--shm", NULL, "move X, the bias and Y through a shared-memory region instead\n"
 					   "of the messages (an ipc:// fosd on this host); same result", 0, 0},
+		[FF_SCOPE] = {"--four-over-six", "SCOPE", "which operands use 4/6: all, weights, activations or none\n"
+							  "(default: the weight's, as put); a scope quantizing W\n"
+							  "otherwise needs the weight's master (NUMERICS.md 11)", 0, 0},
 	};
 	static const char *const pos_names[] = {"NAME", "X.npy"};
 	static const char *const pos_help[] = {"a weight cached with `fos put-weight NAME W.npy`",
@@ -57,7 +60,7 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 		.name = "forward",
 		.synopsis = "NAME X.npy --out Y.npy [--context-out FILE] [--version V]\n"
 			    "           [--override default|quantized|high_precision|dequantized] [--row-scaled]\n"
-			    "           [--bias B.npy] [--shm]",
+			    "           [--bias B.npy] [--four-over-six all|weights|activations|none] [--shm]",
 		.summary = "Run a linear layer's forward with a weight from fosd's cache: Y = X W^T (+ bias).",
 		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled) with the weight's err\n"
@@ -67,9 +70,10 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 	int rc = cli_parse_main(&cmd, argc, argv, &err);
 	if (rc >= 0)
 		return rc;
-	int ovr = FOS_OVR_DEFAULT;
+	int ovr = FOS_OVR_DEFAULT, scope = -1;
 	uint64_t version = 0;
 	if (cli_opt_override(&flags[FF_OVERRIDE], &ovr, &err) ||
+	    (flags[FF_SCOPE].given && cli_opt_scope(&flags[FF_SCOPE], &scope, &err)) ||
 	    (flags[FF_VERSION].given && cli_parse_u64("--version", flags[FF_VERSION].value, 1, UINT64_MAX, &version, &err)))
 		return cli_report(&err, CLI_EXIT_USAGE);
 	int row = flags[FF_ROW].given;
@@ -115,7 +119,8 @@ int cli_forward_main(const cli_global *g, int argc, char **argv)
 			py = &sy;
 		}
 	}
-	fos_forward_opts o = {version, ovr, row, cp != NULL};
+	fos_forward_opts o = {version, ovr, row, cp != NULL,
+			      scope < 0 ? FOS_FOUR_OVER_SIX_DEFAULT : fos_scope_to_wire(scope)};
 	fos_status st;
 	if (fos_forward(c, name, px, pb, &o, py, cp ? &ctx : NULL, &st)) {
 		char what[200];

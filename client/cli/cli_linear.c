@@ -88,7 +88,7 @@ int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *e
 	fos_tensor y = fos_tensor_2d(FOS_DTYPE_BF16, M, N, out->y), dx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, out->dx);
 	fos_tensor dw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, out->dw), db = fos_tensor_1d(FOS_DTYPE_BF16, N, out->db);
 	fos_linear_config cfg = {job->opts.override, fos_block_to_wire(job->opts.weight_block), job->opts.err_mode,
-				 job->opts.bound, job->opts.row_scaled};
+				 job->opts.bound, job->opts.row_scaled, fos_scope_to_wire(job->opts.four_over_six)};
 	int bwd = job->dy != NULL, has_bias = job->bias != NULL;
 	fos_tensor *t[8] = {&x, &w, &bias, &dy, &y, &dx, &dw, &db}, st_[8];
 	cli_shm sh;
@@ -134,7 +134,8 @@ int cli_linear_remote(const cli_linear_job *job, cli_linear_out *out, fos_err *e
 	return rc;
 }
 
-enum { LF_OUT, LF_LOCAL, LF_BACKEND, LF_BIAS, LF_DY, LF_OVERRIDE, LF_WBLOCK, LF_ROW, LF_ERR, LF_BOUND, LF_SHM, LF_COUNT };
+enum { LF_OUT, LF_LOCAL, LF_BACKEND, LF_BIAS, LF_DY, LF_OVERRIDE, LF_WBLOCK, LF_ROW, LF_ERR, LF_BOUND, LF_SHM, LF_SCOPE,
+       LF_COUNT };
 
 int cli_linear_main(const cli_global *g, int argc, char **argv)
 {
@@ -160,6 +161,8 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		[LF_SHM] = {"--shm", NULL, "move the tensors through a shared-memory region instead of\n"
 					   "the messages (an ipc:// fosd on this host; not with --local);\n"
 					   "same results", 0, 0},
+		[LF_SCOPE] = {"--four-over-six", "SCOPE", "which operands use 4/6: all (default), weights, activations\n"
+							  "or none; the others plain NVFP4 (NUMERICS.md 11)", 0, 0},
 	};
 	static const char *const pos_names[] = {"X.npy", "W.npy"};
 	static const char *const pos_help[] = {"activations, shape (M, K), bf16 ('<u2') or float32 ('<f4')",
@@ -169,7 +172,7 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "X.npy W.npy --out DIR [--local] [--bias B.npy] [--dy DY.npy]\n"
 			    "           [--override default|quantized|high_precision|dequantized]\n"
 			    "           [--weight-block 16x16|1x16] [--row-scaled] [--err mae|mse] [--bound 256|448]\n"
-			    "           [--backend cpu|cuda|auto] [--shm]",
+			    "           [--four-over-six all|weights|activations|none] [--backend cpu|cuda|auto] [--shm]",
 		.summary = "Run one NVFP4 four-over-six linear layer: Y = X W^T, and its backward with --dy.",
 		CLI_CMD_ARGS(pos_names, pos_help, flags),
 		.about = "X is quantized 1x16 (per tensor, or per row with --row-scaled), W with --weight-block;\n"
@@ -188,7 +191,8 @@ int cli_linear_main(const cli_global *g, int argc, char **argv)
 	const char *backend = "auto";
 	if (cli_opt_override(&flags[LF_OVERRIDE], &o.override, &err) ||
 	    cli_opt_block(&flags[LF_WBLOCK], &o.weight_block, &err) || cli_opt_err_mode(&flags[LF_ERR], &o.err_mode, &err) ||
-	    cli_opt_bound(&flags[LF_BOUND], &o.bound, &err) || cli_opt_backend(&flags[LF_BACKEND], &backend, &err))
+	    cli_opt_bound(&flags[LF_BOUND], &o.bound, &err) || cli_opt_scope(&flags[LF_SCOPE], &o.four_over_six, &err) ||
+	    cli_opt_backend(&flags[LF_BACKEND], &backend, &err))
 		return cli_report(&err, CLI_EXIT_USAGE);
 	o.row_scaled = flags[LF_ROW].given;
 	if (o.override == FOS_OVR_QUANTIZED && o.row_scaled)

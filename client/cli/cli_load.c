@@ -876,11 +876,14 @@ int cli_load_main(const cli_global *g, int argc, char **argv)
 	r->x = fos_tensor_2d(FOS_DTYPE_BF16, cfg.m, cfg.k, xd);
 	r->w = fos_tensor_2d(FOS_DTYPE_BF16, cfg.n, cfg.k, wd);
 	r->dy = fos_tensor_2d(FOS_DTYPE_BF16, cfg.m, cfg.n, dyd);
-	r->fo = (fos_forward_opts){0, cfg.override, 0, 0};
-	r->lc = (fos_linear_config){cfg.override, FOS_BLOCKS_16X16, FOS_ERRMODE_MAE, 256, 0};
+	r->fo = (fos_forward_opts){0, cfg.override, 0, 0, 0};
+	r->lc = (fos_linear_config){cfg.override, FOS_BLOCKS_16X16, FOS_ERRMODE_MAE, 256, 0, 0};
 	for (int i = 0; i < cfg.connections; i++) {
 		if (cli_connect(g, &r->clients[i], &err))
 			goto fail;
+		/* an outage shows within a probe's time, so the gate backs off and gives up on it, rather
+		 * than every worker waiting its whole timeout for fosd to come back */
+		fos_set_reconnect_wait(r->clients[i], CLI_LOAD_PROBE_TIMEOUT_MS);
 		fos_status cst;
 		if (cfg.channel && fos_channel_open(r->clients[i], 0, 0, &cst)) {
 			cli_status_err(&cst, "load: opening a request channel (--channel needs an ipc:// server)", &err);

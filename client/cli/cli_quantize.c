@@ -1,4 +1,4 @@
-/* cli_quantize.c: `fos quantize`: four-over-six (or NVFP4 gradient) quantize of a bf16/f32 .npy
+/* cli_quantize.c: `fos quantize`: four-over-six (or plain NVFP4) quantize of a bf16/f32 .npy
  * matrix into DIR/codes.npy, DIR/scales.npy and DIR/amax.npy (NUMERICS.md sections 1-5), in this
  * process (--local) or through fosd. */
 #include "cli.h"
@@ -91,8 +91,9 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 		[QF_BACKEND] = {"--backend", "cpu|cuda|auto", "numerics backend for --local (default auto: cuda when a\n"
 								"GPU is usable, else cpu)", 0, 0},
 		[QF_RECIPE] = {"--recipe", "4over6|nvfp4", "4over6 (default): four-over-six, for activations and\n"
-							   "weights; nvfp4: the standard NVFP4 gradient quantizer\n"
-							   "(always bound 448, 1x16 blocks, per-tensor amax)", 0, 0},
+							   "weights; nvfp4: plain NVFP4, the gradient quantizer\n"
+							   "(always bound 448; with --block 16x16 or --row-scaled\n"
+							   "a plain operand of `--four-over-six`, NUMERICS.md 11)", 0, 0},
 		[QF_BLOCK] = {"--block", "1x16|16x16", "one scale per 1x16 row block (default) or per 16x16 tile\n"
 						       "(the weight mode; rows must be divisible by 16)", 0, 0},
 		[QF_ERR] = {"--err", "mae|mse", "how 4/6 compares its two candidates: mean absolute\n"
@@ -100,7 +101,7 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 		[QF_BOUND] = {"--bound", "256|448", "E4M3 scale bound: 256 (default for 4over6) or 448\n"
 						    "(nvfp4 uses 448)", 0, 0},
 		[QF_ROW] = {"--row-scaled", NULL, "one amax per row instead of one per tensor\n"
-						  "(4over6 with 1x16 blocks only)", 0, 0},
+						  "(1x16 blocks only)", 0, 0},
 		[QF_AMAX] = {"--amax", "AMAX.npy", "use this float32 amax instead of computing it: shape ()\n"
 						   "per tensor, (R,) with --row-scaled; values >= 0, not NaN", 0, 0},
 	};
@@ -135,15 +136,11 @@ int cli_quantize_main(const cli_global *g, int argc, char **argv)
 		return cli_report(&err, CLI_EXIT_USAGE);
 	cfg.row_scaled = flags[QF_ROW].given;
 	if (cfg.recipe == FOS_RECIPE_NVFP4) {
-		if (cfg.block == FOS_BLOCK_16X16)
-			cli_errf(&err, "--block 16x16 cannot be used with --recipe nvfp4 (the gradient quantizer uses 1x16 blocks)");
-		else if (cfg.row_scaled)
-			cli_errf(&err, "--row-scaled cannot be used with --recipe nvfp4 (the gradient quantizer is per-tensor)");
-		else if (flags[QF_BOUND].given && cfg.bound != 448)
-			cli_errf(&err, "--bound %d cannot be used with --recipe nvfp4 (the gradient quantizer uses bound 448)",
+		if (flags[QF_BOUND].given && cfg.bound != 448)
+			cli_errf(&err, "--bound %d cannot be used with --recipe nvfp4 (plain NVFP4 uses bound 448)",
 				 cfg.bound);
 		else if (flags[QF_ERR].given)
-			cli_errf(&err, "--err cannot be used with --recipe nvfp4 (the gradient quantizer makes no 4/6 choice)");
+			cli_errf(&err, "--err cannot be used with --recipe nvfp4 (plain NVFP4 makes no 4/6 choice)");
 		if (err.msg[0])
 			return cli_report(&err, CLI_EXIT_USAGE);
 		cfg.bound = 448;

@@ -2,6 +2,7 @@
  * answers, or when this user may not use an ipc socket that is there), turning libfos statuses into fos_err messages, and mapping the numerics enums of
  * backend.h onto the wire's (fos.h) and back into names. */
 #include "cli.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -79,6 +80,14 @@ int cli_connect(const cli_global *g, fos_client **out, fos_err *err)
 	o.timeout_ms = g && g->timeout_ms > 0 ? g->timeout_ms : CLI_DEFAULT_TIMEOUT_MS;
 	o.ca_file = g ? g->tls_ca : NULL;
 	o.server_name = g ? g->tls_server_name : NULL;
+	if (o.ca_file) { /* a regular file, before libfos reads it (regfile.h: a FIFO would block) */
+		struct stat sb;
+		char why[sizeof err->msg - 16];
+		int fd = fos_open_regular(o.ca_file, (uint64_t)16 << 20, &sb, why, sizeof why);
+		if (fd < 0)
+			return cli_errf(err, "--tls-ca %s", why);
+		close(fd);
+	}
 	int code = fos_connect_with(url, &o, out, &st);
 	if (code == FOS_CODE_OK)
 		return FOS_OK;

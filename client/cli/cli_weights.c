@@ -295,7 +295,7 @@ out:
 }
 
 enum { PF_VERSION, PF_WBLOCK, PF_ERR, PF_BOUND, PF_PIN, PF_DROP_MASTER, PF_EAGER, PF_SAFET, PF_MATCH, PF_JSON, PF_USES,
-       PF_DEVICES, PF_REPLICAS, PF_REPLACE, PF_COUNT };
+       PF_DEVICES, PF_REPLICAS, PF_REPLACE, PF_SCOPE, PF_COUNT };
 
 
 /* --uses LIST: comma-separated use names into FOS_WEIGHT_USE_* bits; -1 with err on a bad one. */
@@ -366,6 +366,9 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 							"those it is on first, then the least loaded; default\n"
 							"(neither option): where it is now, else the one\n"
 							"least loaded device", 0, 0},
+		[PF_SCOPE] = {"--four-over-six", "SCOPE", "the scope W is quantized for: all (default) or weights\n"
+							  "(W 4/6), activations or none (W plain NVFP4);\n"
+							  "forwards default to it (NUMERICS.md 11)", 0, 0},
 	};
 	static const char *const pos_names[] = {"NAME", "W.npy"};
 	static const char *const pos_help[] = {"the name forwards will use: 1 to 128 of [A-Za-z0-9._:/-]",
@@ -376,7 +379,7 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		.synopsis = "NAME W.npy [--version V] [--weight-block 16x16|1x16] [--err mae|mse]\n"
 			    "           [--bound 256|448] [--pin] [--drop-master] [--eager-columnwise]\n"
 			    "           [--uses forward,quantized,high_precision,dequantized]\n"
-			    "           [--devices LIST | --replicas N|all] [--replace] [--json]\n"
+			    "           [--devices LIST | --replicas N|all] [--four-over-six SCOPE] [--replace] [--json]\n"
 			    "   or: fos put-weight --safetensors FILE [--match GLOB] [the options above]",
 		.summary = "Quantize a weight once into fosd's cache; `fos forward NAME ...` then uses it.",
 		CLI_CMD_ARGS(pos_names, pos_help, flags),
@@ -391,10 +394,10 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 		cli_errf(&err, "put-weight: --match selects tensors of a --safetensors FILE");
 		return cli_report(&err, CLI_EXIT_USAGE);
 	}
-	int block = FOS_BLOCK_16X16, errm = FOS_ERR_MAE, bound = 256, uses = 0;
+	int block = FOS_BLOCK_16X16, errm = FOS_ERR_MAE, bound = 256, uses = 0, scope = FOS_SCOPE_ALL;
 	uint64_t version = 1;
 	if (cli_opt_block(&flags[PF_WBLOCK], &block, &err) || cli_opt_err_mode(&flags[PF_ERR], &errm, &err) ||
-	    cli_opt_bound(&flags[PF_BOUND], &bound, &err) ||
+	    cli_opt_bound(&flags[PF_BOUND], &bound, &err) || cli_opt_scope(&flags[PF_SCOPE], &scope, &err) ||
 	    (flags[PF_VERSION].given && cli_parse_u64("--version", flags[PF_VERSION].value, 1, UINT64_MAX, &version, &err)) ||
 	    (!safet && cli_check_weight_name(cmd.pos[0], &err)) ||
 	    (flags[PF_USES].given && parse_uses(flags[PF_USES].value, &uses, &err)))
@@ -414,7 +417,8 @@ int cli_put_weight_main(const cli_global *g, int argc, char **argv)
 				 .pin = flags[PF_PIN].given,
 				 .drop_master = flags[PF_DROP_MASTER].given,
 				 .eager_columnwise = flags[PF_EAGER].given,
-				 .uses = uses};
+				 .uses = uses,
+				 .four_over_six = fos_scope_to_wire(scope)};
 	if (safet)
 		return cli_put_safetensors(g, flags[PF_SAFET].value, flags[PF_MATCH].value, version, &cfg, &place,
 					   flags[PF_REPLACE].given);

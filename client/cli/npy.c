@@ -2,6 +2,7 @@
  * small strict parser for the three keys numpy writes ('descr', 'fortran_order', 'shape') and
  * refuses everything else with a message naming what is wrong. */
 #include "npy.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -429,7 +430,8 @@ static ssize_t npy_read_full(int fd, void *buf, size_t n)
 	return (ssize_t)got;
 }
 
-static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err)
+static int npy_read_fd(int fd, const struct stat *st, uint64_t max_count, const char *what, npy_array *a,
+		       fos_err *err)
 {
 	unsigned char pre[12];
 	ssize_t n = npy_read_full(fd, pre, sizeof pre);
@@ -463,13 +465,19 @@ static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err
 	free(hb);
 	if (rc)
 		return rc;
-	if (S_ISREG(st->st_mode)) {
-		size_t fsize = (size_t)st->st_size;
-		if (fsize < off || fsize - off != a->nbytes) {
-			rc = npy_size_mismatch(a, fsize < off ? 0 : fsize - off, err);
-			memset(a, 0, sizeof *a);
-			return rc;
-		}
+	if ((uint64_t)a->count > max_count) {
+		char sb[NPY_MAX_DIMS * 22 + 8];
+		rc = fos_seterr(err, FOS_EINVAL, "shape %s has %llu elements, more than %llu (%s)",
+				npy_shape_str(a->ndim, a->shape, sb, sizeof sb), (unsigned long long)a->count,
+				(unsigned long long)max_count, what);
+		memset(a, 0, sizeof *a);
+		return rc;
+	}
+	size_t fsize = (size_t)st->st_size; /* a regular file's (npy_read) */
+	if (fsize < off || fsize - off != a->nbytes) {
+		rc = npy_size_mismatch(a, fsize < off ? 0 : fsize - off, err);
+		memset(a, 0, sizeof *a);
+		return rc;
 	}
 	a->data = npy_alloc(a->nbytes);
 	if (!a->data) {
@@ -510,21 +518,20 @@ static int npy_read_fd(int fd, const struct stat *st, npy_array *a, fos_err *err
 
 int npy_read(const char *path, npy_array *a, fos_err *err)
 {
+	return npy_read_max(path, UINT64_MAX, "", a, err);
+}
+
+int npy_read_max(const char *path, uint64_t max_count, const char *what, npy_array *a, fos_err *err)
+{
 	memset(a, 0, sizeof *a);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		fos_seterr(err, FOS_EINVAL, "cannot open: %s", strerror(errno));
-		return npy_prefix(err, path);
-	}
 	struct stat st;
-	int rc;
-	if (fstat(fd, &st)) {
-		rc = fos_seterr(err, FOS_EINVAL, "cannot stat: %s", strerror(errno));
-	} else if (S_ISDIR(st.st_mode)) {
-		rc = fos_seterr(err, FOS_EINVAL, "is a directory, not a .npy file");
-	} else {
-		rc = npy_read_fd(fd, &st, a, err);
-	}
+	char why[sizeof err->msg];
+	/* a regular file only (a FIFO or /dev/zero is refused before any read); its size is bounded
+	 * by the header's shape, checked against the file's before the data is read */
+	int fd = fos_open_regular(path, FOS_REGFILE_ANY, &st, why, sizeof why);
+	if (fd < 0)
+		return fos_seterr(err, FOS_EINVAL, "%s", why);
+	int rc = npy_read_fd(fd, &st, max_count, what, a, err);
 	close(fd);
 	if (rc)
 		npy_prefix(err, path);

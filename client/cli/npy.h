@@ -45,8 +45,13 @@ int npy_parse_header(const void *buf, size_t len, npy_array *a, size_t *data_off
 /* Reads a whole .npy held in memory: exactly header + data, nothing missing, nothing after. */
 int npy_read_mem(const void *buf, size_t len, npy_array *a, fos_err *err);
 
-/* Reads path; messages start with the path ("X.npy: ..."). *a is zeroed on failure. */
+/* Reads path, a regular file only (regfile.h: a FIFO or device is refused before any read);
+ * messages start with the path ("X.npy: ..."). *a is zeroed on failure. */
 int npy_read(const char *path, npy_array *a, fos_err *err);
+/* The same, refusing an array of more than max_count elements from its header, before its data
+ * is read or allocated (what: the limit's name in the message, e.g. "max_message_bytes 1 GiB as
+ * bf16"). */
+int npy_read_max(const char *path, uint64_t max_count, const char *what, npy_array *a, fos_err *err);
 
 /* Builds the version 1.0 (2.0 when needed) preamble + header for (dtype, ndim, shape) into buf, as
  * numpy writes it (padded with spaces and a newline to a multiple of 64 bytes). Returns its length,

@@ -3,6 +3,7 @@
  * checkpoint larger than memory is read one tensor at a time. */
 #include "safetensors.h"
 #include "fos_format.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -224,11 +225,13 @@ int safet_open(const char *path, safet_file *f, fos_err *err)
 	f->path = strdup(path);
 	if (!f->path)
 		return fos_seterr(err, FOS_ENOMEM, "out of memory");
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat sb;
+	char why[sizeof err->msg];
+	/* a regular file only: a FIFO or /dev/zero is refused before any read (regfile.h) */
+	f->fd = fos_open_regular(path, FOS_REGFILE_ANY, &sb, why, sizeof why);
 	if (f->fd < 0) {
-		int e = errno;
 		safet_close(f);
-		return fos_seterr(err, FOS_EINVAL, "%s: cannot open: %s", path, strerror(e));
+		return fos_seterr(err, FOS_EINVAL, "%s", why);
 	}
 	int rc = safet_parse(f, err);
 	if (rc)

@@ -35,7 +35,8 @@
 #include <stdint.h>
 
 #include "fos_version.h" /* FOS_VERSION_MAJOR, _MINOR, _PATCH and the string FOS_VERSION */
-#include "fos_wire_enums.h" /* FOS_DTYPE_*, FOS_OVERRIDE_*, FOS_BLOCKS_*, FOS_ERRMODE_*, FOS_QRECIPE_* */
+#include "fos_wire_enums.h" /* FOS_DTYPE_*, FOS_OVERRIDE_*, FOS_BLOCKS_*, FOS_ERRMODE_*, FOS_QRECIPE_*,
+				* FOS_FOUR_OVER_SIX_* */
 
 #ifdef __cplusplus
 extern "C" {
@@ -218,6 +219,7 @@ typedef struct fos_weight_config {
 	int drop_master;      /* without uses: every use but high_precision */
 	int eager_columnwise; /* no effect (the columnwise copy is made at put for the quantized use) */
 	int uses;             /* FOS_WEIGHT_USE_* bits the weight will serve; 0: all (PROTOCOL.md "Weight uses") */
+	int four_over_six;    /* enum fos_four_over_six_opt: the scope W is quantized for (0: all) */
 } fos_weight_config;
 
 /* What a weight is put for (fos_weight_config.uses, fos_weight_info.weight_uses); it keeps only
@@ -268,6 +270,9 @@ typedef struct fos_forward_opts {
 	int override;            /* enum fos_override_opt */
 	int row_scaled;
 	int save_context;        /* keep what the backward needs; fills *ctx */
+	int four_over_six;       /* enum fos_four_over_six_opt; 0: the weight's scope. A scope that
+				  * quantizes W otherwise than the weight's: FAILED_PRECONDITION unless
+				  * the weight keeps its master (NUMERICS.md section 11) */
 } fos_forward_opts;
 
 typedef struct fos_context {
@@ -281,6 +286,7 @@ typedef struct fos_context {
 	int override, row_scaled;
 	int64_t m, n, k;
 	int has_bias;
+	int four_over_six; /* the forward's (enum fos_four_over_six_opt) */
 } fos_context;
 
 /* y (M, N) bf16 = x (M, K) bf16 W^T [+ bias (N) bf16], W the cached weight. o NULL: defaults
@@ -373,6 +379,7 @@ typedef struct fos_linear_config {
 	int err_mode;     /* enum fos_errmode_opt */
 	int bound;        /* 0 = 256 */
 	int row_scaled;
+	int four_over_six; /* enum fos_four_over_six_opt (0: all) */
 } fos_linear_config;
 
 /* One linear layer without the cache: y = x w^T [+ bias]; with dy also dx, dw (and db with a
@@ -617,6 +624,11 @@ uint64_t fos_reput_count(const fos_client *c);
  * another copy of libfos.so). fos_after_fork says whether this is such a process. */
 typedef int (*fos_reput_hook)(fos_client *c, const char *name, uint64_t version, void *user);
 void fos_set_reput_hook(fos_client *c, fos_reput_hook fn, void *user);
+/* How long a call made while the handle has no connection waits for one before it fails
+ * UNAVAILABLE (milliseconds; 0, the default: the call's whole timeout). A load tester or a health
+ * probe that wants to see an outage sooner than its timeout sets it; a request already out when the
+ * connection was lost waits for the next connection this long too. */
+void fos_set_reconnect_wait(fos_client *c, int wait_ms);
 /* 1 in a process forked (without exec) from one where this libfos had connected, else 0. */
 int fos_after_fork(void);
 

@@ -316,6 +316,12 @@ void fos_set_timeout(fos_client *c, int timeout_ms)
 		atomic_store(&c->timeout_ms, timeout_ms);
 }
 
+void fos_set_reconnect_wait(fos_client *c, int wait_ms)
+{
+	if (wait_ms >= 0)
+		atomic_store(&c->reconnect_wait_ms, wait_ms);
+}
+
 uint64_t fos_max_message_bytes(const fos_client *c)
 {
 	return c->max_message;
@@ -451,16 +457,30 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 	nng_ctx ctx = io->ctx;
 	nng_aio *aio = io->aio;
 	uint64_t t0 = fosc_now_ms();
-	nng_aio_set_timeout(aio, timeout);
+	/* the send waits for a connection at most reconnect_wait_ms when that is set, then, if the
+	 * handle is connected after all (a slow hand-over to the pipe), for the rest of the timeout */
+	int send_timeout = timeout, wait = atomic_load(&c->reconnect_wait_ms);
+	if (wait > 0 && wait < timeout)
+		send_timeout = wait;
+	nng_aio_set_timeout(aio, send_timeout);
 	nng_aio_set_msg(aio, msg);
 	atomic_store(&io->done, 0);
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
-	if ((rv = nng_aio_result(aio))) {
+	rv = nng_aio_result(aio);
+	if (rv == NNG_ETIMEDOUT && send_timeout < timeout && fosc_connected(c)) {
+		nng_aio_set_timeout(aio, timeout - send_timeout);
+		send_timeout = timeout;
+		atomic_store(&io->done, 0);
+		nng_ctx_send(ctx, aio); /* the message is still the aio's */
+		nng_aio_wait(aio);
+		rv = nng_aio_result(aio);
+	}
+	if (rv) {
 		nng_msg_free(nng_aio_get_msg(aio));
 		if (rv == NNG_ETIMEDOUT && !fosc_connected(c))
-			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within the %d ms timeout (is "
-					   "fosd running? the handle keeps redialling)", c->url, atomic_load(&c->timeout_ms));
+			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within %d ms (is "
+					   "fosd running? the handle keeps redialling)", c->url, send_timeout);
 		else
 			code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
 		goto done;

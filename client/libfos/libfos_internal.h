@@ -15,6 +15,8 @@ struct fos_client {
 	uint64_t client_id;
 	atomic_uint_fast64_t next_id;
 	atomic_int timeout_ms;
+	/* how long a call waits for a connection when there is none (0: its whole timeout) */
+	atomic_int reconnect_wait_ms;
 	uint64_t max_message;
 	char *token;
 	char *url;
@@ -295,6 +297,11 @@ void fosc_chan_revive(fos_client *c);
 int fosc_connect(const char *url, const fos_connect_opts *o, fos_client **out, fos_status *st);
 /* Creates and starts c's dialer for url (TLS for tls+tcp://) and the re-put registry if asked. */
 int fosc_dial(fos_client *c, const char *url, const fos_connect_opts *o, fos_status *st);
+/* libfos_tls_why.c: after a TLS connect to host:port was refused, why (a handshake of its own
+ * with the CA file and server name, mbedTLS's verify flags in words). 0 with why, or -1 when it
+ * finds nothing to say. */
+int fosc_tls_why(const char *host, const char *port, const char *ca_file, const char *server_name, int timeout_ms,
+		 char *why, size_t whysz);
 /* The re-put registry: remember a weight put through c, forget a dropped one, put one again after
  * a NOT_FOUND (returns OK when it is there again; NOT_FOUND when c does not hold it). */
 /* A checked copy of a fos_placement (libfos_ops.c): n devices, or replicas, or all 0 (the

@@ -356,6 +356,7 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		pw.pin = cfg->pin;
 		pw.drop_master = cfg->drop_master;
 		pw.eager_columnwise = cfg->eager_columnwise;
+		wc.four_over_six = (Fos__FourOverSix)cfg->four_over_six;
 	}
 	Fos__WeightUse uses[4];
 	for (int b = 0; cfg && b < 4; b++) /* bit b is wire value b + 1 */
@@ -582,6 +583,7 @@ static void forward_request(Fos__Request *rq, Fos__ForwardRequest *fr, const cha
 		fr->override = o->override;
 		fr->row_scaled = o->row_scaled;
 		fr->save_context = o->save_context; /* with expect: refused by fosd, with its message */
+		fr->four_over_six = (Fos__FourOverSix)o->four_over_six;
 	}
 }
 
@@ -633,6 +635,7 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 		ctx->weight_version = res->weight_version;
 		ctx->override = o->override;
 		ctx->row_scaled = o->row_scaled;
+		ctx->four_over_six = o->four_over_six;
 		ctx->m = m;
 		ctx->k = x->ndim > 1 ? x->shape[1] : 0;
 		ctx->n = y && !skip_output ? y->shape[1] : 0;
@@ -781,7 +784,7 @@ int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fo
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
 				   "the context is gone and its forward had a bias: pass recompute_bias to recompute it");
 	/* the context is gone: recompute it from X against the same weight version */
-	fos_forward_opts fo = {ctx->weight_version, ctx->override, ctx->row_scaled, 1};
+	fos_forward_opts fo = {ctx->weight_version, ctx->override, ctx->row_scaled, 1, ctx->four_over_six};
 	fos_context fresh;
 	code = forward_call(c, ctx->weight, o->recompute_x, ctx->has_bias ? o->recompute_bias : NULL, &fo, 1, NULL,
 			    &fresh, st);
@@ -917,6 +920,7 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 		lo.err_mode = cfg->err_mode;
 		lo.bound = (uint32_t)cfg->bound;
 		lo.row_scaled = cfg->row_scaled;
+		lo.four_over_six = (Fos__FourOverSix)cfg->four_over_six;
 	}
 	fosc_in ins[4];
 	int nin = 0;

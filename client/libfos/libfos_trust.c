@@ -66,7 +66,13 @@ static int fosc_url_host(const char *url, char *host, size_t n)
 	return 0;
 }
 
-static int fosc_tls_setup(nng_dialer d, const char *url, const fos_connect_opts *o, fos_status *st)
+/* The TLS settings a dial used: what fosc_tls_why needs to say why it was refused. */
+typedef struct fosc_tls_used {
+	char ca[1024], name[256];
+} fosc_tls_used;
+
+static int fosc_tls_setup(nng_dialer d, const char *url, const fos_connect_opts *o, fosc_tls_used *used,
+			  fos_status *st)
 {
 	nng_tls_config *tc;
 	char host[256];
@@ -97,6 +103,10 @@ static int fosc_tls_setup(nng_dialer d, const char *url, const fos_connect_opts 
 		 (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tc)))
 		code = fosc_status(st, FOS_CODE_INTERNAL, "TLS: cannot configure the connection: %s", nng_strerror(rv));
 	nng_tls_config_free(tc); /* the dialer holds its own reference */
+	if (!code) {
+		snprintf(used->ca, sizeof used->ca, "%s", ca);
+		snprintf(used->name, sizeof used->name, "%s", name);
+	}
 	return code;
 }
 
@@ -109,8 +119,9 @@ int fosc_dial(fos_client *c, const char *url, const fos_connect_opts *o, fos_sta
 		return fosc_status(st, bad_url ? FOS_CODE_INVALID_ARGUMENT : FOS_CODE_UNAVAILABLE, "cannot connect to %s: %s%s",
 				   url, nng_strerror(rv),
 				   bad_url ? " (a fosd URL is ipc:///PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT)" : "");
+	fosc_tls_used tls = {"", ""};
 	if (fosc_is_tls(url)) {
-		int code = fosc_tls_setup(d, url, o, st);
+		int code = fosc_tls_setup(d, url, o, &tls, st);
 		if (code) {
 			nng_dialer_close(d);
 			return code;
@@ -118,10 +129,19 @@ int fosc_dial(fos_client *c, const char *url, const fos_connect_opts *o, fos_sta
 	}
 	if ((rv = nng_dialer_start(d, 0))) {
 		nng_dialer_close(d);
-		const char *why = rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO
-					  ? " (TLS: is the server's certificate signed by a CA of the CA file, for this "
-					    "server name?)"
-					  : "";
+		char why[700] = "";
+		if (tls.ca[0] && (rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO)) {
+			/* what mbedTLS found wrong with the certificate, else the usual suspects */
+			char host[256], found[600];
+			const char *colon = strrchr(url, ':');
+			if (!fosc_url_host(url, host, sizeof host) && colon &&
+			    !fosc_tls_why(host, colon + 1, tls.ca, tls.name, 3000, found, sizeof found))
+				snprintf(why, sizeof why, " (TLS: %s)", found);
+			else
+				snprintf(why, sizeof why,
+					 " (TLS: is the server's certificate signed by a CA of the CA file, for this server "
+					 "name?)");
+		}
 		return fosc_status(st, rv == NNG_ETIMEDOUT ? FOS_CODE_DEADLINE_EXCEEDED : FOS_CODE_UNAVAILABLE,
 				   "cannot connect to %s: %s%s", url, nng_strerror(rv), why);
 	}

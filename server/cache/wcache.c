@@ -1,6 +1,7 @@
 /* wcache.c: the weight cache (see wcache.h): a most-recently-used list of attached entries, a list
- * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier and the
- * lanes' decode scratch. Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
+ * of detached entries still referenced, byte accounting and LRU eviction, the decoded tier, the
+ * lanes' decode scratch and an entry's other form of W (four_over_six, fosd_wcache_form; its bytes
+ * are the entry's). Invariants (under wc->mu): bytes is the sum of the live entries' bytes,
  * tier_bytes that of their tier copies (plus a copy being made, reserved before it is allocated);
  * a tier copy with tier_refs > 0 is never freed. */
 #include "wcache.h"
@@ -18,11 +19,22 @@ int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
 	wc->be = be;
 	wc->budget = budget;
 	wc->tier_budget = budget / FOSD_TIER_BUDGET_DIV;
-	return pthread_mutex_init(&wc->mu, NULL) ? -1 : 0;
+	wc->hn = 64;
+	wc->hb = calloc(wc->hn, sizeof *wc->hb);
+	if (!wc->hb)
+		return -1;
+	if (pthread_mutex_init(&wc->mu, NULL)) {
+		free(wc->hb);
+		wc->hb = NULL;
+		return -1;
+	}
+	return 0;
 }
 
 static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
 {
+	w->alt.master = NULL; /* qw's, borrowed */
+	fos_qweight_free(wc->be, &w->alt);
 	fos_qweight_free(wc->be, &w->qw);
 	if (w->tier_dec)
 		wc->be->free(wc->be, w->tier_dec);
@@ -44,6 +56,9 @@ void fosd_wcache_destroy(fosd_wcache *wc)
 		w = n;
 	}
 	wc->head = wc->tail = wc->detached = NULL;
+	free(wc->hb);
+	wc->hb = NULL;
+	wc->hn = 0;
 	for (int i = 0; i < FOSD_WC_LANES; i++) /* device memory is shared by the lanes' instances */
 		fos_wscratch_free(wc->be, &wc->scratch[i]);
 	pthread_mutex_destroy(&wc->mu);
@@ -96,14 +111,84 @@ static int wc_is(const fosd_weight *w, const fosd_tenant *owner, const char *nam
 	return w->owner == owner && !strcmp(w->name, name);
 }
 
+/* ---- the name index and the idle bytes (see wcache.h); all called with wc->mu held ---- */
+
+static size_t wc_hash(const fosd_tenant *owner, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)(uintptr_t)owner * 0x9E3779B97F4A7C15ull);
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return (size_t)(h ^ (h >> 29));
+}
+
+static fosd_weight *wc_lookup(fosd_wcache *wc, const fosd_tenant *owner, const char *name)
+{
+	fosd_weight *w = wc->hb[wc_hash(owner, name) & (wc->hn - 1)];
+	while (w && (wc->probes++, !wc_is(w, owner, name)))
+		w = w->hnext;
+	return w;
+}
+
+/* Adds an attached entry; doubles the buckets first when entries outgrow them (if that memory is
+ * short the chains grow longer instead: still correct). */
+static void wc_index_add(fosd_wcache *wc, fosd_weight *w)
+{
+	if (wc->entries >= wc->hn) {
+		size_t nn = wc->hn * 2;
+		fosd_weight **nb = calloc(nn, sizeof *nb);
+		if (nb) {
+			for (fosd_weight *v = wc->head; v; v = v->next) { /* the attached ones, w not yet */
+				size_t b = wc_hash(v->owner, v->name) & (nn - 1);
+				v->hnext = nb[b];
+				nb[b] = v;
+			}
+			free(wc->hb);
+			wc->hb = nb;
+			wc->hn = nn;
+		}
+	}
+	size_t b = wc_hash(w->owner, w->name) & (wc->hn - 1);
+	w->hnext = wc->hb[b];
+	wc->hb[b] = w;
+}
+
+static void wc_index_del(fosd_wcache *wc, fosd_weight *w)
+{
+	fosd_weight **pp = &wc->hb[wc_hash(w->owner, w->name) & (wc->hn - 1)];
+	while (*pp && *pp != w)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = w->hnext;
+	w->hnext = NULL;
+}
+
+/* Whether eviction may free w: attached, unpinned, unused. */
+static int wc_idle(const fosd_weight *w)
+{
+	return !w->detached && !w->pinned && w->refs == 0;
+}
+
+/* After w's refs or attachment changed from a state whose wc_idle was was: idle_bytes follows. */
+static void wc_idle_update(fosd_wcache *wc, const fosd_weight *w, int was)
+{
+	int now = wc_idle(w);
+	if (now && !was)
+		wc->idle_bytes += w->bytes;
+	else if (was && !now)
+		wc->idle_bytes -= w->bytes;
+}
+
 /* Removes an attached entry from the table. Returns it when nobody uses it (the caller frees it
  * after unlocking, so readers never wait on backend frees), else keeps it on the detached list
  * until its last user releases it and returns NULL. Called with wc->mu held. */
 static fosd_weight *wc_detach_locked(fosd_wcache *wc, fosd_weight *w)
 {
+	int was = wc_idle(w);
+	wc_index_del(wc, w);
 	wc_unlink(wc, w);
 	wc->entries--;
 	w->detached = 1;
+	wc_idle_update(wc, w, was);
 	if (w->refs == 0) {
 		wc_bytes_move(wc, w, 0, w->bytes);
 		wc_tier_gone_locked(wc, w);
@@ -127,9 +212,7 @@ static void wc_free_list(fosd_wcache *wc, fosd_weight *w)
 fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	pthread_mutex_unlock(&wc->mu);
 	return w;
 }
@@ -137,9 +220,7 @@ fosd_weight *fosd_wcache_find_in(fosd_wcache *wc, const fosd_tenant *owner, cons
 int fosd_wcache_holds(fosd_wcache *wc, const fosd_tenant *owner, const char *name, uint64_t *version)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	if (w && version)
 		*version = w->version;
 	pthread_mutex_unlock(&wc->mu);
@@ -161,9 +242,7 @@ int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char
 			   fosd_weight **out, char *msg, size_t msgsz)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	if (!w) {
 		wc->misses++;
 		pthread_mutex_unlock(&wc->mu);
@@ -179,7 +258,9 @@ int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char
 		return FOS__CODE__FAILED_PRECONDITION;
 	}
 	wc->hits++;
+	int was = wc_idle(w);
 	w->refs++;
+	wc_idle_update(wc, w, was);
 	w->uses++;
 	w->last_used_ns = fosd_now_ns();
 	if (wc->head != w) {
@@ -194,7 +275,9 @@ int fosd_wcache_acquire_in(fosd_wcache *wc, const fosd_tenant *owner, const char
 void fosd_wcache_acquire_ref(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
+	int was = wc_idle(w);
 	w->refs++;
+	wc_idle_update(wc, w, was);
 	pthread_mutex_unlock(&wc->mu);
 }
 
@@ -202,7 +285,10 @@ void fosd_wcache_release(fosd_wcache *wc, fosd_weight *w)
 {
 	fosd_weight *dead = NULL;
 	pthread_mutex_lock(&wc->mu);
-	if (--w->refs == 0 && w->detached) {
+	int was = wc_idle(w);
+	--w->refs;
+	wc_idle_update(wc, w, was);
+	if (w->refs == 0 && w->detached) {
 		fosd_weight **pp = &wc->detached;
 		while (*pp && *pp != w)
 			pp = &(*pp)->next;
@@ -232,7 +318,7 @@ static uint64_t wc_tier_droppable_locked(fosd_wcache *wc, const fosd_weight *kee
 {
 	uint64_t b = 0;
 	for (int l = 0; l < 2; l++)
-		for (fosd_weight *w = l ? wc->detached : wc->head; w; w = w->next)
+		for (fosd_weight *w = l ? wc->detached : wc->head; w; w = w->next, wc->probes++)
 			if (w != keep && w->tier_dec && !w->tier_refs)
 				b += w->tier_bytes;
 	return b;
@@ -279,12 +365,16 @@ int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, c
 		need_quota = own_used - own_back + need - quota;
 	if (used - give_back + need > wc->budget)
 		need_budget = used - give_back + need - wc->budget;
-	uint64_t tier_free = wc_tier_droppable_locked(wc, reclaim);
-	for (w = wc->head; w; w = w->next)
-		if (wc_evictable(w, reclaim)) {
-			all_free += w->bytes;
-			own_free += w->owner == owner ? w->bytes : 0;
-		}
+	if (!need_quota && !need_budget)
+		goto out; /* it fits: nothing to walk, whatever the number of entries */
+	/* what eviction may free: kept up to date (idle_bytes), less the entry being replaced; the
+	 * walks below run only when it matters (owner's share for its quota, the tier's copies when
+	 * the entries alone cannot make the room) */
+	all_free = wc->idle_bytes - (reclaim && wc_idle(reclaim) ? reclaim->bytes : 0);
+	if (need_quota)
+		for (w = wc->head; w; w = w->next, wc->probes++)
+			own_free += wc_evictable(w, reclaim) && w->owner == owner ? w->bytes : 0;
+	uint64_t tier_free = all_free < need_budget && wc->tier_entries ? wc_tier_droppable_locked(wc, reclaim) : 0;
 	if (own_free < need_quota) {
 		snprintf(msg, msgsz,
 			 "weight cache quota of tenant '%s' exceeded: %llu bytes needed, %llu of its %llu in use by pinned "
@@ -304,12 +394,13 @@ int fosd_wcache_reserve_in(fosd_wcache *wc, fosd_tenant *owner, uint64_t need, c
 	}
 	/* the decoded tier first (never an entry for its sake), then owner's least recently used
 	 * entries (enough for both), then anyone's */
-	uint64_t tier_freed = need_budget ? wc_tier_drop_locked(wc, wc->be, need_budget, reclaim) : 0;
+	uint64_t tier_freed = need_budget && wc->tier_entries ? wc_tier_drop_locked(wc, wc->be, need_budget, reclaim) : 0;
 	need_budget = need_budget > tier_freed ? need_budget - tier_freed : 0;
 	for (int pass = 0; pass < 2; pass++) {
 		uint64_t want = pass == 0 ? (need_quota > need_budget ? need_quota : need_budget) : need_budget;
 		for (w = wc->tail; w && freed < want; w = prev) {
 			prev = w->prev;
+			wc->probes++;
 			if (!wc_evictable(w, reclaim) || (pass == 0 && w->owner != owner))
 				continue;
 			fosd_info("cache: evicting weight '%s'%s%s v%llu (%zu bytes, least recently used)", w->name,
@@ -331,9 +422,7 @@ out:
 void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *old = wc->head;
-	while (old && !wc_is(old, w->owner, w->name))
-		old = old->next;
+	fosd_weight *old = wc_lookup(wc, w->owner, w->name);
 	fosd_weight *dead = old ? wc_detach_locked(wc, old) : NULL;
 	if (dead)
 		dead->next = NULL;
@@ -347,8 +436,10 @@ void fosd_wcache_insert(fosd_wcache *wc, fosd_weight *w)
 	w->detached = 0;
 	w->last_used_ns = fosd_now_ns();
 	wc_bytes_move(wc, w, w->bytes, 0);
+	wc_index_add(wc, w);
 	wc->entries++;
 	wc_push_front(wc, w);
+	wc_idle_update(wc, w, 0);
 	pthread_mutex_unlock(&wc->mu);
 	wc_free_list(wc, dead);
 }
@@ -361,9 +452,7 @@ int fosd_wcache_drop(fosd_wcache *wc, const char *name, char *msg, size_t msgsz)
 int fosd_wcache_drop_in(fosd_wcache *wc, const fosd_tenant *owner, const char *name, char *msg, size_t msgsz)
 {
 	pthread_mutex_lock(&wc->mu);
-	fosd_weight *w = wc->head;
-	while (w && !wc_is(w, owner, name))
-		w = w->next;
+	fosd_weight *w = wc_lookup(wc, owner, name);
 	if (!w) {
 		pthread_mutex_unlock(&wc->mu);
 		snprintf(msg, msgsz, "weight '%s' is not in the cache", name);
@@ -557,4 +646,91 @@ void fosd_wcache_stats_get(fosd_wcache *wc, fosd_wcache_stats *st)
 	for (int i = 0; i < FOSD_WC_LANES; i++)
 		st->scratch_bytes += wc->scratch_seen[i];
 	pthread_mutex_unlock(&wc->mu);
+}
+
+/* ---- the other form of W (four_over_six scopes) -------------------------------------------- */
+
+const fos_qweight *fosd_weight_form_of(fosd_weight *w, int scope)
+{
+	if (fos_scope_w46(scope) == fos_scope_w46(w->qw.opts.four_over_six))
+		return &w->qw;
+	return w->alt_state == 2 ? &w->alt : NULL; /* set before any context that reads it */
+}
+
+/* Makes f, the form of w's weight for scope, from w's master: w's options and uses (alt borrows
+ * the master instead of copying it). */
+static int wc_form_make(fosd_weight *w, fos_backend *be, int scope, fos_qweight *f, fos_err *e)
+{
+	fos_linear_opts o = w->qw.opts;
+	o.four_over_six = scope;
+	int uses = w->qw.uses & ~FOS_USE_HIGH_PRECISION;
+	int rc = fos_qweight_make_uses(be, w->qw.master, w->qw.n, w->qw.k, &o, uses ? uses : FOS_USE_FORWARD, f, e);
+	if (!rc) {
+		f->master = w->qw.master;
+		f->uses = w->qw.uses;
+	}
+	return rc;
+}
+
+int fosd_wcache_form(fosd_wcache *wc, fosd_weight *w, fos_backend *be, int scope, const fos_qweight **out,
+		     fos_qweight *tmp, char *msg, size_t msgsz)
+{
+	int w46 = fos_scope_w46(w->qw.opts.four_over_six);
+	*out = NULL;
+	if (fos_scope_w46(scope) == w46) {
+		*out = &w->qw;
+		return 0;
+	}
+	if (!w->qw.master) {
+		snprintf(msg, msgsz,
+			 "four_over_six '%s' needs W %s; weight '%s' was put for '%s' (W %s) and keeps no master to make "
+			 "it from: use a scope with W %s, or put it again for '%s' or with its master",
+			 fos_scope_name(scope), w46 ? "plain" : "4/6", w->name, fos_scope_name(w->qw.opts.four_over_six),
+			 w46 ? "4/6" : "plain", w46 ? "4/6" : "plain", fos_scope_name(scope));
+		return FOS__CODE__FAILED_PRECONDITION;
+	}
+	pthread_mutex_lock(&wc->mu);
+	int state = w->alt_state;
+	if (state == 0)
+		w->alt_state = 1;
+	pthread_mutex_unlock(&wc->mu);
+	fos_err e;
+	if (state == 2) {
+		*out = &w->alt;
+		return 0;
+	}
+	if (state == 1) { /* another lane is making it: one for this call */
+		if (wc_form_make(w, be, scope, tmp, &e)) {
+			snprintf(msg, msgsz, "quantizing weight '%s' for four_over_six '%s': %s", w->name,
+				 fos_scope_name(scope), e.msg);
+			return e.rc == FOS_ENOMEM ? FOS__CODE__RESOURCE_EXHAUSTED : FOS__CODE__INTERNAL;
+		}
+		*out = tmp;
+		return 0;
+	}
+	size_t bytes = fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses & ~FOS_USE_HIGH_PRECISION, NULL);
+	int rc = fosd_wcache_reserve_in(wc, w->owner, bytes, NULL, msg, msgsz);
+	if (!rc && wc_form_make(w, be, scope, &w->alt, &e)) {
+		snprintf(msg, msgsz, "quantizing weight '%s' for four_over_six '%s': %s", w->name, fos_scope_name(scope),
+			 e.msg);
+		rc = e.rc == FOS_ENOMEM ? FOS__CODE__RESOURCE_EXHAUSTED : FOS__CODE__INTERNAL;
+	}
+	pthread_mutex_lock(&wc->mu);
+	if (rc) {
+		w->alt_state = 0;
+	} else {
+		fos_qweight_parts p;
+		fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses & ~FOS_USE_HIGH_PRECISION, &p);
+		w->bytes += bytes;
+		w->parts.codes += p.codes;
+		w->parts.columnwise += p.columnwise;
+		wc_bytes_move(wc, w, bytes, 0);
+		w->alt_state = 2;
+		fosd_info("cache: weight '%s' v%llu made for four_over_six '%s' from its master (%zu more bytes)", w->name,
+			  (unsigned long long)w->version, fos_scope_name(scope), bytes);
+	}
+	pthread_mutex_unlock(&wc->mu);
+	if (!rc)
+		*out = &w->alt;
+	return rc;
 }

@@ -40,6 +40,12 @@ typedef struct fosd_weight {
 	size_t bytes;      /* accounted bytes (fos_qweight_bytes) */
 	fos_qweight_parts parts; /* bytes by part (their sum is bytes) */
 	int has_master, has_col; /* copies of qw's state, read under wc->mu */
+	/* The other form of W (4/6 for a plain-W scope's entry, plain for a 4/6 one: NUMERICS.md
+	 * section 11), made from qw's master by fosd_wcache_form on first need; its bytes are in bytes
+	 * and parts. alt borrows qw's master (alt.master == qw.master, never freed through alt).
+	 * alt_state: 0 none, 1 being made, 2 made; under wc->mu. */
+	fos_qweight alt;
+	int alt_state;
 	uint16_t *tier_dec; /* the decoded tier's copy (N, K) bf16, or NULL; under wc->mu */
 	size_t tier_bytes;  /* its bytes (0 without one) */
 	int tier_refs;      /* forwards reading tier_dec now */
@@ -51,6 +57,7 @@ typedef struct fosd_weight {
 	uint64_t uses;
 	fosd_tenant *owner; /* its tenant (NULL: anonymous): names are per tenant */
 	struct fosd_weight *prev, *next; /* attached entries, most recently used first */
+	struct fosd_weight *hnext;       /* the name index's chain (attached entries) */
 } fosd_weight;
 
 typedef struct fosd_wcache {
@@ -68,6 +75,17 @@ typedef struct fosd_wcache {
 	uint64_t scratch_seen[FOSD_WC_LANES];
 	fosd_weight *head, *tail; /* attached entries, MRU at head */
 	fosd_weight *detached;    /* detached entries still referenced (linked by next) */
+	/* the attached entries by (owner, name): hn buckets (a power of two, at least entries, grown
+	 * as entries are added), so that a put, a lookup or a drop costs the same however many
+	 * entries there are */
+	fosd_weight **hb;
+	size_t hn;
+	/* bytes of the attached entries eviction may free (unpinned, refs 0): kept as they change, so
+	 * a reserve that fits needs no walk, and one that cannot be met is refused without one */
+	uint64_t idle_bytes;
+	/* entries looked at by lookups (index chains) and by reserve's walks: what a put costs, for the
+	 * tests that check it does not grow with the number of entries */
+	uint64_t probes;
 } fosd_wcache;
 
 /* tier_budget starts at budget / FOSD_TIER_BUDGET_DIV (0 switches the tier off). */
@@ -109,6 +127,18 @@ void fosd_wcache_scratch_seen(fosd_wcache *wc, int lane);
  * which it calls only once its reads of the copy are done (be synced). */
 const uint16_t *fosd_wcache_tier_get(fosd_wcache *wc, fosd_weight *w, fos_backend *be);
 void fosd_wcache_tier_release(fosd_wcache *wc, fosd_weight *w);
+/* The form of w (which the caller holds a reference on) a layer of four_over_six scope needs:
+ * &w->qw when scope quantizes W as w was put (4/6 or plain), else w->alt, made now from w's master
+ * (within the budget and w's owner's quota, evicting as fosd_wcache_reserve_in does) unless made
+ * before; while another lane makes it, a form made for this call alone in *tmp (the caller frees
+ * it with fos_qweight_free when *out == tmp). Returns 0, or FAILED_PRECONDITION (no master: the
+ * message names both scopes and the way out), RESOURCE_EXHAUSTED or INTERNAL with msg. */
+int fosd_wcache_form(fosd_wcache *wc, fosd_weight *w, fos_backend *be, int scope, const fos_qweight **out,
+		     fos_qweight *tmp, char *msg, size_t msgsz);
+/* The form a saved context's backward uses: that of its forward's scope (w->alt or &w->qw), or
+ * NULL when that form is not there. */
+const fos_qweight *fosd_weight_form_of(fosd_weight *w, int scope);
+
 /* Drops every decoded copy nobody reads; returns the bytes freed. */
 uint64_t fosd_wcache_tier_drop_all(fosd_wcache *wc);
 

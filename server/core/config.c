@@ -8,6 +8,7 @@
 #include "config_report.h"
 #include "http_metrics.h"
 #include "log.h"
+#include "regfile.h"
 #include "trust_config.h"
 
 #include <ctype.h>
@@ -77,6 +78,9 @@ const fosd_config_key fosd_config_keys[] = {
 	 .help = "context expiry sweep period (default {def})"},
 	{"dedup_window", FOSD_CT_DURATION, F(dedup_window_ms), "10m",
 	 .help = "remember executed request ids (default {def})"},
+	{"dedup_bytes", FOSD_CT_SIZE, F(dedup_bytes), "4M",
+	 .help = "memory of the executed request ids: at most this / 64 ids,\n"
+		 "the oldest forgotten first (default {def}: 65536 ids; at least 64K)"},
 	{"send_timeout", FOSD_CT_DURATION, F(send_timeout_ms), "10s",
 	 .help = "a reply the client does not read for this long drops its\nconnection (default {def})"},
 	{"connection_requests", FOSD_CT_INT, F(connection_requests), "0", 0, 65536,
@@ -148,6 +152,14 @@ int fosd_config_devices(const char *v, int *ids, int *n, char *msg, size_t msgsz
 		char *end;
 		errno = 0;
 		long d = strtol(p, &end, 10);
+		int digits = end > p && (*end == ',' || !*end) && *p != '-' && *p != '+';
+		if (digits && (errno == ERANGE || d > 64)) { /* an ordinal, but past any device fosd serves */
+			snprintf(msg, msgsz,
+				 "devices: ordinal %.*s in '%s' is too large: device ordinals go from 0 to 64, at most %d "
+				 "devices at once",
+				 (int)(end - p > 24 ? 24 : end - p), p, v, FOSD_MAX_DEVICES);
+			return -1;
+		}
 		if (errno || end == p || d < 0 || d > 64 || (*end && *end != ',') || (*end == ',' && !end[1])) {
 			snprintf(msg, msgsz, "devices: '%s' is not all or a list of device ordinals like 0,1", v);
 			return -1;
@@ -565,50 +577,10 @@ static char *trim(char *s)
 	return s;
 }
 
-static const char *file_kind(mode_t m)
-{
-	if (S_ISDIR(m))
-		return "directory";
-	if (S_ISFIFO(m))
-		return "FIFO";
-	if (S_ISCHR(m))
-		return "character device";
-	if (S_ISBLK(m))
-		return "block device";
-	if (S_ISSOCK(m))
-		return "socket";
-	return "special file";
-}
-
-int fosd_open_regular(const char *path, size_t max, struct stat *sb, char *msg, size_t msgsz)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fd, sb)) {
-		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
-		close(fd);
-		return -1;
-	}
-	if (!S_ISREG(sb->st_mode)) {
-		snprintf(msg, msgsz, "%s: not a regular file (a %s)", path, file_kind(sb->st_mode));
-		close(fd);
-		return -1;
-	}
-	if ((uint64_t)sb->st_size > (uint64_t)max) {
-		snprintf(msg, msgsz, "%s: larger than %zu KiB (%lld bytes)", path, max >> 10, (long long)sb->st_size);
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t msgsz)
 {
 	struct stat sb;
-	int fd = fosd_open_regular(path, FOSD_CONFIG_FILE_MAX, &sb, msg, msgsz);
+	int fd = fos_open_regular(path, FOSD_CONFIG_FILE_MAX, &sb, msg, msgsz);
 	if (fd < 0)
 		return -1;
 	FILE *f = fdopen(fd, "r");

@@ -35,6 +35,7 @@ typedef struct fosd_config {
 	uint64_t drain_timeout_ms;      /* SIGTERM: wait this long for in-flight requests */
 	uint64_t sweep_interval_ms;     /* context expiry sweep */
 	uint64_t dedup_window_ms;       /* remember executed request ids this long */
+	uint64_t dedup_bytes;           /* memory of the table of those ids (dedup.h) */
 	uint64_t send_timeout_ms;       /* a reply the client does not take this long drops its connection */
 	int connection_requests;        /* most requests in progress from one connection; 0 = auto
 					 * (a quarter of concurrency, at least 1) */
@@ -93,12 +94,6 @@ void fosd_config_free(fosd_config *c);
 #define FOSD_CONFIG_FILE_MAX ((size_t)1 << 20)
 int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t msgsz);
 
-/* Opens path for reading without ever blocking (O_NONBLOCK: a FIFO or device returns at once) and
- * keeps it only if it is a regular file of at most max bytes; *sb gets its fstat. Returns the
- * descriptor, or -1 with msg naming the path and what it is ("not a regular file (a FIFO)"). For
- * the config and tokens files. */
-struct stat;
-int fosd_open_regular(const char *path, size_t max, struct stat *sb, char *msg, size_t msgsz);
 /* Sets one key from a string (the same keys as the file). Returns 0 or -1 with msg. */
 int fosd_config_set(fosd_config *c, const char *key, const char *value, char *msg, size_t msgsz);
 

@@ -134,6 +134,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fosd_log_set_level(cfg.log_level);
+	/* SIGTERM/SIGINT wait (pending) until the control loop takes them, so that one arriving while
+	 * fosd starts, even after it listens, is a drain; blocked before any thread starts, every
+	 * thread inherits the mask and only the loop's thread unblocks them (control.c) */
+	fosd_control_block_signals();
 	fosd_sd_init(); /* before any thread starts */
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGHUP, SIG_IGN); /* until the control loop reloads on it (reload.c) */
@@ -222,6 +226,14 @@ int main(int argc, char **argv)
 		fosd_tenants_free(tenants);
 		fosd_config_free(&cfg);
 		return 1;
+	}
+	int stop = fosd_control_stop_pending();
+	if (stop) { /* nothing accepted yet: nothing to drain */
+		fosd_info("%s during the start: stopping before serving", stop == SIGINT ? "SIGINT" : "SIGTERM");
+		fosd_server_destroy(&srv);
+		fosd_tenants_free(tenants);
+		fosd_config_free(&cfg);
+		return 0;
 	}
 	fosd_info("message pool: bodies from %zu KiB reused, %llu bytes kept free, %s", FOSD_MSGPOOL_MIN >> 10,
 		  (unsigned long long)cfg.message_pool_bytes,

@@ -55,7 +55,12 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const
 	}
 	for (int i = srv->n_devs; i < n; i++) /* never reached a device: freed here */
 		be[i]->destroy(be[i]);
-	if (!ok || fosd_metrics_init(&srv->metrics) || fosd_dedup_init(&srv->dd, cfg->dedup_window_ms, 65536) ||
+	if (ok && cfg->dedup_bytes < FOSD_DEDUP_MIN_BYTES) {
+		snprintf(msg, msgsz, "dedup_bytes %llu is below the minimum of %llu (64K)",
+			 (unsigned long long)cfg->dedup_bytes, (unsigned long long)FOSD_DEDUP_MIN_BYTES);
+		return -1;
+	}
+	if (!ok || fosd_metrics_init(&srv->metrics) || fosd_dedup_init(&srv->dd, cfg->dedup_window_ms, cfg->dedup_bytes) ||
 	    fosd_regions_init(&srv->regions, srv->devs[0].be) || fosd_chans_init(&srv->chans)) {
 		snprintf(msg, msgsz, "out of memory initializing the server");
 		return -1;

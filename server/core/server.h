@@ -211,7 +211,14 @@ int fosd_place_next_stage(fosd_slot *s);
  * returns the earliest deadline still queued (0: none). */
 uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped);
 
-/* control.c: runs the libuv loop (signals, timers) until a drain finishes. Returns the exit code. */
+/* control.c: blocks SIGTERM and SIGINT in the calling thread (main, before any thread starts, so
+ * every thread inherits it): they stay pending until fosd_control_run's handlers exist. */
+void fosd_control_block_signals(void);
+/* SIGTERM or SIGINT when one is pending (arrived while blocked, before the loop runs), else 0:
+ * for the steps of the start that can take long (the weight repository) to stop early. */
+int fosd_control_stop_pending(void);
+/* Runs the libuv loop (signals, timers) until a drain finishes; unblocks SIGTERM/SIGINT in its
+ * thread once their handlers are in place. Returns the exit code. */
 int fosd_control_run(fosd_server *srv);
 /* After the loop: bounds the teardown (a thread exits the process with exit_code, or 1, if it has
  * not ended in 15 s) and gives SIGTERM/SIGINT their default action back. */

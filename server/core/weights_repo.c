@@ -12,6 +12,7 @@
 #include "fos_format.h"
 #include "npy.h"
 #include "safetensors.h"
+#include "regfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define REPO_CONF "weights.conf"
 #define REPO_CONF_MAX (1u << 20)
@@ -211,11 +213,17 @@ static int repo_conf_read(const char *dir, repo_conf *c, char *msg, size_t msgsz
 	memset(c, 0, sizeof *c);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/" REPO_CONF, dir);
-	FILE *f = fopen(path, "r");
+	struct stat sb;
+	if (lstat(path, &sb) && errno == ENOENT)
+		return 0; /* no rules (a dangling link of that name is refused below) */
+	/* a regular file of at most REPO_CONF_MAX bytes, checked before reading (regfile.h) */
+	int fd = fos_open_regular(path, REPO_CONF_MAX, &sb, msg, msgsz);
+	if (fd < 0)
+		return -1;
+	FILE *f = fdopen(fd, "r");
 	if (!f) {
-		if (errno == ENOENT)
-			return 0;
 		snprintf(msg, msgsz, "%s: cannot open: %s", path, strerror(errno));
+		close(fd);
 		return -1;
 	}
 	char *line = NULL;
@@ -225,8 +233,8 @@ static int repo_conf_read(const char *dir, repo_conf *c, char *msg, size_t msgsz
 	while (!rc && (got = getline(&line, &cap, f)) >= 0) {
 		lineno++;
 		total += (size_t)got;
-		if (total > REPO_CONF_MAX) {
-			snprintf(msg, msgsz, "%s: longer than %u bytes", path, REPO_CONF_MAX);
+		if (total > REPO_CONF_MAX) { /* it grew since the fstat */
+			snprintf(msg, msgsz, "%s: larger than %u KiB", path, REPO_CONF_MAX >> 10);
 			rc = -1;
 			break;
 		}
@@ -457,6 +465,17 @@ static int repo_check_weight(repo_ctx *rc, const fosd_tenant *t, const char *nam
 	return 0;
 }
 
+/* The most elements a weight may have: a PutWeight carries W as bf16 in one message of at most
+ * max_message_bytes, and the repository's weights have the same limit, checked from a file's
+ * header before its data is read. what gets the limit's description for messages. */
+static uint64_t repo_max_count(const repo_ctx *rc, char *what, size_t whatsz)
+{
+	uint64_t lim = rc->srv->cfg->max_message_bytes;
+	snprintf(what, whatsz, "%llu bf16 bytes at most: max_message_bytes %.2f GiB, as a PutWeight",
+		 (unsigned long long)lim, (double)lim / (double)(1ull << 30));
+	return lim / 2;
+}
+
 /* Strips "path: " off the front of a reader's message. */
 static const char *repo_unprefix(const char *m, const char *path)
 {
@@ -471,7 +490,9 @@ static int repo_load_npy(repo_ctx *rc, const char *path, const char *fname, fosd
 	snprintf(name, sizeof name, "%.*s", (int)(strlen(fname) - 4), fname);
 	npy_array a;
 	fos_err e = {0, ""};
-	if (npy_read(path, &a, &e)) {
+	char lim[160];
+	uint64_t max_count = repo_max_count(rc, lim, sizeof lim);
+	if (npy_read_max(path, max_count, lim, &a, &e)) {
 		snprintf(why, whysz, "%s", repo_unprefix(e.msg, path));
 		return -1;
 	}
@@ -515,6 +536,8 @@ static int repo_load_safetensors(repo_ctx *rc, const char *path, fosd_tenant *t,
 	}
 	size_t *sel = malloc((f.n ? f.n : 1) * sizeof *sel), nsel = 0, put = 0;
 	int r = -1;
+	char lim[160];
+	uint64_t max_count = repo_max_count(rc, lim, sizeof lim);
 	if (!sel) {
 		snprintf(why, whysz, "out of memory");
 		goto out;
@@ -531,6 +554,11 @@ static int repo_load_safetensors(repo_ctx *rc, const char *path, fosd_tenant *t,
 		if (repo_check_weight(rc, t, st->name, "tensor", st->ndim, st->shape, safet_shape_str(st, sb, sizeof sb),
 				      why, whysz))
 			goto out;
+		if (st->count > max_count) { /* from the header: nothing of it is read */
+			snprintf(why, whysz, "tensor '%s' has shape %s, %llu elements: more than %llu (%s)", st->name, sb,
+				 (unsigned long long)st->count, (unsigned long long)max_count, lim);
+			goto out;
+		}
 		sel[nsel++] = i;
 	}
 	if (!nsel) {
@@ -612,12 +640,16 @@ int fosd_weights_repo_load(fosd_server *srv, const char *dir, char *msg, size_t 
 	}
 	repo_ctx rc = {srv, {0}, 0, 0, 0};
 	for (int i = 0; i < n; i++) {
+		if (fosd_control_stop_pending()) { /* fosd_main.c stops before serving */
+			fosd_warn("weights: a stop signal arrived: %d of %d files not loaded", n - i, n);
+			break;
+		}
 		const char *fname = list[i]->d_name;
 		char path[4400], why[REPO_WHY];
 		snprintf(path, sizeof path, "%s/%s", dir, fname);
-		struct stat sb;
-		if (stat(path, &sb) || !S_ISREG(sb.st_mode))
-			continue; /* a directory or a dangling link of that name */
+		/* anything of that name counts: the readers take regular files only (regfile.h), so a
+		 * FIFO, a device, a directory, a dangling link or a loop of links is rejected (logged)
+		 * without being read */
 		repo_opts o;
 		repo_opts_for(&conf, fname, &o);
 		fosd_tenant *t = o.tenant ? fosd_tenants_find(srv->tenants, o.tenant) : NULL;

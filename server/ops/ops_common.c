@@ -194,6 +194,7 @@ void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos_
 	cfg->weight_block = in->opts.weight_block == FOS_BLOCK_1X16 ? FOS__BLOCK__BLOCK_1X16 : FOS__BLOCK__BLOCK_16X16;
 	cfg->err_mode = in->opts.err_mode == FOS_ERR_MSE ? FOS__ERR_MODE__ERR_MSE : FOS__ERR_MODE__ERR_MAE;
 	cfg->bound = (uint32_t)in->opts.bound;
+	cfg->four_over_six = (Fos__FourOverSix)fos_scope_to_wire(in->opts.four_over_six);
 	out->config = cfg;
 	out->bytes = in->bytes;
 	out->pinned = in->pinned;

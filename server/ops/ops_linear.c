@@ -131,7 +131,10 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	fosd_context *ctx = NULL;
 	nng_msg *r = NULL;
 	const uint16_t *tier = NULL; /* the decoded tier's copy of W this forward reads */
+	const fos_qweight *wf = NULL; /* the form of W the scope needs (fosd_wcache_form) */
+	fos_qweight wtmp;
 	memset(&saved, 0, sizeof saved);
+	memset(&wtmp, 0, sizeof wtmp);
 
 	int rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
@@ -140,6 +143,8 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	fos_linear_opts o = w->qw.opts;
 	o.override = a->override;
 	o.row_scaled = a->row_scaled;
+	if (a->four_over_six >= 0)
+		o.four_over_six = a->four_over_six;
 	int resolved;
 	if (k != w->qw.k) {
 		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "x has K = %lld but weight '%s' is (%lld, %lld)",
@@ -206,12 +211,17 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		r = fosd_fail_be(s, code, e.rc, NULL, &e);
 		goto out;
 	}
-	/* W's decoded operand: a small forward's from the decoded tier, else decoded into the lane's
-	 * scratch (wcache.h) */
+	/* the form of W the scope needs: the entry's, or its other form (made from the master) */
+	if ((rc = fosd_wcache_form(&c->dev->wc, w, be, o.four_over_six, &wf, &wtmp, msg, sizeof msg))) {
+		r = fosd_fail(s, code, rc, "%s", msg);
+		goto out;
+	}
+	/* W's decoded operand: a small forward's from the decoded tier (the entry's own form only),
+	 * else decoded into the lane's scratch (wcache.h) */
 	fos_wops wo = {fosd_wcache_scratch(&c->dev->wc, c->lane), NULL, NULL};
-	if (!a->save && m <= FOSD_TIER_MAX_M)
+	if (!a->save && m <= FOSD_TIER_MAX_M && wf == &w->qw)
 		wo.wdec = tier = fosd_wcache_tier_get(&c->dev->wc, w, be);
-	rc = fos_linear_forward_w(be, x, m, &w->qw, &wo, &o, bias, y, a->save ? &saved : NULL, &e);
+	rc = fos_linear_forward_w(be, x, m, wf, &wo, &o, bias, y, a->save ? &saved : NULL, &e);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "forward", &e);
 		goto out;
@@ -268,11 +278,16 @@ out:
 	fosd_dev_free(c, x);
 	fosd_dev_free(c, bias);
 	fosd_dev_free(c, y);
-	if (tier) { /* released once the lane's reads of it are done */
+	if (tier || wf == &wtmp) { /* released once the lane's reads of it are done */
 		fos_err se;
 		if (be->sync(be, &se))
 			fosd_warn("forward of '%s': %s", w->name, se.msg);
-		fosd_wcache_tier_release(&c->dev->wc, w);
+		if (tier)
+			fosd_wcache_tier_release(&c->dev->wc, w);
+		if (wf == &wtmp) {
+			wtmp.master = NULL; /* the entry's, borrowed */
+			fos_qweight_free(be, &wtmp);
+		}
 	}
 	fosd_wcache_scratch_seen(&c->dev->wc, c->lane);
 	fosd_wcache_release(&c->dev->wc, w);
@@ -318,6 +333,10 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		return fosd_fail(s, code, rc, "%s", msg);
 	const fos_saved *sv = &c->saved;
 	int64_t m = sv->m, n = sv->n, k = sv->k;
+	const fos_qweight *wf = fosd_weight_form_of(c->w, sv->four_over_six); /* the forward's form of W */
+	if (!wf)
+		return fosd_fail(s, code, FOS__CODE__INTERNAL, "weight '%s' has no form for four_over_six '%s' (this context's forward)",
+				 c->w->name, fos_scope_name(sv->four_over_six));
 	int need = fos_use_of_override(sv->override);
 	if (!(c->w->qw.uses & need)) {
 		char us[80];
@@ -328,6 +347,10 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 	if (a->dy.shape[0] != m || a->dy.shape[1] != n)
 		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
 				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
+	if (!sv->has_bias && fosd_shm_output_named(s->rq, "db")) /* as for a skipped dX or dW */
+		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+				 "shm_outputs[%d] names db, but the forward of this context had no bias (no db to write)",
+				 fosd_shm_output_index(s->rq, "db"));
 	/* the inline results only: those written into regions are bounded by their regions */
 	uint64_t out = (a->skip_dx || fosd_shm_output_named(s->rq, "dx") ? 0 : (uint64_t)m * (uint64_t)k * 2) +
 		       (a->skip_dw || fosd_shm_output_named(s->rq, "dw") ? 0 : (uint64_t)n * (uint64_t)k * 2) +
@@ -343,7 +366,7 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		goto out;
 	}
 	fos_wops wo = {fosd_wcache_scratch(&oc->dev->wc, oc->lane), NULL, NULL}; /* W decoded into the lane's scratch */
-	rc = fos_linear_backward_w(oc->be, sv, &c->w->qw, &wo, dy, dx, dw, db, &e);
+	rc = fos_linear_backward_w(oc->be, sv, wf, &wo, dy, dx, dw, db, &e);
 	fosd_wcache_scratch_seen(&oc->dev->wc, oc->lane);
 	if (rc) {
 		r = fosd_fail_be(s, code, rc, "backward", &e);

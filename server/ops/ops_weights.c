@@ -104,10 +104,10 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 	}
 	fosd_wcache_insert(&c->dev->wc, w);
 	char us[80];
-	fosd_info("cache: put weight '%s'%s%s v%llu (%lld x %lld, for %s, %zu bytes%s) on device %d", w->name,
-		  s->tenant ? " of " : "", s->tenant ? s->tenant->name : "", (unsigned long long)w->version, (long long)n,
-		  (long long)k, fos_uses_str(w->qw.uses, us, sizeof us), w->bytes, w->pinned ? ", pinned" : "",
-		  c->dev->index);
+	fosd_info("cache: put weight '%s'%s%s v%llu (%lld x %lld, for %s, four_over_six '%s', %zu bytes%s) on device %d",
+		  w->name, s->tenant ? " of " : "", s->tenant ? s->tenant->name : "", (unsigned long long)w->version,
+		  (long long)n, (long long)k, fos_uses_str(w->qw.uses, us, sizeof us),
+		  fos_scope_name(w->qw.opts.four_over_six), w->bytes, w->pinned ? ", pinned" : "", c->dev->index);
 
 	fosd_weight_info info;
 	fosd_weight_info_of(w, fosd_now_ns(), &info);

@@ -1,23 +1,40 @@
-/* dedup.c: duplicate request detection (see dedup.h): a hash table of (client_id, id) entries;
- * done entries are kept in arrival order and forgotten after the window or past max_done. */
+/* dedup.c: duplicate request detection (see dedup.h): a hash table of (client_id, id) entries in
+ * one fixed mapping (entries, then buckets); done entries are kept in arrival order and forgotten
+ * after the window, or early when a new request needs their room. Invariants: n_live entries are
+ * in the buckets, the others of [0, fresh) on the free list; n_done of the live ones are on the
+ * fifo, oldest first. */
 #include "dedup.h"
 #include "server.h"
 #include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-int fosd_dedup_init(fosd_dedup *dd, uint64_t window_ms, size_t max_done)
+/* the config key's help (config.c) and PROTOCOL.md count 64 bytes an id */
+_Static_assert(FOSD_DEDUP_ENTRY_BYTES == 64, "a remembered id costs 64 bytes");
+
+int fosd_dedup_init(fosd_dedup *dd, uint64_t window_ms, uint64_t max_bytes)
 {
 	memset(dd, 0, sizeof *dd);
-	dd->nbuckets = 16384;
-	dd->max_done = max_done;
-	dd->window_ns = window_ms * 1000000ull;
-	dd->buckets = calloc(dd->nbuckets, sizeof *dd->buckets);
-	if (!dd->buckets)
+	if (max_bytes < FOSD_DEDUP_MIN_BYTES || max_bytes > ((uint64_t)1 << 40))
 		return -1;
+	dd->window_ns = window_ms * 1000000ull;
+	dd->cap = (size_t)(max_bytes / FOSD_DEDUP_ENTRY_BYTES);
+	dd->nbuckets = dd->cap;
+	dd->map_bytes = dd->cap * FOSD_DEDUP_ENTRY_BYTES;
+	/* zero-filled on first touch: only the entries and buckets used cost memory */
+	dd->map = mmap(NULL, dd->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+		       0);
+	if (dd->map == MAP_FAILED) {
+		dd->map = NULL;
+		return -1;
+	}
+	dd->pool = dd->map;
+	dd->buckets = (fosd_dedup_entry **)(dd->pool + dd->cap);
 	if (pthread_mutex_init(&dd->mu, NULL)) {
-		free(dd->buckets);
+		munmap(dd->map, dd->map_bytes);
+		dd->map = NULL;
 		return -1;
 	}
 	return 0;
@@ -25,16 +42,10 @@ int fosd_dedup_init(fosd_dedup *dd, uint64_t window_ms, size_t max_done)
 
 void fosd_dedup_destroy(fosd_dedup *dd)
 {
-	for (size_t b = 0; b < dd->nbuckets; b++) {
-		fosd_dedup_entry *e = dd->buckets[b];
-		while (e) {
-			fosd_dedup_entry *n = e->hnext;
-			free(e);
-			e = n;
-		}
-	}
-	free(dd->buckets);
-	dd->buckets = NULL;
+	if (!dd->map)
+		return;
+	munmap(dd->map, dd->map_bytes);
+	dd->map = NULL;
 	pthread_mutex_destroy(&dd->mu);
 }
 
@@ -52,27 +63,57 @@ static fosd_dedup_entry **dd_find(fosd_dedup *dd, uint64_t c, uint64_t r)
 	return pp;
 }
 
-/* Forgets the oldest done entries past the window or the count limit. Called with mu held. */
-static void dd_trim(fosd_dedup *dd, uint64_t now)
+/* Unlinks e (in its chain) and puts it on the free list. Called with mu held. */
+static void dd_forget(fosd_dedup *dd, fosd_dedup_entry *e)
 {
-	while (dd->fifo_head && (dd->n_done > dd->max_done || dd->fifo_head->done_ns + dd->window_ns < now)) {
-		fosd_dedup_entry *e = dd->fifo_head;
-		dd->fifo_head = e->fnext;
+	fosd_dedup_entry **pp = dd_find(dd, e->client_id, e->req_id);
+	if (*pp == e)
+		*pp = e->hnext;
+	e->hnext = dd->free_list;
+	dd->free_list = e;
+	dd->n_live--;
+}
+
+/* Forgets the oldest done entry. Called with mu held and the fifo not empty. */
+static void dd_pop_oldest(fosd_dedup *dd)
+{
+	fosd_dedup_entry *e = dd->fifo_head;
+	dd->fifo_head = e->fnext;
+	if (!dd->fifo_head)
+		dd->fifo_tail = NULL;
+	dd->n_done--;
+	dd_forget(dd, e);
+}
+
+/* Forgets the done entries past the window. Called with mu held. */
+static void dd_expire(fosd_dedup *dd, uint64_t now)
+{
+	while (dd->fifo_head && dd->fifo_head->done_ns + dd->window_ns < now)
+		dd_pop_oldest(dd);
+}
+
+/* A free entry: a returned one, a never used one, or the oldest done one; NULL when every entry
+ * holds a running request. Called with mu held. */
+static fosd_dedup_entry *dd_take(fosd_dedup *dd)
+{
+	if (!dd->free_list) {
+		if (dd->fresh < dd->cap)
+			return &dd->pool[dd->fresh++];
 		if (!dd->fifo_head)
-			dd->fifo_tail = NULL;
-		fosd_dedup_entry **pp = dd_find(dd, e->client_id, e->req_id);
-		if (*pp == e)
-			*pp = e->hnext;
-		free(e);
-		dd->n_done--;
+			return NULL;
+		dd_pop_oldest(dd);
+		dd->evicted++;
 	}
+	fosd_dedup_entry *e = dd->free_list;
+	dd->free_list = e->hnext;
+	return e;
 }
 
 int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct fosd_slot *s, int *registered)
 {
 	*registered = 0;
 	pthread_mutex_lock(&dd->mu);
-	dd_trim(dd, fosd_now_ns());
+	dd_expire(dd, fosd_now_ns());
 	fosd_dedup_entry **pp = dd_find(dd, client_id, req_id);
 	if (*pp) {
 		fosd_dedup_entry *e = *pp;
@@ -85,11 +126,15 @@ int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct
 		pthread_mutex_unlock(&dd->mu);
 		return rc;
 	}
-	fosd_dedup_entry *e = calloc(1, sizeof *e);
+	fosd_dedup_entry *e = dd_take(dd);
 	if (e) {
+		memset(e, 0, sizeof *e);
 		e->client_id = client_id;
 		e->req_id = req_id;
+		/* taking the oldest done entry may have changed the chain: find the end again */
+		pp = dd_find(dd, client_id, req_id);
 		*pp = e;
+		dd->n_live++;
 		*registered = 1;
 	}
 	pthread_mutex_unlock(&dd->mu);
@@ -100,15 +145,12 @@ int fosd_dedup_abandon(fosd_dedup *dd, uint64_t client_id, uint64_t req_id)
 {
 	int gone = 1;
 	pthread_mutex_lock(&dd->mu);
-	fosd_dedup_entry **pp = dd_find(dd, client_id, req_id);
-	fosd_dedup_entry *e = *pp;
+	fosd_dedup_entry *e = *dd_find(dd, client_id, req_id);
 	if (e && !e->done) {
-		if (e->waiters) {
+		if (e->waiters)
 			gone = 0;
-		} else {
-			*pp = e->hnext;
-			free(e);
-		}
+		else
+			dd_forget(dd, e);
 	}
 	pthread_mutex_unlock(&dd->mu);
 	return gone;
@@ -118,8 +160,7 @@ struct fosd_slot *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t re
 {
 	struct fosd_slot *w = NULL;
 	pthread_mutex_lock(&dd->mu);
-	fosd_dedup_entry **pp = dd_find(dd, client_id, req_id);
-	fosd_dedup_entry *e = *pp;
+	fosd_dedup_entry *e = *dd_find(dd, client_id, req_id);
 	if (e && !e->done) {
 		w = e->waiters;
 		e->waiters = NULL;
@@ -132,8 +173,21 @@ struct fosd_slot *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t re
 			dd->fifo_head = e;
 		dd->fifo_tail = e;
 		dd->n_done++;
-		dd_trim(dd, now_ns);
+		dd_expire(dd, now_ns);
 	}
 	pthread_mutex_unlock(&dd->mu);
 	return w;
+}
+
+void fosd_dedup_get_stats(fosd_dedup *dd, fosd_dedup_stats *out)
+{
+	pthread_mutex_lock(&dd->mu);
+	out->capacity = dd->cap;
+	out->live = dd->n_live;
+	out->done = dd->n_done;
+	out->bytes = dd->map_bytes;
+	/* the entries handed out so far, and the buckets (hashed anywhere: counted whole) */
+	out->touched = dd->fresh * sizeof(fosd_dedup_entry) + dd->nbuckets * sizeof(fosd_dedup_entry *);
+	out->evicted = dd->evicted;
+	pthread_mutex_unlock(&dd->mu);
 }

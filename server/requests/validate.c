@@ -77,6 +77,18 @@ static int map_bound(uint32_t v, int dflt, int *out, char *msg, size_t msgsz)
 	return -1;
 }
 
+/* The wire's FourOverSix into enum fos_scope; FOUR_OVER_SIX_DEFAULT gives dflt. */
+static int map_scope(int v, int dflt, int *out, char *msg, size_t msgsz)
+{
+	int s = fos_scope_from_wire(v, dflt);
+	if (s != -1 || (v == FOS__FOUR_OVER_SIX__FOUR_OVER_SIX_DEFAULT && dflt == -1)) {
+		*out = s;
+		return 0;
+	}
+	snprintf(msg, msgsz, "unknown four_over_six %d (0 = default, 1 = all, 2 = weights, 3 = activations, 4 = none)", v);
+	return -1;
+}
+
 static int map_override(int v, int *out, char *msg, size_t msgsz)
 {
 	if (v >= FOS__OVERRIDE__OVERRIDE_DEFAULT && v <= FOS__OVERRIDE__OVERRIDE_DEQUANTIZED) {
@@ -185,7 +197,8 @@ int fosd_validate_put(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t
 		if (map_block(r->config->weight_block, FOS_BLOCK_16X16, "weight_block", &a->opts.weight_block, v->msg,
 			      v->msgsz) ||
 		    map_err(r->config->err_mode, &a->opts.err_mode, v->msg, v->msgsz) ||
-		    map_bound(r->config->bound, 256, &a->opts.bound, v->msg, v->msgsz))
+		    map_bound(r->config->bound, 256, &a->opts.bound, v->msg, v->msgsz) ||
+		    map_scope(r->config->four_over_six, FOS_SCOPE_ALL, &a->opts.four_over_six, v->msg, v->msgsz))
 			return INVALID;
 	}
 	fos_err e;
@@ -260,11 +273,21 @@ int fosd_validate_forward(vctx *v, const Fos__Request *rq, fosd_args *args, uint
 		return rc;
 	if ((rc = v_expect(v, r, a)))
 		return rc;
-	if (map_override(r->override, &a->override, v->msg, v->msgsz))
+	if (map_override(r->override, &a->override, v->msg, v->msgsz) ||
+	    map_scope(r->four_over_six, -1, &a->four_over_six, v->msg, v->msgsz))
 		return INVALID;
 	a->row_scaled = r->row_scaled;
 	a->save = r->save_context;
 	a->skip_output = r->skip_output;
+	/* a target for Y that no Y will fill: refused, as one for a skipped gradient is */
+	int yi = fosd_shm_output_index(rq, "y");
+	if (yi >= 0 && (a->has_expect || a->skip_output)) {
+		snprintf(v->msg, v->msgsz,
+			 "shm_outputs[%d] names y, but %s is set: %s returns no Y (drop the y entry or %s)", yi,
+			 a->has_expect ? "expect" : "skip_output", a->has_expect ? "a check" : "a forward with skip_output",
+			 a->has_expect ? "expect" : "skip_output");
+		return INVALID;
+	}
 	/* the shape rule (NUMERICS.md section 8) as far as X shows it; N and K against the weight later */
 	if (a->x.shape[0] < 1)
 		return fail(v, "x (%1$lld, %2$lld): M = %1$lld: M must be at least 1", a->x.shape[0], a->x.shape[1]);
@@ -414,7 +437,8 @@ int fosd_validate_linear(vctx *v, const Fos__Request *rq, fosd_args *args, uint6
 		    map_block(o->weight_block, FOS_BLOCK_16X16, "weight_block", &a->opts.weight_block, v->msg,
 			      v->msgsz) ||
 		    map_err(o->err_mode, &a->opts.err_mode, v->msg, v->msgsz) ||
-		    map_bound(o->bound, 256, &a->opts.bound, v->msg, v->msgsz))
+		    map_bound(o->bound, 256, &a->opts.bound, v->msg, v->msgsz) ||
+		    map_scope(o->four_over_six, FOS_SCOPE_ALL, &a->opts.four_over_six, v->msg, v->msgsz))
 			return INVALID;
 		a->opts.row_scaled = o->row_scaled;
 	}

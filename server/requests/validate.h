@@ -27,6 +27,7 @@ typedef struct fosd_fwd_args {
 	fosw_tensor x, bias;
 	int has_bias;
 	int override, row_scaled, save, skip_output;
+	int four_over_six;      /* enum fos_scope, or -1: the weight's */
 	fosw_tensor expect;     /* a check instead of Y (has_expect): bf16, any rank until N is known */
 	int has_expect;
 	fos_cmp_criterion crit; /* the check's criterion (all zero: bitwise) */

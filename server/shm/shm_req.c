@@ -136,6 +136,35 @@ static const ProtobufCFieldDescriptor *tensor_field(const ProtobufCMessageDescri
 	return f;
 }
 
+/* Two results written over the same bytes would leave one of them wrong, whichever is written
+ * last: targets in one region (or one client allocation) must not overlap. */
+static int outputs_disjoint(const fosd_shm_req *q, const Fos__Request *rq, char *msg, size_t msgsz)
+{
+	for (int i = 1; i < q->n_out; i++)
+		for (int j = 0; j < i; j++) {
+			const fosd_dev_target *di = &q->dev.out[i], *dj = &q->dev.out[j];
+			const void *oi = di->m ? (const void *)di->m : (const void *)q->out[i].r;
+			const void *oj = dj->m ? (const void *)dj->m : (const void *)q->out[j].r;
+			uint64_t ai = di->m ? di->off : q->out[i].off, ci = di->m ? di->cap : q->out[i].cap;
+			uint64_t aj = dj->m ? dj->off : q->out[j].off, cj = dj->m ? dj->cap : q->out[j].cap;
+			if (!oi || oi != oj || ai >= aj + cj || aj >= ai + ci) /* bounds checked: no overflow */
+				continue;
+			const Fos__ShmOutput *si = rq->shm_outputs[i], *sj = rq->shm_outputs[j];
+			char where[200];
+			if (di->m)
+				snprintf(where, sizeof where, "the same device allocation");
+			else
+				snprintf(where, sizeof where, "shm region '%s'", si->shm->region);
+			snprintf(msg, msgsz,
+				 "shm_outputs[%d] ('%s', %llu bytes at offset %llu) overlaps shm_outputs[%d] ('%s', %llu bytes at "
+				 "offset %llu) in %s: give each result bytes of its own",
+				 i, si->result, (unsigned long long)ci, (unsigned long long)ai, j, sj->result,
+				 (unsigned long long)cj, (unsigned long long)aj, where);
+			return FOS__CODE__INVALID_ARGUMENT;
+		}
+	return 0;
+}
+
 int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, size_t msgsz)
 {
 	size_t n = rq->n_shm_outputs;
@@ -202,7 +231,7 @@ int fosd_shm_outputs_check(fosd_shm_req *q, const Fos__Request *rq, char *msg, s
 		q->out[i].off = off;
 		q->out[i].cap = cap;
 	}
-	return 0;
+	return outputs_disjoint(q, rq, msg, msgsz);
 }
 
 int fosd_shm_output_index(const Fos__Request *rq, const char *result)

@@ -2,6 +2,7 @@
  * from memory once nng has parsed them. */
 #include "tls.h"
 #include "log.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,39 +14,15 @@
 
 #include <nng/supplemental/tls/tls.h>
 
-/* Reads a whole (small) PEM file, NUL-terminated. *mode gets its permission bits. */
+#define TLS_FILE_MAX ((size_t)1 << 20) /* a PEM certificate chain or key */
+
+/* A whole PEM file, NUL-terminated (regfile.h); *mode gets its permission bits. */
 static char *tls_read_file(const char *path, size_t *len, int *mode, char *msg, size_t msgsz)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(msg, msgsz, "%s: %s", path, strerror(errno));
-		return NULL;
-	}
 	struct stat sb;
-	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20)) {
-		snprintf(msg, msgsz, "%s: not a regular file of at most 1 MiB", path);
-		close(fd);
-		return NULL;
-	}
-	*mode = (int)(sb.st_mode & 0777);
-	size_t n = (size_t)sb.st_size, got = 0;
-	char *buf = malloc(n + 1);
-	if (!buf) {
-		snprintf(msg, msgsz, "out of memory");
-		close(fd);
-		return NULL;
-	}
-	while (got < n) {
-		ssize_t r = read(fd, buf + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	buf[got] = 0;
-	*len = got;
+	char *buf = fos_read_regular(path, TLS_FILE_MAX, len, &sb, msg, msgsz);
+	if (buf)
+		*mode = (int)(sb.st_mode & 0777);
 	return buf;
 }
 

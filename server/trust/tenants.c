@@ -6,6 +6,7 @@
 #include "tenants.h"
 #include "config.h"
 #include "util.h"
+#include "regfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -281,37 +282,13 @@ int fosd_tenants_load(const char *path, const fosd_tenant_defaults *d, fosd_tena
 	*out = NULL;
 	*insecure = 0;
 	struct stat sb;
-	int fd = fosd_open_regular(path, FOSD_TOKENS_FILE_MAX, &sb, msg, msgsz);
-	if (fd < 0)
+	size_t got;
+	char *buf = fos_read_regular(path, FOSD_TOKENS_FILE_MAX, &got, &sb, msg, msgsz);
+	if (!buf)
 		return -1;
 	*insecure = (sb.st_mode & 077) != 0;
-	size_t n = (size_t)sb.st_size, got = 0;
-	char *buf = malloc(n + 1);
-	if (!buf) {
-		snprintf(msg, msgsz, "out of memory");
-		close(fd);
-		return -1;
-	}
-	int rerr = 0;
-	while (got < n) {
-		ssize_t r = read(fd, buf + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			rerr = errno;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	int rc;
-	if (rerr) {
-		snprintf(msg, msgsz, "%s: %s", path, strerror(rerr));
-		rc = -1;
-	} else {
-		rc = fosd_tenants_parse(buf, got, path, d, out, msg, msgsz);
-	}
-	explicit_bzero(buf, n + 1);
+	int rc = fosd_tenants_parse(buf, got, path, d, out, msg, msgsz);
+	explicit_bzero(buf, got);
 	free(buf);
 	return rc;
 }

@@ -8,17 +8,20 @@
 # exit status is 0; alone it prints "N passed, N failed, N skipped" and exits 1 on any failure.
 # Errors count as failures, xfailed as skipped, xpassed as passed. pytest finding no test (exit 5),
 # being interrupted, a usage or internal error, a timeout, or a missing pytest count as one
-# failure named python(...), never as a silent pass. $PYTHON picks the interpreter (default:
-# Debian's /usr/bin/python3, whose dist-packages hold python3-pytest, -numpy and -torch).
+# failure named python(...), never as a silent pass. $PYTHON picks the interpreter (default: the
+# test environment `make venv` makes, .venv/bin/python (or $VENV's), when it exists, else Debian's
+# /usr/bin/python3, whose dist-packages hold python3-pytest, -numpy and -torch).
 BUILD="${1:-build}"
 shift
 case $BUILD in /*) ;; *) BUILD="$(pwd)/$BUILD" ;; esac
+HERE=$(dirname "$0")
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
-	if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
+	venv="${VENV:-$HERE/../../.venv}"
+	if [ -x "$venv/bin/python" ] && [ -f "$venv/.fosd-installed" ]; then PY="$venv/bin/python"
+	elif [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=python3; fi
 fi
 LIMIT="${FOS_TEST_TIMEOUT:-600}"
-HERE=$(dirname "$0")
 log=$(mktemp)
 echo "== python ($PY, tests/python tests/proto_client)"
 if ! "$PY" -c "import pytest" >/dev/null 2>&1; then

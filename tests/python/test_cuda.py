@@ -77,10 +77,10 @@ def test_linear_module_on_cuda(cclient):
     """The same fosd.torch model on CUDA and on the CPU: the same parameters after three SGD steps,
     bit for bit (the losses are torch's reductions, whose order differs between devices)."""
     torch.manual_seed(3)
-    cpu = torch.nn.Sequential(ft.Linear(256, 512, client=cclient), torch.nn.ReLU(),
-                              ft.Linear(512, 256, client=cclient, override="high_precision"))
-    gpu = torch.nn.Sequential(ft.Linear(256, 512, client=cclient, device="cuda"), torch.nn.ReLU(),
-                              ft.Linear(512, 256, client=cclient, override="high_precision", device="cuda"))
+    cpu = torch.nn.Sequential(ft.Linear(256, 512, dtype=torch.bfloat16, client=cclient), torch.nn.ReLU(),
+                              ft.Linear(512, 256, dtype=torch.bfloat16, client=cclient, override="high_precision"))
+    gpu = torch.nn.Sequential(ft.Linear(256, 512, dtype=torch.bfloat16, client=cclient, device="cuda"), torch.nn.ReLU(),
+                              ft.Linear(512, 256, dtype=torch.bfloat16, client=cclient, override="high_precision", device="cuda"))
     gpu.load_state_dict(cpu.state_dict())
     g = torch.Generator().manual_seed(4)
     x, t = rand(g, 4, 64, 256), rand(g, 4, 64, 256)
@@ -112,7 +112,7 @@ def test_matches_cli_local_cuda(cuda_server, tmp_path):
                     tmp_path / "b.npy", "--dy", tmp_path / "dy.npy", "--out", tmp_path / "ref", "--local",
                     "--backend", "cuda"], check=True, capture_output=True)
     with fosd.connect(cuda_server.url) as c:
-        layer = ft.Linear(K, N, client=c, device="cuda")
+        layer = ft.Linear(K, N, dtype=torch.bfloat16, client=c, device="cuda")
         with torch.no_grad():
             layer.weight.copy_(w)
             layer.bias.copy_(b)

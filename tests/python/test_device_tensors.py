@@ -515,8 +515,8 @@ def test_cuda_calls_stream_ordered(cuda_server):
         finally:
             c.drop_weight(name)
         import fosd.torch as ft
-        layer = ft.Linear(K, N, bias=False, client=c, device=dev)
-        ref_layer = ft.Linear(K, N, bias=False, client=c)
+        layer = ft.Linear(K, N, dtype=torch.bfloat16, bias=False, client=c, device=dev)
+        ref_layer = ft.Linear(K, N, dtype=torch.bfloat16, bias=False, client=c)
         with torch.no_grad():
             ref_layer.weight.copy_(layer.weight.cpu())
         xg = x.to(dev).requires_grad_()

@@ -82,7 +82,7 @@ def test_bad_placement_checked_here(dclient, kw, words):
     assert e.value.code == "INVALID_ARGUMENT" and words in e.value.message, e.value.message
     assert dclient.stats()["ops"].get("put_weight", {}).get("requests", 0) == before
     with pytest.raises(fosd.Error) as e:
-        ft.Linear(128, 128, client=dclient, **kw)
+        ft.Linear(128, 128, dtype=torch.bfloat16, client=dclient, **kw)
     assert e.value.code == "INVALID_ARGUMENT" and words in e.value.message, e.value.message
 
 
@@ -103,7 +103,7 @@ def test_linear_placement_same_bits(dclient):
     """fosd.torch.Linear on both devices, on device 1 alone and by default: every put lands where
     asked (re-puts after SGD steps too), and the layers train bit for bit alike."""
     torch.manual_seed(5)
-    layers = [ft.Linear(128, 256, client=dclient, **kw) for kw in ({}, {"devices": [0, 1]}, {"devices": [1]},
+    layers = [ft.Linear(128, 256, dtype=torch.bfloat16, client=dclient, **kw) for kw in ({}, {"devices": [0, 1]}, {"devices": [1]},
                                                                    {"replicas": 2})]
     for m in layers[1:]:
         m.load_state_dict(layers[0].state_dict())

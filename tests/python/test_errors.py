@@ -36,7 +36,7 @@ def test_bad_shapes(client):
     y, ctx = client.forward("e.w", bf(128, 256), save_context=True)
     raises("INVALID_ARGUMENT", client.backward, ctx, bf(128, 64), match="dy")
     assert ctx.saved  # a failed backward leaves the context
-    layer = ft.Linear(256, 128, client=client)
+    layer = ft.Linear(256, 128, dtype=torch.bfloat16, client=client)
     raises("INVALID_ARGUMENT", layer, bf(4, 128), match="in_features")
     client.release(ctx)
     client.drop_weight("e.w")
@@ -96,7 +96,7 @@ def test_fosd_gone(start_fosd):
     hang; through a fosd.torch layer too."""
     s = start_fosd()
     c = fosd.connect(s.url, timeout=2)
-    layer = ft.Linear(128, 128, client=c)
+    layer = ft.Linear(128, 128, dtype=torch.bfloat16, client=c)
     x = bf(128, 128)
     layer(x)
     s.kill()

@@ -54,7 +54,7 @@ def run_layer(layer, x, dy):
 
 def assert_bits(got, want, what):
     assert got.shape == want.shape, "%s: shape %s, want %s" % (what, tuple(got.shape), tuple(want.shape))
-    g, w = bits(got.to(torch.bfloat16)), bits(want)
+    g, w = bits(got.to(torch.bfloat16)), bits(want.to(torch.bfloat16))
     n = int((g != w).sum())
     assert n == 0, "%s: %d of %d elements differ" % (what, n, g.size)
 

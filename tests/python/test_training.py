@@ -28,8 +28,8 @@ def weights(client):
 
 def test_sgd_loop_reputs_once_per_step(client):
     torch.manual_seed(7)
-    model = torch.nn.Sequential(ft.Linear(128, 256, client=client), torch.nn.ReLU(),
-                                ft.Linear(256, 128, client=client, override="high_precision"))
+    model = torch.nn.Sequential(ft.Linear(128, 256, dtype=torch.bfloat16, client=client), torch.nn.ReLU(),
+                                ft.Linear(256, 128, dtype=torch.bfloat16, client=client, override="high_precision"))
     target = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Tanh(), torch.nn.Linear(256, 128))
     x = torch.randn(256, 128)
     with torch.no_grad():
@@ -64,7 +64,7 @@ def test_two_layers_different_options(client, rng):
     x, dy = rand_bf16(rng, 128, 128), rand_bf16(rng, 128, 128)
     opts = [dict(override="quantized", weight_block="16x16", err="mae", bound=256),
             dict(override="dequantized", weight_block="1x16", err="mse", bound=448, row_scaled=True)]
-    layers = [ft.Linear(128, 128, client=client, **o) for o in opts]
+    layers = [ft.Linear(128, 128, dtype=torch.bfloat16, client=client, **o) for o in opts]
     for layer in layers:
         with torch.no_grad():
             layer.weight.copy_(rand_bf16(rng, 128, 128, scale=0.05))
@@ -85,7 +85,7 @@ def test_two_layers_different_options(client, rng):
 
 
 def test_contexts_released_with_the_graph(client, rng):
-    layer = ft.Linear(128, 128, client=client)
+    layer = ft.Linear(128, 128, dtype=torch.bfloat16, client=client)
     x = rand_bf16(rng, 128, 128).requires_grad_(True)
     base = client.stats()["contexts"]
     ys = [layer(x) for _ in range(3)]  # three graphs, no backward
@@ -93,7 +93,7 @@ def test_contexts_released_with_the_graph(client, rng):
     del ys
     assert client.stats()["contexts"] == base
     # a graph with two fosd layers, freed after its backward
-    l2 = ft.Linear(128, 128, client=client)
+    l2 = ft.Linear(128, 128, dtype=torch.bfloat16, client=client)
     loss = l2(torch.relu(layer(x))).float().sum()
     assert client.stats()["contexts"] == base + 2
     loss.backward()
@@ -110,7 +110,7 @@ def test_contexts_released_with_the_graph(client, rng):
 def test_second_backward_recomputes(client, rng):
     """backward(retain_graph=True) twice: the second finds the context consumed and recomputes it
     from the saved X; same bits."""
-    layer = ft.Linear(128, 128, client=client)
+    layer = ft.Linear(128, 128, dtype=torch.bfloat16, client=client)
     x = rand_bf16(rng, 128, 128).requires_grad_(True)
     dy = rand_bf16(rng, 128, 128)
     y = layer(x)
@@ -126,7 +126,7 @@ def test_expired_context_recomputed(start_fosd, rng):
     """fosd forgets contexts after --context-ttl: the backward recomputes from the saved X."""
     s = start_fosd("--context-ttl", "200ms", "--sweep-interval", "50ms")
     with fosd.connect(s.url) as c:
-        layer = ft.Linear(128, 128, client=c)
+        layer = ft.Linear(128, 128, dtype=torch.bfloat16, client=c)
         x = rand_bf16(rng, 128, 128)
         dy = rand_bf16(rng, 128, 128)
         ref = c.linear(x, layer.weight.detach(), dy=dy, bias=layer.bias.detach())
@@ -152,7 +152,7 @@ def test_expired_context_recomputed(start_fosd, rng):
 
 
 def test_lost_weight_is_put_again(client, rng):
-    layer = ft.Linear(128, 128, client=client)
+    layer = ft.Linear(128, 128, dtype=torch.bfloat16, client=client)
     x = rand_bf16(rng, 128, 128)
     with torch.no_grad():
         y1 = layer(x)
@@ -162,7 +162,7 @@ def test_lost_weight_is_put_again(client, rng):
 
 
 def test_weight_dropped_with_the_layer(client):
-    layer = ft.Linear(128, 128, client=client)
+    layer = ft.Linear(128, 128, dtype=torch.bfloat16, client=client)
     with torch.no_grad():
         layer(torch.zeros(128, 128, dtype=torch.bfloat16))
     name = layer.name
@@ -174,7 +174,7 @@ def test_weight_dropped_with_the_layer(client):
     del layer
     gc.collect()
     assert name not in weights(client) and twin.name in weights(client)
-    named = ft.Linear(128, 128, client=client, name="t.named.layer")
+    named = ft.Linear(128, 128, dtype=torch.bfloat16, client=client, name="t.named.layer")
     with torch.no_grad():
         named(torch.zeros(128, 128, dtype=torch.bfloat16))
     assert "t.named.layer" in weights(client)

@@ -74,7 +74,7 @@ def test_layer_puts_its_uses(client, override, row_scaled, want):
     change of the layer's override puts the weight again, for the new use."""
     import fosd.torch as ft
     torch.manual_seed(9)
-    m = ft.Linear(128, 64, client=client, override=override, row_scaled=row_scaled)
+    m = ft.Linear(128, 64, dtype=torch.bfloat16, client=client, override=override, row_scaled=row_scaled)
     x, dy = torch.randn(32, 128).to(torch.bfloat16), torch.randn(32, 64).to(torch.bfloat16)
     m(x).backward(dy)
     with torch.no_grad():

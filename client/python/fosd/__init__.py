@@ -6,16 +6,18 @@
         y, ctx = c.forward("layer0", x, save_context=True)
         dx, dw, db = c.backward(ctx, dy)
 
-fosd.torch has the PyTorch layer (fosd.torch.Linear, linear, convert). The package is pure Python
+fosd.Recipe is a layer's numerics options as one value; fosd.torch has the PyTorch layer
+(fosd.torch.Linear, linear, convert, unconvert, unquantized). The package is pure Python
 over libfos.so (client/libfos/fos.h) through ctypes; fosd._lib says where the library is looked for.
 """
 
 from ._errors import Error
 from ._mps import PerformanceWarning
+from ._recipe import Recipe
 from .client import Client, Context, WeightInfo, connect
 
-__all__ = ["Client", "Context", "Error", "PerformanceWarning", "WeightInfo", "connect", "default_client",
-           "__version__"]
+__all__ = ["Client", "Context", "Error", "PerformanceWarning", "Recipe", "WeightInfo", "connect",
+           "default_client", "__version__"]
 __version__ = "0.2.0"
 
 _default = None

@@ -45,6 +45,8 @@ BLOCK_NAMES = {0: "default", 1: "1x16", 2: "16x16"}
 ERR_MODES = {None: 0, "mae": 0, "mse": 1}
 ERR_NAMES = {0: "mae", 1: "mse"}
 RECIPES = {None: 0, "4over6": 0, "nvfp4": 1}
+# which forward operands use 4/6 (fos.FourOverSix; NUMERICS.md section 11); None: the default
+FOUR_OVER_SIX = {None: 0, "all": 1, "weights": 2, "activations": 3, "none": 4}
 
 REGION_MEMFD = 0
 NAME_MAX = 128
@@ -109,7 +111,8 @@ class StatsBuffer(ctypes.Structure):
 
 class WeightConfig(ctypes.Structure):
     _fields_ = [("weight_block", c_int), ("err_mode", c_int), ("bound", c_int), ("pin", c_int),
-                ("drop_master", c_int), ("eager_columnwise", c_int), ("uses", c_int)]
+                ("drop_master", c_int), ("eager_columnwise", c_int), ("uses", c_int),
+                ("four_over_six", c_int)]
 
 
 # fos_weight_config.uses bits (FOS_WEIGHT_USE_*), by name
@@ -145,14 +148,15 @@ class WeightEntry(ctypes.Structure):
 
 class ForwardOpts(ctypes.Structure):
     _fields_ = [("weight_version", c_u64), ("override", c_int), ("row_scaled", c_int),
-                ("save_context", c_int)]
+                ("save_context", c_int), ("four_over_six", c_int)]
 
 
 class ContextStruct(ctypes.Structure):
     _fields_ = [("id", c_u64), ("resolved_override", c_int), ("ttl_ms", c_u64),
                 ("recomputed", c_int), ("weight", c_char * (NAME_MAX + 1)),
                 ("weight_version", c_u64), ("override", c_int), ("row_scaled", c_int),
-                ("m", c_i64), ("n", c_i64), ("k", c_i64), ("has_bias", c_int)]
+                ("m", c_i64), ("n", c_i64), ("k", c_i64), ("has_bias", c_int),
+                ("four_over_six", c_int)]
 
 
 class BackwardOpts(ctypes.Structure):
@@ -167,7 +171,7 @@ class QuantConfig(ctypes.Structure):
 
 class LinearConfig(ctypes.Structure):
     _fields_ = [("override", c_int), ("weight_block", c_int), ("err_mode", c_int),
-                ("bound", c_int), ("row_scaled", c_int)]
+                ("bound", c_int), ("row_scaled", c_int), ("four_over_six", c_int)]
 
 
 class ConnectOpts(ctypes.Structure):

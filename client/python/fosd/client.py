@@ -453,7 +453,7 @@ class Client(Connection):
 
     def put_weight(self, name, w, version=1, weight_block="16x16", err="mae", bound=256, *,
                    pin=False, drop_master=False, eager_columnwise=False, uses=None, devices=None,
-                   replicas=0):
+                   replicas=0, four_over_six=None):
         """Quantizes w (N, K) once and caches it as (name, version); returns its WeightInfo.
 
         uses: what the weight serves, names out of "forward", "quantized", "high_precision",
@@ -462,9 +462,11 @@ class Client(Connection):
         (PROTOCOL.md "Devices"): devices, a list of device indices (health_devices lists
         them); or replicas, a number of devices fosd picks; not both. Neither: the devices
         of the name's current copies, else the least loaded one. The WeightInfo's devices say
-        where it went."""
+        where it went. four_over_six: the scope W is quantized for, "all" (None), "weights",
+        "activations" or "none" (NUMERICS.md section 11); forwards default to it."""
         a = _need(w, "w", 2)
-        cfg = self._weight_config(weight_block, err, bound, pin, drop_master, eager_columnwise, uses)
+        cfg = self._weight_config(weight_block, err, bound, pin, drop_master, eager_columnwise, uses,
+                                  four_over_six)
         pl = placement(devices, replicas)
         _u64(version, "version")
         if pl is None and not _lib.has(self._lib, "fos_put_weight_on"):
@@ -477,7 +479,7 @@ class Client(Connection):
 
     @staticmethod
     def _weight_config(weight_block="16x16", err="mae", bound=256, pin=False, drop_master=False,
-                       eager_columnwise=False, uses=None):
+                       eager_columnwise=False, uses=None, four_over_six=None):
         """The fos_weight_config of put_weight's options (checked)."""
         ubits = 0
         if uses is not None:
@@ -492,7 +494,8 @@ class Client(Connection):
                 raise Error(_lib.INVALID_ARGUMENT, "uses is empty")
         return _lib.WeightConfig(_opt(_lib.BLOCKS, weight_block, "weight_block"),
                                  _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(pin)),
-                                 int(bool(drop_master)), int(bool(eager_columnwise)), ubits)
+                                 int(bool(drop_master)), int(bool(eager_columnwise)), ubits,
+                                 _opt(_lib.FOUR_OVER_SIX, four_over_six, "four_over_six"))
 
     def _put(self, name, bname, a, version, cfg, info=None, entry=None, placement=None):
         """The put of Arr a (N, K) as (name, version) with a checked fos_weight_config; bname is
@@ -567,18 +570,19 @@ class Client(Connection):
     # ---- forward / backward ----
 
     def forward(self, name, x, bias=None, override=None, row_scaled=False, save_context=False,
-                version=0):
+                version=0, four_over_six=None):
         """y (M, N) = x (M, K) W^T [+ bias] with the cached weight name (version 0: whichever is
-        cached, else it must match). save_context: also return the Context for backward."""
+        cached, else it must match). save_context: also return the Context for backward.
+        four_over_six: "all", "weights", "activations" or "none" (None: the weight's scope)."""
         ax, ab = _need(x, "x", 2), _arr(bias, "bias", 1)
         return self._forward(name, self._name(name), ax, ab, _u64(version, "version"),
                              _opt(_lib.OVERRIDES, override, "override"), int(bool(row_scaled)),
-                             bool(save_context))
+                             bool(save_context), _opt(_lib.FOUR_OVER_SIX, four_over_six, "four_over_six"))
 
-    def _forward(self, name, bname, ax, ab, version, override, row_scaled, save_context):
+    def _forward(self, name, bname, ax, ab, version, override, row_scaled, save_context, scope=0):
         """forward with its arguments checked: bname (name encoded), Arrs ax (2-D) and ab (1-D or
-        None), the option codes of fos_forward_opts."""
-        fo = _lib.ForwardOpts(version, override, row_scaled, 1 if save_context else 0)
+        None), the option codes of fos_forward_opts (scope: its four_over_six)."""
+        fo = _lib.ForwardOpts(version, override, row_scaled, 1 if save_context else 0, scope)
         ctx = _lib.ContextStruct()
         n = self._weight_n.get(name)
         if n is None:  # a weight another client put: its N from the list, so Y has a buffer
@@ -655,13 +659,14 @@ class Client(Connection):
     # ---- stateless ops ----
 
     def linear(self, x, w, dy=None, bias=None, override=None, weight_block="16x16", row_scaled=False,
-               err="mae", bound=256):
+               err="mae", bound=256, four_over_six=None):
         """One linear layer without the cache: {"y"} and with dy also "dx", "dw" (and "db" with a
-        bias)."""
+        bias). four_over_six: "all" (None), "weights", "activations" or "none"."""
         ax, aw, ad, ab = _need(x, "x", 2), _need(w, "w", 2), _arr(dy, "dy", 2), _arr(bias, "bias", 1)
         cfg = _lib.LinearConfig(_opt(_lib.OVERRIDES, override, "override"),
                                 _opt(_lib.BLOCKS, weight_block, "weight_block"),
-                                _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(row_scaled)))
+                                _opt(_lib.ERR_MODES, err, "err"), _bound(bound), int(bool(row_scaled)),
+                                _opt(_lib.FOUR_OVER_SIX, four_over_six, "four_over_six"))
         m, k = ax.shape
         n = aw.shape[0]
         outs = [Out((m, n), BF16, ax)]

@@ -1,15 +1,17 @@
 """fosd.torch: PyTorch layers whose forward and backward run on fosd.
 
-  Linear(in_features, out_features, bias=True, *, client=None, name=None, override=None,
-         weight_block="16x16", row_scaled=False, err="mae", bound=256, device=None,
-         dtype=torch.bfloat16, devices=None, replicas=0)
-      an nn.Module like torch.nn.Linear (same parameters, same initialization), y = x W^T + b
-      computed by fosd as an NVFP4 four-over-six linear layer, with its backward through fosd.
-      devices, replicas: where a fosd serving several devices keeps the weight's copies
-      (Client.put_weight's; PROTOCOL.md "Devices"), passed with every put.
-  linear(x, weight, bias=None, *, client=None, **options)   the same as a function
-  convert(module, *, client=None, include=None, **options)  replaces the nn.Linear layers of a
-      model by Linear layers sharing their parameters (an optimizer made before keeps working)
+  Linear(in_features, out_features, bias=True, device=None, dtype=None, *, recipe=None, client=None,
+         name=None, devices=None, replicas=0, override=, weight_block=, row_scaled=, err=, bound=,
+         four_over_six=)
+      a torch.nn.Linear subclass (same parameters, state_dict keys and initialization; dtype
+      torch.get_default_dtype() unless given), y = x W^T + b computed by fosd as an NVFP4
+      four-over-six linear layer (fosd.Recipe says how), with its backward through fosd.
+  linear(x, weight, bias=None, *, recipe=None, client=None, ...)   the same as a function
+  convert(model, recipe=None, filter_fn=None, skip_unsupported=True, *, client=None, ...)
+      replaces the nn.Linear layers of a model by Linear layers sharing their parameters (an
+      optimizer made before keeps working); unconvert(model) puts nn.Linear layers back
+  unquantized(model=None)   a context manager: fosd layers (of model, else all) run as plain
+      F.linear in it, the same model unquantized
 
 How a layer talks to fosd:
   * The weight is an ordinary parameter. fosd keeps a quantized copy under a name unique to the
@@ -18,339 +20,379 @@ How a layer talks to fosd:
     counter moves), a load_state_dict, a move to another device. Each put has the next version
     number, and the forward asks for exactly that version. Each put declares the uses the layer's
     calls need (forwards without a context, and the backward of its override), so fosd keeps no
-    more than those (no bf16 master unless the override is high_precision; PROTOCOL.md "Weight
-    uses"). The copy is dropped from fosd when the layer (for linear(): the weight tensor) is
-    garbage collected.
+    more than those (PROTOCOL.md "Weight uses"). The copy is dropped from fosd when the layer (for
+    linear(): the weight tensor) is garbage collected.
   * With autograd on, the forward saves its context on fosd; the backward sends dY and gets dX, dW
-    and db. The context belongs to the autograd graph: a graph freed without a backward (an
-    evaluation with grad on, an exception) releases it, through a finalizer of the Context kept on
-    the graph's node. A context that expired on fosd (its TTL, or evicted) is recomputed from X,
-    which the node keeps as a saved tensor (so modifying X in place before the backward is caught
-    by autograd, as for torch.nn.Linear).
-  * X may have any leading shape (flattened to (M, K)). Results come back in X's dtype (fosd works
-    in bf16); gradients in their parameter's dtype, on X's device.
+    and db. The context belongs to the autograd graph: a graph freed without a backward releases
+    it. A context that expired on fosd (its TTL, or evicted) is recomputed from X, which the graph
+    keeps as a saved tensor (so modifying X in place before the backward is caught by autograd).
+  * X may have any leading shape (flattened to (M, K)); M = 0 gives an empty Y and zero weight
+    gradients without asking fosd. Results come back in X's dtype (fosd works in bf16; under
+    torch.autocast in the autocast dtype), gradients in their parameter's dtype, on X's device.
+  * torch.compile and torch.export see each layer as the custom op fosd::linear (its backward
+    fosd::linear_backward; torch >= 2.4): no graph break, the eager bits (fosd._torch_ops).
   * If fosd lost the weight (restart, eviction), the forward puts it again and retries once.
 """
 
+import contextlib
 import itertools
+import operator
 import os
-import threading
-import weakref
+import warnings
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import fosd as _fosd
 
-from . import _lib
+from . import _lib, _torch_ops as _ops
 from ._errors import Error
-from .client import _arr, _opt, placement
+from ._recipe import Recipe
+from .client import placement
 
-__all__ = ["Linear", "linear", "convert"]
+__all__ = ["Linear", "Recipe", "linear", "convert", "unconvert", "unquantized", "supported"]
 
 _seq = itertools.count(1)
 _tag = "%d.%s" % (os.getpid(), os.urandom(3).hex())
+_LOOSE = ("override", "weight_block", "row_scaled", "err", "bound", "four_over_six")
+_unquantized_all = [0]  # depth of unquantized() without a model
 
 
-def unique_name():
+def unique_name() -> str:
     """A weight name no other layer of any process on this host uses."""
     return "py.%s.%d" % (_tag, next(_seq))
 
 
-def _check_options(override, weight_block, row_scaled, err, bound, devices=None, replicas=0):
-    placement(devices, replicas)
-    _opt(_lib.OVERRIDES, override, "override")
-    _opt(_lib.BLOCKS, weight_block, "weight_block")
-    _opt(_lib.ERR_MODES, err, "err")
-    if bound not in (256, 448) or isinstance(bound, bool):
-        raise Error(_lib.INVALID_ARGUMENT, "bound: %r is not 256 or 448" % (bound,))
-    if row_scaled and override == "quantized":
-        raise Error(_lib.INVALID_ARGUMENT, "override 'quantized' cannot be used with row_scaled "
-                    "(row-scaled X has no columnwise copy)")
+def _recipe_of(recipe: Optional[Recipe], where: str, **loose: Any) -> Recipe:
+    """recipe (default Recipe()) with the loose options given (not None) in place of its fields."""
+    if recipe is not None and not isinstance(recipe, Recipe):
+        raise TypeError("%s: recipe must be a fosd.Recipe, got %r" % (where, recipe))
+    base = recipe if recipe is not None else Recipe()
+    changes = {k: v for k, v in loose.items() if v is not None}
+    return base.replace(**changes) if changes else base
 
 
-def _drop(client, name):
-    if client.closed:
-        return
-    try:
-        client.drop_weight(name)
-    except Exception:  # gone already, fosd gone, or interpreter shutdown: nothing to free
-        pass
-
-
-# fos_override_opt code -> the weight use its backward needs (PROTOCOL.md "Weight uses")
-_BACKWARD_USE = {1: "quantized", 2: "high_precision", 3: "dequantized"}
-
-
-def _uses(override, row_scaled):
-    """The uses a layer's puts declare, given its checked override code: forwards without a
-    context, and the backward its forwards with one resolve to (the default override: quantized,
-    high_precision for row-scaled X; fos_wire_enums.h). fosd then keeps only what they need (no
-    bf16 master unless high_precision); the results are the same bits."""
-    return ("forward", _BACKWARD_USE[override or (2 if row_scaled else 1)])
-
-
-class _WeightSlot:
-    """One weight's copy in fosd's cache: its name, the version last put, and the parameter
-    state (storage, in-place version, dtype, device, shape) and uses it was put with."""
-
-    def __init__(self, client, name, weight_block, err, bound, devices=None, replicas=0):
-        self.client, self.name = client, name
-        self.weight_block, self.err, self.bound = weight_block, err, bound
-        self.bname = client._name(name)
-        self._cfgs = {}  # uses -> its checked fos_weight_config
-        self.placement = placement(devices, replicas)  # None: fosd's default
-        self.version = 0
-        self.key = None
-        self.puts = 0
-        self._mu = threading.Lock()  # one put at a time: versions stay in order across threads
-        self._fin = weakref.finalize(self, _drop, client, name)
-
-    @staticmethod
-    def _key(w):
-        return (w.data_ptr(), w._version, w.dtype, w.device, tuple(w.shape))
-
-    def put(self, w, uses):
-        with self._mu:
-            return self._put(w, uses)
-
-    def _put(self, w, uses):
-        key = (self._key(w), uses)
-        cfg = self._cfgs.get(uses)
-        if cfg is None:
-            cfg = self._cfgs[uses] = self.client._weight_config(self.weight_block, self.err, self.bound,
-                                                                uses=uses)
-        # a new number for every try: a put whose reply was lost may have landed under the last one
-        self.version += 1
-        self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, cfg,
-                         placement=self.placement)
-        self.key = key
-        self.puts += 1
-        return self.version
-
-    def ensure(self, w, uses):
-        """The version of w in fosd's cache, put first when w changed since the last put or the
-        uses differ from that put's (the layer's override changed)."""
-        with self._mu:
-            if (self._key(w), uses) != self.key:
-                return self._put(w, uses)
-            return self.version
-
-
-class _Call:
-    """What one forward of a layer needs (kept on the autograd node): the client, the weight's
-    slot and the forward's option codes (checked)."""
-
-    __slots__ = ("client", "slot", "options", "override", "row_scaled", "uses")
-
-    def __init__(self, client, slot, override, row_scaled):
-        self.client, self.slot, self.options = client, slot, (override, row_scaled)
-        self.override, self.row_scaled = _opt(_lib.OVERRIDES, override, "override"), 1 if row_scaled else 0
-        self.uses = _uses(self.override, self.row_scaled)
-
-
-class _LinearFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, call):
-        k = weight.shape[1]
-        flat = x.dim() == 2
-        if not flat and (x.dim() < 1 or x.shape[-1] != k) or flat and x.shape[1] != k:
-            raise Error(_lib.INVALID_ARGUMENT, "x %s: its last dimension must be in_features = %d"
-                        % (tuple(x.shape), k))
-        x2 = x if flat else x.reshape(-1, k)  # a 2-D X goes as it is
-        need = ctx.needs_input_grad
-        save = need[0] or need[1] or need[2]
-        slot, client = call.slot, call.client
-        version = slot.ensure(weight, call.uses)
-        ax, ab = _arr(x2, "x", 2), _arr(bias, "bias", 1)
-        args = (ax, ab, version, call.override, call.row_scaled, save)
+def supported(in_features: int, out_features: int) -> Optional[str]:
+    """None when fosd takes a layer of these sizes, else why not (the rule and the value): fosd's
+    shape rule (NUMERICS.md section 8) wants N = out_features and K = in_features positive
+    multiples of 16 (M, the rows of X, may be anything)."""
+    for what, v in (("in_features (K)", in_features), ("out_features (N)", out_features)):
         try:
-            r = client._forward(slot.name, slot.bname, *args)
-        except Error as e:
-            if e.code_number != _lib.NOT_FOUND:
-                raise
-            version = slot.put(weight, call.uses)  # fosd lost the weight: put it again, once
-            r = client._forward(slot.name, slot.bname, ax, ab, version, *args[3:])
-        if save:
-            y, ctx.fos = r  # the Context is released by its finalizer when the graph (this node) is freed
-            ctx.call = call
-            ctx.shape = (x.shape, x.dtype)
-            ctx.save_for_backward(x2, bias)
-        else:
-            y = r
-        if not flat:
-            y = y.reshape(x.shape[:-1] + (weight.shape[0],))
-        return y if y.dtype == x.dtype else y.to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, gy):
-        xshape, xdtype = ctx.shape
-        dy = gy if gy.dim() == 2 else gy.reshape(-1, gy.shape[-1])
-        client = ctx.call.client
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        # a gradient autograd does not need (an input without requires_grad, a frozen weight) is
-        # not computed: fosd skips its GEMM
-        try:
-            dx, dw, db = client.backward(ctx.fos, dy, need_dx=need_x, need_dw=need_w)
-        except Error as e:
-            if e.code_number != _lib.NOT_FOUND:
-                raise
-            # the context expired (or a second backward consumed it): recompute it from the saved
-            # X and bias; autograd refuses here if X was modified in place or freed
-            x2, bias = ctx.saved_tensors
-            dx, dw, db = client.backward(ctx.fos, dy, x=x2, bias=bias, need_dx=need_x, need_dw=need_w)
-        gx = None
-        if need_x:
-            gx = dx if dx.shape == xshape else dx.reshape(xshape)
-            if gx.dtype != xdtype:
-                gx = gx.to(xdtype)
-        gw = dw if need_w else None
-        gb = db if need_b and db is not None else None
-        return gx, gw, gb, None
+            ok = not isinstance(v, bool) and operator.index(v) > 0 and operator.index(v) % 16 == 0
+        except TypeError:
+            ok = False
+        if not ok:
+            return ("%s = %r is not a positive multiple of 16, which fosd's NVFP4 blocks need for N and K: pad "
+                    "the layer, or keep it a torch.nn.Linear (convert(..., skip_unsupported=True) does)"
+                    % (what, v))
+    return None
 
 
-class Linear(nn.Module):
-    """torch.nn.Linear through fosd (see the module comment)."""
+def _check_size(in_features: int, out_features: int) -> None:
+    why = supported(in_features, out_features)
+    if why is not None:
+        raise Error(_lib.INVALID_ARGUMENT, why)
 
-    def __init__(self, in_features, out_features, bias=True, *, client=None, name=None, override=None,
-                 weight_block="16x16", row_scaled=False, err="mae", bound=256, device=None,
-                 dtype=torch.bfloat16, devices=None, replicas=0):
-        super().__init__()
-        w = nn.Parameter(torch.empty((out_features, in_features), device=device, dtype=dtype))
-        b = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
-        self._setup(w, b, client, name, override, weight_block, row_scaled, err, bound, devices, replicas)
-        self.reset_parameters()
 
-    def _setup(self, weight, bias, client, name, override, weight_block, row_scaled, err, bound,
-               devices=None, replicas=0):
-        _check_options(override, weight_block, row_scaled, err, bound, devices, replicas)
-        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        self.weight = weight
-        if bias is not None:
-            self.bias = bias
-        else:
-            self.register_parameter("bias", None)
-        self.override, self.weight_block, self.row_scaled = override, weight_block, bool(row_scaled)
-        self.err, self.bound = err, bound
+def _autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The autocast dtype active for device_type, None when autocast is off there."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+        if device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+        return None
+    if device_type == "cpu":
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    if device_type == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    return None
+
+
+class Linear(nn.Linear):
+    """torch.nn.Linear through fosd (see the module comment): y = x W^T + b as an NVFP4
+    four-over-six layer, forward and backward computed by fosd.
+
+    in_features, out_features: K and N, each a positive multiple of 16 (fosd's shape rule; other
+        sizes raise fosd.Error INVALID_ARGUMENT naming the rule and the value).
+    bias: whether the layer has a bias.
+    device, dtype: of the parameters, as torch.nn.Linear (dtype torch.get_default_dtype() unless
+        given); fosd rounds the weight to bf16 when it puts it.
+    recipe: a fosd.Recipe (default fosd.Recipe()): the numerics.
+    client: the fosd.Client to use (default fosd.default_client(), looked up at each forward).
+    name: the weight's name in fosd's cache (default a name unique to the layer and process).
+    devices, replicas: where a fosd serving several devices keeps the weight's copies
+        (Client.put_weight's; PROTOCOL.md "Devices"), passed with every put.
+    override, weight_block, row_scaled, err, bound, four_over_six: a recipe field each, in place of
+        the recipe's (fosd.Recipe documents them); None keeps the recipe's.
+
+    layer.recipe is the recipe in use (assign a new one to change it); layer.override etc. read
+    (and assign) its fields."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
+                 dtype: Optional[torch.dtype] = None, *, recipe: Optional[Recipe] = None, client: Any = None,
+                 name: Optional[str] = None, devices: Optional[Sequence[int]] = None, replicas: int = 0,
+                 override: Optional[str] = None, weight_block: Optional[str] = None,
+                 row_scaled: Optional[bool] = None, err: Optional[str] = None, bound: Optional[int] = None,
+                 four_over_six: Optional[str] = None) -> None:
+        _check_size(in_features, out_features)
+        r = _recipe_of(recipe, "Linear", override=override, weight_block=weight_block, row_scaled=row_scaled,
+                       err=err, bound=bound, four_over_six=four_over_six)
+        placement(devices, replicas)
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self._setup(r, client, name, devices, replicas)
+
+    def _setup(self, recipe: Recipe, client: Any, name: Optional[str], devices: Any, replicas: int) -> None:
+        self.recipe = recipe
         self.devices = list(devices) if devices is not None else None
         self.replicas = replicas
         self._client = client
         self._auto_name = name is None
         self.name = name if name is not None else unique_name()
-        self._slot = None
-        self._call = None
+        self._slot: Optional[_ops._WeightSlot] = None
+        self._opts: Optional[_ops.Opts] = None
+        self._fosd_unquantized = False
+        _ops.register_owner(self.name, self)
 
     @classmethod
-    def from_linear(cls, lin, *, client=None, name=None, **options):
-        """A Linear sharing lin's weight and bias parameters (the same Parameter objects)."""
+    def from_linear(cls, lin: nn.Linear, recipe: Optional[Recipe] = None, *, client: Any = None,
+                    name: Optional[str] = None, devices: Optional[Sequence[int]] = None, replicas: int = 0,
+                    **options: Any) -> "Linear":
+        """A Linear sharing lin's weight and bias parameters (the same Parameter objects).
+        lin: the torch.nn.Linear; recipe, client, name, devices, replicas and options (override=,
+        weight_block=, ...): as Linear's. Sizes fosd refuses raise fosd.Error INVALID_ARGUMENT."""
+        for k in options:
+            if k not in _LOOSE:
+                raise TypeError("from_linear: unknown option %r" % k)
+        _check_size(lin.in_features, lin.out_features)
+        r = _recipe_of(recipe, "from_linear", **options)
+        placement(devices, replicas)
         m = cls.__new__(cls)
         nn.Module.__init__(m)
-        o = dict(override=None, weight_block="16x16", row_scaled=False, err="mae", bound=256, devices=None,
-                 replicas=0)
-        for k, v in options.items():
-            if k not in o:
-                raise TypeError("from_linear: unknown option %r" % k)
-            o[k] = v
-        m._setup(lin.weight, lin.bias, client, name, **o)
+        m.in_features, m.out_features = lin.in_features, lin.out_features
+        m.weight = lin.weight
+        m.bias = lin.bias
+        m.train(lin.training)
+        m._setup(r, client, name, devices, replicas)
         return m
 
-    def reset_parameters(self):
-        nn.Linear.reset_parameters(self)
+    # the recipe's fields, readable and assignable one by one
+    def _field(f: str) -> property:  # type: ignore[misc]
+        return property(lambda self: getattr(self.recipe, f),
+                        lambda self, v: setattr(self, "recipe", self.recipe.replace(**{f: v})),
+                        doc="recipe.%s (assigning it replaces the recipe)" % f)
+
+    override = _field("override")
+    weight_block = _field("weight_block")
+    row_scaled = _field("row_scaled")
+    err = _field("err")
+    bound = _field("bound")
+    four_over_six = _field("four_over_six")
+    del _field
 
     @property
-    def client(self):
+    def client(self) -> Any:
+        """The fosd.Client the layer uses (its own, else fosd.default_client())."""
         return self._client if self._client is not None else _fosd.default_client()
 
     @property
-    def puts(self):
+    def puts(self) -> int:
         """How often this layer has put its weight into fosd's cache."""
         return self._slot.puts if self._slot is not None else 0
 
     @property
-    def weight_version(self):
+    def weight_version(self) -> int:
         """The version of the weight in fosd's cache (0 before the first forward)."""
         return self._slot.version if self._slot is not None else 0
 
-    def _weight_slot(self):
-        c = self.client
-        if self._slot is None or self._slot.client is not c:
-            self._slot = _WeightSlot(c, self.name, self.weight_block, self.err, self.bound,
-                                     getattr(self, "devices", None), getattr(self, "replicas", 0))
-        return self._slot
+    def _weight_slot(self) -> "_ops._WeightSlot":
+        c, s = self.client, self._slot
+        if s is None or not s.matches(c, self.recipe):
+            if s is None:
+                s = _ops._WeightSlot(c, self.name, self.recipe, self.devices, self.replicas)
+            else:
+                s = s.succeed(c, self.recipe, self.devices, self.replicas)
+            self._slot = s
+        return s
 
-    def forward(self, x):
-        call = self._call
-        c = self._client if self._client is not None else _fosd.default_client()
-        if call is None or call.client is not c or call.slot is not self._slot or \
-                call.options != (self.override, self.row_scaled):
-            call = self._call = _Call(c, self._weight_slot(), self.override, self.row_scaled)
-        return _LinearFn.apply(x, self.weight, self.bias, call)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """y = input W^T + b through fosd. input: (..., in_features), any floating dtype."""
+        if _unquantized_all[0] or self._fosd_unquantized:
+            return _plain(input, self.weight, self.bias)
+        x, k, n = input, self.in_features, self.out_features
+        if x.dim() < 1 or x.shape[-1] != k:
+            raise Error(_lib.INVALID_ARGUMENT, "x %s: its last dimension must be in_features = %d"
+                        % (tuple(x.shape), k))
+        dt = _autocast_dtype(x.device.type)
+        if dt is not None and x.is_floating_point() and x.dtype != dt:
+            x = x.to(dt)
+        x2 = x if x.dim() == 2 else x.reshape(-1, k)
+        if _ops.use_ops(x2):
+            y = _ops.linear_op_call(x2, self.weight, self.bias, self.name, self.recipe)
+        else:
+            o = self._opts
+            if o is None or o.recipe is not self.recipe:
+                o = self._opts = _ops.Opts(self.recipe)
+            y = _ops.LinearFn.apply(x2, self.weight, self.bias, self._weight_slot(), o)
+        return y if x.dim() == 2 else y.reshape(x.shape[:-1] + (n,))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
+        r = self.recipe
         s = "in_features=%d, out_features=%d, bias=%s, name=%r, override=%s, weight_block=%s, " \
-            "row_scaled=%s, err=%s, bound=%d" % (
-                self.in_features, self.out_features, self.bias is not None, self.name,
-                self.override or "default", self.weight_block, self.row_scaled, self.err, self.bound)
-        if getattr(self, "devices", None) is not None:
+            "row_scaled=%s, err=%s, bound=%d, four_over_six=%s" % (
+                self.in_features, self.out_features, self.bias is not None, self.name, r.override,
+                r.weight_block, r.row_scaled, r.err, r.bound, r.four_over_six)
+        if self.devices is not None:
             s += ", devices=%s" % (self.devices,)
-        if getattr(self, "replicas", 0):
+        if self.replicas:
             s += ", replicas=%d" % self.replicas
         return s
 
     # a copy (deepcopy, pickle) is another layer: a fresh slot, and a fresh name unless one was
     # given; a deep copy shares the client (a Client cannot be pickled: pickle the state_dict)
-    def __getstate__(self):
+    def __getstate__(self) -> dict:
         s = self.__dict__.copy()
         s["_slot"] = None
-        s["_call"] = None
+        s["_opts"] = None
         if s.get("_auto_name"):
             s["name"] = None
         return s
 
-    def __setstate__(self, s):
-        self.__dict__.update(s)
-        self.__dict__.setdefault("_call", None)  # made again at the next forward
+    def __setstate__(self, s: dict) -> None:
+        super().__setstate__(s)
         if self.name is None:
             self.name = unique_name()
+        _ops.register_owner(self.name, self)
 
 
-def _forward(x, weight, bias, call):
-    # autograd casts each gradient to its input's dtype (fosd's are bf16)
-    return _LinearFn.apply(x, weight, bias, call)
+def _plain(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """F.linear, the parameters cast to x's dtype when they differ and autocast is off."""
+    if _autocast_dtype(x.device.type) is None and weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+        bias = bias.to(x.dtype) if bias is not None else None
+    return F.linear(x, weight, bias)
 
 
-def linear(x, weight, bias=None, *, client=None, override=None, weight_block="16x16", row_scaled=False,
-           err="mae", bound=256, devices=None, replicas=0):
-    """y = x weight^T + bias through fosd, with its backward (see the module comment). fosd keeps
-    weight quantized under a name tied to the weight tensor, put again when it changes and dropped
-    when the tensor is garbage collected."""
-    _check_options(override, weight_block, row_scaled, err, bound, devices, replicas)
+@contextlib.contextmanager
+def unquantized(model: Optional[nn.Module] = None) -> Iterator[None]:
+    """Within it, fosd layers run as plain torch F.linear (the same model unquantized, e.g. to
+    compare against it). model: only its fosd.torch.Linear layers (default: every one in the
+    process). Nests; the previous state comes back on exit."""
+    if model is None:
+        _unquantized_all[0] += 1
+        try:
+            yield
+        finally:
+            _unquantized_all[0] -= 1
+        return
+    layers = [m for m in model.modules() if isinstance(m, Linear)]
+    before = [m._fosd_unquantized for m in layers]
+    for m in layers:
+        m._fosd_unquantized = True
+    try:
+        yield
+    finally:
+        for m, b in zip(layers, before):
+            m._fosd_unquantized = b
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
+           recipe: Optional[Recipe] = None, client: Any = None, devices: Optional[Sequence[int]] = None,
+           replicas: int = 0, override: Optional[str] = None, weight_block: Optional[str] = None,
+           row_scaled: Optional[bool] = None, err: Optional[str] = None, bound: Optional[int] = None,
+           four_over_six: Optional[str] = None) -> torch.Tensor:
+    """y = x weight^T + bias through fosd, with its backward (see the module comment).
+    x: (..., K); weight: (N, K), N and K multiples of 16; bias: (N,) or None; recipe, client,
+    devices, replicas, override, weight_block, row_scaled, err, bound, four_over_six: as Linear's.
+    fosd keeps weight quantized under a name tied to the weight tensor, put again when it changes
+    and dropped when the tensor is garbage collected. Eager only: under torch.compile use Linear."""
+    r = _recipe_of(recipe, "linear", override=override, weight_block=weight_block, row_scaled=row_scaled,
+                   err=err, bound=bound, four_over_six=four_over_six)
+    placement(devices, replicas)
+    n, k = weight.shape
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise Error(_lib.INVALID_ARGUMENT, "x %s: its last dimension must be K = %d" % (tuple(x.shape), k))
     c = client if client is not None else _fosd.default_client()
+    o = _ops.Opts(r)
     slots = weight.__dict__.setdefault("_fosd_slots", {})
-    call = _Call(c, None, override, row_scaled)
     # one copy per use: calls with different overrides on one weight do not put it again in turn
-    key = (id(c), weight_block, err, bound, tuple(devices) if devices is not None else None, replicas, call.uses)
+    key = (id(c), r.weight_block, r.err, r.bound, r.four_over_six,
+           tuple(devices) if devices is not None else None, replicas, o.uses)
     slot = slots.get(key)
     if slot is None or slot.client is not c:
-        slot = slots[key] = _WeightSlot(c, unique_name(), weight_block, err, bound, devices, replicas)
-    call.slot = slot
-    return _forward(x, weight, bias, call)
+        slot = slots[key] = _ops._WeightSlot(c, unique_name(), r, devices, replicas)
+    x2 = x if x.dim() == 2 else x.reshape(-1, k)
+    y = _ops.LinearFn.apply(x2, weight, bias, slot, o)
+    return y if x.dim() == 2 else y.reshape(x.shape[:-1] + (n,))
 
 
-def convert(module, *, client=None, include=None, **options):
-    """Replaces every torch.nn.Linear in module (itself included) by a fosd.torch.Linear sharing its
-    parameters, with options (override, weight_block, row_scaled, err, bound, devices, replicas).
-    include: a function (qualified_name, linear) -> bool choosing which to replace (default: all).
-    Returns the module (a new one when module itself is an nn.Linear)."""
+def convert(model: nn.Module, recipe: Optional[Recipe] = None,
+            filter_fn: Optional[Callable[[nn.Module, str], bool]] = None, skip_unsupported: bool = True, *,
+            client: Any = None, devices: Optional[Sequence[int]] = None, replicas: int = 0,
+            include: Optional[Callable[[str, nn.Module], bool]] = None, **options: Any) -> nn.Module:
+    """Replaces every torch.nn.Linear of model (itself included) by a fosd.torch.Linear sharing its
+    parameters. Returns model (a new module when model itself is an nn.Linear).
+    model: the module; recipe: a fosd.Recipe for every layer converted (default fosd.Recipe());
+    filter_fn: (module, fqn) -> bool, which layers to convert (fqn its qualified name, "" for model
+        itself; default all), as torchao's quantize_;
+    skip_unsupported: layers of sizes fosd refuses (in_features or out_features not a multiple of
+        16) stay nn.Linear; False raises fosd.Error INVALID_ARGUMENT for them;
+    client, devices, replicas: as Linear's; options: recipe fields (override=, ...) in place of the
+        recipe's; include: deprecated, (fqn, module) -> bool, use filter_fn."""
+    if include is not None:
+        warnings.warn("fosd.torch.convert(include=(name, module)) is deprecated: use "
+                      "filter_fn=(module, fqn) -> bool", DeprecationWarning, stacklevel=2)
+        if filter_fn is not None:
+            raise TypeError("convert: give filter_fn or include, not both")
+        inc = include
+        filter_fn = lambda m, fqn: inc(fqn, m)  # noqa: E731
+    for k in options:
+        if k not in _LOOSE:
+            raise TypeError("convert: unknown option %r" % k)
+    r = _recipe_of(recipe, "convert", **options)
+    placement(devices, replicas)
 
-    def want(name, m):
-        return isinstance(m, nn.Linear) and (include is None or include(name, m))
+    def new(m: nn.Module, fqn: str) -> Optional[nn.Module]:
+        if not isinstance(m, nn.Linear) or isinstance(m, Linear):
+            return None
+        if filter_fn is not None and not filter_fn(m, fqn):
+            return None
+        if skip_unsupported and supported(m.in_features, m.out_features) is not None:
+            return None
+        return Linear.from_linear(m, r, client=client, devices=devices, replicas=replicas)
 
-    if want("", module):
-        return Linear.from_linear(module, client=client, **options)
-    for qual, parent in list(module.named_modules()):
-        for cname, child in list(parent.named_children()):
-            full = "%s.%s" % (qual, cname) if qual else cname
-            if want(full, child):
-                setattr(parent, cname, Linear.from_linear(child, client=client, **options))
-    return module
+    return _replace(model, new)
+
+
+def unconvert(model: nn.Module) -> nn.Module:
+    """Replaces every fosd.torch.Linear of model (itself included) by a torch.nn.Linear sharing its
+    parameters (the fosd copies are dropped with the layers). model: the module. Returns model (a
+    new module when model itself is a fosd.torch.Linear)."""
+
+    def new(m: nn.Module, fqn: str) -> Optional[nn.Module]:
+        if not isinstance(m, Linear):
+            return None
+        lin = nn.Linear.__new__(nn.Linear)
+        nn.Module.__init__(lin)
+        lin.in_features, lin.out_features = m.in_features, m.out_features
+        lin.weight = m.weight
+        lin.bias = m.bias
+        lin.train(m.training)
+        return lin
+
+    return _replace(model, new)
+
+
+def _replace(model: nn.Module, new: Callable[[nn.Module, str], Optional[nn.Module]]) -> nn.Module:
+    top = new(model, "")
+    if top is not None:
+        return top
+    todo: List[Any] = []
+    for qual, parent in model.named_modules():
+        for cname, child in parent.named_children():
+            m = new(child, "%s.%s" % (qual, cname) if qual else cname)
+            if m is not None:
+                todo.append((parent, cname, m))
+    for parent, cname, m in todo:
+        setattr(parent, cname, m)
+    return model
