@@ -233,6 +233,8 @@ tests: all $(TESTS)
 benches: all $(BENCHES)
 
 # ---- the commands ----------------------------------------------------------------------------
+# fosd in the foreground; on a GPU host under NVIDIA MPS, with a private control daemon for the run
+# when none runs (deploy/run-fosd.sh says what it does)
 run: all
 	@sh deploy/run-fosd.sh $(BUILD)
 
@@ -256,8 +258,8 @@ bench: benches
 	@sh bench/run-bench.sh $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=staging root]: fosd and fos (and fos's CUDA plugin), libfos
-# (libfos.so.N, the libfos.so link, libfos.a), the headers of the C API, fos.pc, the systemd unit (its
-# paths set to BINDIR and SYSCONFDIR) and sysusers file, the example config (never a fosd.conf
+# (libfos.so.N, the libfos.so link, libfos.a), the headers of the C API, fos.pc, the systemd units (fosd's,
+# its paths set to BINDIR and SYSCONFDIR, and the MPS daemon's it wants) and sysusers file, the example config (never a fosd.conf
 # itself), and the Python package (tests/python.mk: install-python, whose libfos.so links to
 # INSTALL_LIBDIR's). Everything goes under PREFIX: SYSCONFDIR is /etc only for the system prefixes
 # /usr and /usr/local, else PREFIX/etc (SYSCONFDIR=/etc puts it there on purpose). A private
@@ -303,6 +305,7 @@ install: all install-libfos
 	sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/fosd/|$(SYSCONFDIR)/fosd/|g' deploy/fosd.service \
 		>$(DESTDIR)$(UNITDIR)/fosd.service
 	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/fos.pc $(DESTDIR)$(UNITDIR)/fosd.service
+	install -m 644 deploy/nvidia-mps.service $(DESTDIR)$(UNITDIR)/
 	$(if $(wildcard deploy/fosd.sysusers),install -D -m 644 deploy/fosd.sysusers $(DESTDIR)$(SYSUSERSDIR)/fosd.conf)
 	install -m 644 deploy/fosd.conf.example $(DESTDIR)$(SYSCONFDIR)/fosd/
 

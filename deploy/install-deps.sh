@@ -7,9 +7,10 @@ PKGS="gcc make libc6-dev libnng-dev libmbedtls-dev libprotobuf-c-dev protobuf-c-
 # opened at run time and only under systemd: server/core/sdnotify.c); systemd: systemd-analyze and
 # systemd-sysusers, with which tests/test_deploy_systemd.c checks deploy/fosd.service and fosd.sysusers
 PKGS="$PKGS libsystemd-dev systemd"
-# the Python package (client/python) and its tests in make test (tests/python.mk); FOS_NO_PYTHON=1
+# the Python package (client/python) and its tests in make test (tests/python.mk; python3-yaml reads
+# deploy/k8s's manifests in tests/python/test_deploy_mps.py); FOS_NO_PYTHON=1
 # leaves them out (an image that only builds the C programs)
-[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client"
+[ "${FOS_NO_PYTHON:-0}" = 1 ] || PKGS="$PKGS python3 python3-numpy python3-pytest python3-torch python3-protobuf python3-prometheus-client python3-yaml"
 # python3-venv: make venv (tests/python.mk) builds the test environment of torch 2.x from PyPI, and
 # the README's Python steps make one; g++ and python3-dev: torch.compile's CPU backend compiles C++
 # against Python.h (test_torch_compile.py)

@@ -1,6 +1,6 @@
 /* fos_wire_enums.h: the element types and option values of the wire (fos.proto's DType, Override,
- * Block, ErrMode, Recipe, FourOverSix), the one set of these numbers for libfos's callers (fos.h includes this
- * header and is installed beside it), the numerics (backend.h) and fosd.
+ * Block, ErrMode, Recipe, FourOverSix, HealthResult.Mps), the one set of these numbers for libfos's
+ * callers (fos.h includes this header and is installed beside it), the numerics (backend.h) and fosd.
  *
  * backend.h names the override, error mode and recipe values through these (FOS_OVR_QUANTIZED is
  * FOS_OVERRIDE_QUANTIZED, ...). Its element types and block modes are numbered from 0 (kernels and
@@ -37,5 +37,8 @@ enum fos_four_over_six_opt {
 	FOS_FOUR_OVER_SIX_ACTIVATIONS = 3,
 	FOS_FOUR_OVER_SIX_NONE = 4
 };
+
+/* Whether fosd's GPU work runs under NVIDIA MPS (the wire's HealthResult.Mps; fos_server_mps). */
+enum fos_mps_state { FOS_MPS_UNKNOWN = 0, FOS_MPS_NOT_APPLICABLE = 1, FOS_MPS_OFF = 2, FOS_MPS_ON = 3 };
 
 #endif

@@ -249,9 +249,20 @@ static void test_health_and_stats(void **state)
 	snprintf(want_backend, sizeof want_backend, "backend:     %s", tsrv_backend_name());
 	assert_non_null(strstr(r.out, want_backend));
 	assert_non_null(strstr(r.out, g_srv.url));
+	/* MPS: not applicable on the cpu backend; on cuda whatever the host's daemon makes it */
+	int cpu = !strcmp(tsrv_backend_name(), "cpu");
+	const char *mps_line = strstr(r.out, "\n  mps:         ");
+	assert_non_null(mps_line);
+	if (cpu)
+		assert_true(!strncmp(mps_line, "\n  mps:         not applicable\n", strlen("\n  mps:         not applicable\n")));
 	cli_jv v;
 	th_run(&r, "health", "--json", NULL);
 	parse_json(&r, &v);
+	const char *mps = cli_json_get(&v, "mps")->str;
+	if (cpu)
+		assert_string_equal(mps, "not applicable");
+	else
+		assert_true(!strcmp(mps, "on") || !strcmp(mps, "off") || !strcmp(mps, "unknown"));
 	assert_string_equal(cli_json_get(&v, "status")->str, "serving");
 	assert_string_equal(cli_json_get(&v, "backend")->str, tsrv_backend_name());
 	assert_true(cli_json_get(&v, "max_message_bytes")->num > 0);

@@ -6,7 +6,10 @@
  * sysinfo and the cgroup limit; an explicit size wins; both printed at start), the plain
  * words of backend auto when no GPU can be used; and, where systemd's tools are installed, that
  * `systemd-analyze security` rates deploy/fosd.service below 4.0 and that deploy/fosd.sysusers
- * creates the fosd user and group. */
+ * creates the fosd user and group; and that `systemd-analyze verify` finds nothing to say about
+ * fosd.service with deploy/nvidia-mps.service beside it (and does about a broken copy), fosd.service
+ * wanting and following the MPS unit with its pipe directory set (README.md "Sharing a GPU with
+ * trainers: MPS"). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -300,6 +303,75 @@ static void test_unit_security(void **state)
 	assert_null(strstr(text, "\nProcSubset=pid"));
 }
 
+/* Reads deploy/NAME into text (cap bytes); 0, or -1 when it is not there. */
+static int read_deploy(const char *name, char *text, size_t cap)
+{
+	char path[1200];
+	if (deploy_path(name, path, sizeof path))
+		return -1;
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	text[fread(text, 1, cap - 1, f)] = 0;
+	fclose(f);
+	return 0;
+}
+
+/* systemd-analyze verify of copies of the two units in dir (their programs replaced by /bin/true,
+ * which exists everywhere; sed_extra: one more sed expression for fosd.service, or NULL); its
+ * output into out, the exit status returned. */
+static int verify_units(const char *dir, const char *sed_extra, char *out, size_t cap)
+{
+	char fosd[1200], mps[1200], cmd[4 * PATH_MAX];
+	assert_int_equal(deploy_path("fosd.service", fosd, sizeof fosd), 0);
+	assert_int_equal(deploy_path("nvidia-mps.service", mps, sizeof mps), 0);
+	snprintf(cmd, sizeof cmd,
+		 "sed -e 's|/usr/local/bin/fosd|/bin/true|g' %s%s%s '%s' >'%s/fosd.service' && "
+		 "sed -e 's|/usr/bin/nvidia-cuda-mps-control|/bin/true|g' '%s' >'%s/nvidia-mps.service' && "
+		 "cd '%s' && systemd-analyze verify ./fosd.service ./nvidia-mps.service 2>&1",
+		 sed_extra ? "-e '" : "", sed_extra ? sed_extra : "", sed_extra ? "'" : "", fosd, dir, mps, dir, dir);
+	return run_cmd(cmd, out, cap);
+}
+
+static void test_units_with_mps(void **state)
+{
+	(void)state;
+	static char fosd[16384], mps[8192];
+	assert_int_equal(read_deploy("fosd.service", fosd, sizeof fosd), 0);
+	assert_int_equal(read_deploy("nvidia-mps.service", mps, sizeof mps), 0);
+	/* fosd starts the MPS daemon with it, after it, and finds it through its pipe directory */
+	assert_non_null(strstr(fosd, "\nWants=nvidia-mps.service\n"));
+	const char *after = strstr(fosd, "\nAfter=");
+	assert_non_null(after);
+	const char *eol = strchr(after + 1, '\n');
+	const char *m = strstr(after, "nvidia-mps.service");
+	assert_true(m && m < eol);
+	assert_non_null(strstr(fosd, "\nEnvironment=CUDA_MPS_PIPE_DIRECTORY=/run/nvidia-mps\n"));
+	assert_non_null(strstr(fosd, "\nReadWritePaths=-/run/nvidia-mps\n"));
+	assert_null(strstr(fosd, "\nRemoveIPC=yes")); /* would delete the MPS server's shared memory */
+	/* the daemon: its pipe directory is systemd's, it runs as fosd's user, before fosd */
+	assert_non_null(strstr(mps, "\nRuntimeDirectory=nvidia-mps\n"));
+	assert_non_null(strstr(mps, "\nEnvironment=CUDA_MPS_PIPE_DIRECTORY=/run/nvidia-mps\n"));
+	assert_non_null(strstr(mps, "\nUser=fosd\n"));
+	assert_non_null(strstr(mps, "\nBefore=fosd.service\n"));
+	assert_non_null(strstr(mps, "\nExecStart=/usr/bin/nvidia-cuda-mps-control -d\n"));
+	assert_non_null(strstr(mps, "\nConditionPathExists=/usr/bin/nvidia-cuda-mps-control\n")); /* CPU hosts */
+
+	if (system("command -v systemd-analyze >/dev/null 2>&1"))
+		skip();
+	char dir[] = "/tmp/fosd-units-XXXXXX", out[8192], cmd[PATH_MAX];
+	assert_non_null(mkdtemp(dir));
+	int rc = verify_units(dir, NULL, out, sizeof out);
+	char bad_out[8192];
+	int bad_rc = verify_units(dir, "s/^Wants=/Wantz=/", bad_out, sizeof bad_out);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	if (rc != 0 || out[0])
+		fail_msg("systemd-analyze verify fosd.service nvidia-mps.service: exit %d:\n%s", rc, out);
+	/* and it does speak up about a broken unit: the check above can fail */
+	if (!strstr(bad_out, "Wantz"))
+		fail_msg("systemd-analyze verify said nothing of an unknown key (exit %d): %s", bad_rc, bad_out);
+}
+
 static void test_sysusers(void **state)
 {
 	(void)state;
@@ -335,6 +407,7 @@ int main(void)
 		cmocka_unit_test(test_auto_backend_words),
 		cmocka_unit_test(test_unit_security),
 		cmocka_unit_test(test_sysusers),
+		cmocka_unit_test(test_units_with_mps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

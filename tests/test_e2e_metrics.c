@@ -441,10 +441,12 @@ static void test_format_snapshot(void **state)
 	fosd_prom_snapshot *e = calloc(1, sizeof *e);
 	assert_non_null(e);
 	e->draining = 1;
+	e->mps = 1;
 	t = fosd_prom_format(e, NULL);
 	assert_non_null(t);
 	check_exposition(t);
 	assert_true(sample(t, "fosd_draining") == 1);
+	assert_true(sample(t, "fosd_mps") == 1);
 	assert_null(strstr(t, "op=\""));
 	assert_non_null(strstr(t, "fosd_info{version=\"\",backend=\"\",device=\"\"} 1\n"));
 	free(t);
@@ -807,6 +809,8 @@ static void test_metrics_equal_stats(void **state)
 	assert_true(sample(t, "fosd_msg_pool_taken_total") == (double)si->msg_pool_taken);
 	assert_true(sample(t, "fosd_msg_pool_active") == (double)si->msg_pool_active);
 	assert_true(sample(t, "fosd_draining") == 0);
+	double mps = sample(t, "fosd_mps"); /* 0 on cpu (not applicable) */
+	assert_true(strcmp(tsrv_backend_name(), "cpu") ? mps == 0 || mps == 1 : mps == 0);
 	assert_true(sample(t, "fosd_uptime_seconds") * 1000.0 >= (double)si->uptime_ms);
 	assert_non_null(strstr(t, "\nfosd_info{version=\""));
 	char dev[256], series[512];

@@ -122,7 +122,7 @@ if inst "$ROOT" /usr/local; then
 		for f in usr/local/bin/fos usr/local/bin/fosd usr/local/include/fos.h usr/local/include/fos_chan.h \
 			usr/local/include/fos_version.h usr/local/include/fos_wire_enums.h usr/local/lib/libfos.a \
 			"usr/local/lib/$SONAME" usr/local/lib/pkgconfig/fos.pc usr/local/lib/systemd/system/fosd.service \
-			etc/fosd/fosd.conf.example; do
+			usr/local/lib/systemd/system/nvidia-mps.service etc/fosd/fosd.conf.example; do
 			echo "f $f"
 		done
 		echo "l usr/local/lib/libfos.so"
@@ -140,7 +140,8 @@ if inst "$ROOT" /usr/local; then
 		{ [ -n "$PYSITE" ] && [ "$(readlink -f "$ROOT/$PYSITE/fosd/libfos.so")" != "$ROOT/usr/local/lib/$SONAME" ]; }; then
 		bad "install_files" "links: lib/libfos.so -> $(readlink "$ROOT/usr/local/lib/libfos.so"), python's libfos.so -> $(readlink "$ROOT/$PYSITE/fosd/libfos.so" 2>&1) (both must reach lib/$SONAME)"
 	elif ! cmp -s "$SO" "$ROOT/usr/local/lib/$SONAME" || ! cmp -s "$BUILD/fosd" "$ROOT/usr/local/bin/fosd" ||
-		! cmp -s deploy/fosd.conf.example "$ROOT/etc/fosd/fosd.conf.example"; then
+		! cmp -s deploy/fosd.conf.example "$ROOT/etc/fosd/fosd.conf.example" ||
+		! cmp -s deploy/nvidia-mps.service "$ROOT/usr/local/lib/systemd/system/nvidia-mps.service"; then
 		bad "install_files" "installed files differ from $BUILD's and deploy/'s"
 	elif [ ! -x "$ROOT/usr/local/bin/fos" ] || [ ! -x "$ROOT/usr/local/bin/fosd" ]; then
 		bad "install_files" "fos and fosd must be executable"

@@ -3,7 +3,11 @@
  * utilization, memory, power and temperature, a number the GPU does not support left out (its
  * has_ flag 0), a device whose handle fails skipped; nvmlInit failing or a missing function is a
  * NULL handle with the reason, never a crash; a library that is absent (as on a CPU host) or is
- * not NVML (libm) likewise; fosd_nvml_sample and fosd_nvml_close take NULL. */
+ * not NVML (libm) likewise; fosd_nvml_sample and fosd_nvml_close take NULL. fosd_nvml_mps (mps.c's
+ * fallback): a pid among a GPU's MPS clients is on, among its plain compute processes off, in
+ * neither (another PID namespace), on a GPU NVML does not know, with a list that fails or with an
+ * NVML lacking the _v3 lists (which leaves the numbers above working) unknown; a list longer than
+ * the first buffer is read whole. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fos_wire_enums.h"
 #include "nvml.h"
 
 /* ---- the fake NVML -------------------------------------------------------------------------- */
@@ -96,6 +101,55 @@ static int f_temp(void *d, int sensor, unsigned int *t)
 	return 0;
 }
 
+/* the process lists of GPU 0 (GPU 2's are empty): pids, as NVML's _v3 calls fill them */
+typedef struct {
+	unsigned int pid;
+	unsigned long long used;
+	unsigned int gi, ci;
+} fake_proc;
+static unsigned g_mps_pids[200], g_cpu_pids[200];
+static unsigned g_n_mps, g_n_cpu;
+static int g_list_rc, g_list_calls;
+static int f_by_uuid(const char *uuid, void **d)
+{
+	for (int i = 0; i < 3; i += 2) {
+		char u[64];
+		snprintf(u, sizeof u, "GPU-0000000%d-fake", i);
+		if (!strcmp(uuid, u)) {
+			*d = &g_devs[i];
+			return 0;
+		}
+	}
+	return 6; /* NVML_ERROR_NOT_FOUND */
+}
+static int fake_list(void *d, unsigned int *count, fake_proc *out, const unsigned *pids, unsigned n)
+{
+	g_list_calls++;
+	if (g_list_rc)
+		return g_list_rc;
+	if (idx(d))
+		n = 0;
+	if (*count < n) {
+		*count = n;
+		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+	}
+	for (unsigned i = 0; i < n; i++) {
+		memset(&out[i], 0, sizeof out[i]);
+		out[i].pid = pids[i];
+		out[i].used = 1ull << 20;
+	}
+	*count = n;
+	return 0;
+}
+static int f_mps_procs(void *d, unsigned int *count, fake_proc *out)
+{
+	return fake_list(d, count, out, g_mps_pids, g_n_mps);
+}
+static int f_cpu_procs(void *d, unsigned int *count, fake_proc *out)
+{
+	return fake_list(d, count, out, g_cpu_pids, g_n_cpu);
+}
+
 static const char *g_missing; /* a name the resolver does not know */
 
 static void *resolve(void *ctx, const char *sym)
@@ -116,6 +170,9 @@ static void *resolve(void *ctx, const char *sym)
 		{"nvmlDeviceGetMemoryInfo", (void (*)(void))f_mem},
 		{"nvmlDeviceGetPowerUsage", (void (*)(void))f_power},
 		{"nvmlDeviceGetTemperature", (void (*)(void))f_temp},
+		{"nvmlDeviceGetHandleByUUID", (void (*)(void))f_by_uuid},
+		{"nvmlDeviceGetMPSComputeRunningProcesses_v3", (void (*)(void))f_mps_procs},
+		{"nvmlDeviceGetComputeRunningProcesses_v3", (void (*)(void))f_cpu_procs},
 	};
 	if (g_missing && !strcmp(sym, g_missing))
 		return NULL;
@@ -187,11 +244,69 @@ static void test_failures(void **state)
 	assert_string_equal(msg, "libm.so.6 has no nvmlInit_v2");
 }
 
+static void test_mps(void **state)
+{
+	(void)state;
+	char msg[256] = "", how[256];
+	g_init_rc = 0;
+	g_missing = NULL;
+	fosd_nvml *n = fosd_nvml_open_resolved(resolve, NULL, "fake", msg, sizeof msg);
+	assert_non_null(n);
+	/* an MPS client: the MPS server and two clients, one of them 4242 */
+	g_n_mps = 2;
+	g_mps_pids[0] = 17;
+	g_mps_pids[1] = 4242;
+	g_n_cpu = 1;
+	g_cpu_pids[0] = 99; /* nvidia-cuda-mps-server */
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 4242, how, sizeof how), FOS_MPS_ON);
+	assert_string_equal(how, "NVML lists pid 4242 among the MPS clients of GPU-00000000-fake");
+	/* a process of its own: among the compute processes only */
+	g_cpu_pids[0] = 4242;
+	g_mps_pids[1] = 18;
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 4242, how, sizeof how), FOS_MPS_OFF);
+	assert_non_null(strstr(how, "among the compute processes of GPU-00000000-fake, not its MPS clients"));
+	/* in neither list (another PID namespace), or on a GPU listing nothing */
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 5, how, sizeof how), FOS_MPS_UNKNOWN);
+	assert_non_null(strstr(how, "neither with nor without MPS"));
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000002-fake", 4242, how, sizeof how), FOS_MPS_UNKNOWN);
+	/* a GPU NVML does not know */
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000001-fake", 4242, how, sizeof how), FOS_MPS_UNKNOWN);
+	assert_non_null(strstr(how, "NVML does not find GPU-00000001-fake"));
+	/* a list that fails */
+	g_list_rc = 999;
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 4242, NULL, 0), FOS_MPS_UNKNOWN);
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 4242, how, sizeof how), FOS_MPS_UNKNOWN);
+	assert_non_null(strstr(how, "cannot list the processes"));
+	g_list_rc = 0;
+	/* 150 clients, 4242 the last: past the first buffer, read whole after NVML says how many */
+	g_n_mps = 150;
+	for (unsigned i = 0; i < g_n_mps; i++)
+		g_mps_pids[i] = 1000 + i;
+	g_mps_pids[149] = 4242;
+	g_list_calls = 0;
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 4242, how, sizeof how), FOS_MPS_ON);
+	assert_int_equal(g_list_calls, 2);
+	fosd_nvml_close(n);
+	assert_int_equal(fosd_nvml_mps(NULL, "GPU-00000000-fake", 4242, how, sizeof how), FOS_MPS_UNKNOWN);
+	assert_string_equal(how, "no NVML");
+	/* an NVML without the _v3 lists: the numbers still come, MPS is unknown */
+	g_missing = "nvmlDeviceGetMPSComputeRunningProcesses_v3";
+	n = fosd_nvml_open_resolved(resolve, NULL, "fake", msg, sizeof msg);
+	assert_non_null(n);
+	fosd_gpu_stat g[FOSD_MAX_GPUS];
+	assert_int_equal(fosd_nvml_sample(n, g, FOSD_MAX_GPUS), 2);
+	assert_int_equal(fosd_nvml_mps(n, "GPU-00000000-fake", 4242, how, sizeof how), FOS_MPS_UNKNOWN);
+	assert_string_equal(how, "NVML has no _v3 process lists");
+	fosd_nvml_close(n);
+	g_missing = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sample),
 		cmocka_unit_test(test_failures),
+		cmocka_unit_test(test_mps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
-/* cli_info.c: `fos health` (is fosd up: version, backend, devices, uptime; exit 1 when it is not
- * serving) and `fos stats` (fosd's counters: requests, status codes, latencies (and their queue and
+/* cli_info.c: `fos health` (is fosd up: version, backend, devices, uptime, whether it runs under
+ * MPS; exit 1 when it is not serving) and `fos stats` (fosd's counters: requests, status codes, latencies (and their queue and
  * run parts) and bytes by op, the weight cache, saved contexts, the executor, the message pool, and
  * a row per device fosd serves), as text or --json; and cli_parse_connect, the parse-then-connect
  * start these and `fos list-weights` share. */
@@ -26,6 +26,17 @@ int cli_parse_connect(const cli_global *g, cli_cmd *cmd, int argc, char **argv, 
 	return 0;
 }
 
+/* Health's mps in words (fos_server_mps) */
+static const char *mps_name(int m)
+{
+	switch (m) {
+	case FOS_MPS_ON: return "on";
+	case FOS_MPS_OFF: return "off";
+	case FOS_MPS_NOT_APPLICABLE: return "not applicable";
+	default: return "unknown";
+	}
+}
+
 enum { HF_JSON, HF_COUNT };
 
 int cli_health_main(const cli_global *g, int argc, char **argv)
@@ -36,7 +47,7 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 	cli_cmd cmd = {
 		.name = "health",
 		.synopsis = "[--json]",
-		.summary = "Ask fosd whether it is serving: its version, backend, devices and uptime.",
+		.summary = "Ask fosd whether it is serving: its version, backend, devices, MPS and uptime.",
 		.about = "The devices are those fosd serves (fosd --devices), by the index that\n"
 			 "put-weight --devices, list-weights and stats name them with; a fosd of one\n"
 			 "device lists one, index 0.",
@@ -61,6 +72,7 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 	char gpu[41] = "";
 	if (!fos_server_gpu_uuid(c, u, &st))
 		fos_gpu_uuid_str(u, gpu);
+	int mps = fos_server_mps(c); /* from the Health above */
 	/* every device fosd serves (fosd --devices; one for a fosd of one device) */
 	fos_device_info devs[FOS_DEVICES_MAX];
 	size_t ndev = 0;
@@ -84,6 +96,7 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		cli_jw_str(&w, "device", h.device);
 		if (gpu[0])
 			cli_jw_str(&w, "gpu_uuid", gpu);
+		cli_jw_str(&w, "mps", mps_name(mps));
 		cli_jw_u64(&w, "uptime_ms", h.uptime_ms);
 		cli_jw_u64(&w, "max_message_bytes", h.max_message_bytes);
 		cli_jw_arr(&w, "devices");
@@ -105,6 +118,10 @@ int cli_health_main(const cli_global *g, int argc, char **argv)
 		printf("  backend:     %s (%s)\n", h.backend, h.device);
 		if (gpu[0])
 			printf("  gpu:         %s\n", gpu);
+		printf("  mps:         %s%s\n", mps_name(mps),
+		       mps == FOS_MPS_OFF ? " (a trainer on this GPU switches CUDA contexts at each call: README.md "
+					    "\"Sharing a GPU with trainers: MPS\")"
+					  : "");
 		printf("  uptime:      %.1f s\n", (double)h.uptime_ms / 1000.0);
 		printf("  max message: %s\n", cli_human_bytes(h.max_message_bytes, mb, sizeof mb));
 		printf("  devices:     %zu\n", ndev);

@@ -505,6 +505,12 @@ int fos_cuda_release(fos_client *c, const void *dev_ptr, fos_status *st);
 /* The 16-byte UUID of fosd's GPU as its Health reports it (at connect and at each fos_health):
  * OK, or FAILED_PRECONDITION when fosd has no GPU (a cpu fosd). */
 int fos_server_gpu_uuid(fos_client *c, uint8_t uuid[16], fos_status *st);
+/* Whether fosd's GPU work runs under NVIDIA MPS, as its Health reports it (at connect and at each
+ * fos_health): FOS_MPS_ON, FOS_MPS_OFF, FOS_MPS_NOT_APPLICABLE (a cpu fosd) or FOS_MPS_UNKNOWN (fosd
+ * cannot tell, or predates the field; also for c NULL) (fos_wire_enums.h; LIBFOS_1.3). A process
+ * sharing fosd's GPU without MPS pays a switch of CUDA contexts at each hand-off (README.md
+ * "Sharing a GPU with trainers: MPS"). */
+int fos_server_mps(fos_client *c);
 /* The 16-byte UUID of the GPU holding dev_ptr (the UUID CUDA's device properties give):
  * FAILED_PRECONDITION without a CUDA driver, INVALID_ARGUMENT when dev_ptr is not device memory. */
 int fos_cuda_ptr_uuid(const void *dev_ptr, uint8_t uuid[16], fos_status *st);

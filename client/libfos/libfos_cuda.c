@@ -510,6 +510,8 @@ void fosc_cuda_health(fos_client *c, const Fos__HealthResult *hr)
 			memcpy(c->srv_gpus[c->n_srv_gpus++], hr->devices[i]->gpu_uuid.data, 16);
 	if (!c->n_srv_gpus && c->srv_gpu_len == 16)
 		memcpy(c->srv_gpus[c->n_srv_gpus++], c->srv_gpu, 16);
+	int mps = (int)hr->mps; /* a value of a newer fosd: unknown */
+	c->srv_mps = mps >= (int)FOS_MPS_UNKNOWN && mps <= (int)FOS_MPS_ON ? mps : (int)FOS_MPS_UNKNOWN;
 	pthread_mutex_unlock(&c->cuda_mu);
 }
 
@@ -613,6 +615,16 @@ int fos_server_gpu_uuid(fos_client *c, uint8_t uuid[16], fos_status *st)
 	if (!ok)
 		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION, "fosd reports no GPU (a cpu fosd)");
 	return fosc_status(st, FOS_CODE_OK, "ok");
+}
+
+int fos_server_mps(fos_client *c)
+{
+	if (!c || !c->cuda_mu_ok)
+		return FOS_MPS_UNKNOWN;
+	pthread_mutex_lock(&c->cuda_mu);
+	int m = c->srv_mps;
+	pthread_mutex_unlock(&c->cuda_mu);
+	return m;
 }
 
 int fos_cuda_ptr_uuid(const void *dev_ptr, uint8_t uuid[16], fos_status *st)

@@ -11,6 +11,7 @@
 #include "auth.h"
 #include "config_report.h"
 #include "log.h"
+#include "mps.h"
 #include "sdnotify.h"
 #include "weights_repo.h"
 
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv.tenants = tenants;
+	fosd_mps_detect(&srv); /* Health's mps, /metrics' fosd_mps */
 	if (cfg.weights_dir && fosd_weights_repo_load(&srv, cfg.weights_dir, msg, sizeof msg)) { /* before serving */
 		fosd_error("%s", msg);
 		fosd_server_destroy(&srv);

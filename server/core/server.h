@@ -138,6 +138,7 @@ struct fosd_server {
 	fosd_tenants *tenants; /* NULL: no tokens file, one anonymous tenant (auth.c) */
 	struct fosd_deadlines *deadlines; /* the deadline reaper (deadline.c) */
 	uint64_t start_ns;
+	int mps;               /* FOS_MPS_*: whether its GPU work runs under MPS (mps.c, set at start) */
 
 	/* transport */
 	nng_socket sock;

@@ -1,8 +1,10 @@
 /* nvml.c: the few NVML calls of nvml.h, resolved with dlsym from libnvidia-ml.so.1 (its C ABI:
  * nvmlReturn_t is an int, 0 success; a device is an opaque pointer; the structs below have NVML's
  * layout). Invariant: a fosd_nvml exists only with NVML initialized and every function pointer
- * resolved; NVML itself is thread-safe, and fosd calls it from the HTTP thread only. */
+ * resolved but the optional ones (the process lists of fosd_nvml_mps: NULL where NVML lacks them);
+ * NVML itself is thread-safe, and fosd calls it from the HTTP thread and, at start, mps.c. */
 #include "nvml.h"
+#include "fos_wire_enums.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -17,7 +19,15 @@ typedef struct {
 typedef struct {
 	unsigned long long total, free, used;
 } nvml_mem;
+/* nvmlProcessInfo_t of the _v3 process lists */
+typedef struct {
+	unsigned int pid;
+	unsigned long long used_gpu_memory;
+	unsigned int gpu_instance_id, compute_instance_id;
+} nvml_proc;
 #define NVML_TEMPERATURE_GPU 0
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+typedef nvml_ret (*nvml_proc_list)(nvml_dev, unsigned int *, nvml_proc *);
 
 struct fosd_nvml {
 	void *dl; /* the library (NULL: functions of fosd_nvml_open_resolved's caller) */
@@ -32,6 +42,9 @@ struct fosd_nvml {
 	nvml_ret (*mem)(nvml_dev, nvml_mem *);
 	nvml_ret (*power)(nvml_dev, unsigned int *);
 	nvml_ret (*temp)(nvml_dev, int, unsigned int *);
+	/* optional (NULL: this NVML lacks it) */
+	nvml_ret (*by_uuid)(const char *, nvml_dev *);
+	nvml_proc_list mps_procs, compute_procs;
 };
 
 static void *dl_resolve(void *dl, const char *sym)
@@ -70,6 +83,18 @@ fosd_nvml *fosd_nvml_open_resolved(fosd_nvml_resolve resolve, void *ctx, const c
 			return NULL;
 		}
 		memcpy(syms[i].fn, &f, sizeof f); /* a function's address, as dlsym gives it */
+	}
+	struct {
+		void **fn;
+		const char *sym;
+	} opt[] = {
+		{(void **)&n->by_uuid, "nvmlDeviceGetHandleByUUID"},
+		{(void **)&n->mps_procs, "nvmlDeviceGetMPSComputeRunningProcesses_v3"},
+		{(void **)&n->compute_procs, "nvmlDeviceGetComputeRunningProcesses_v3"},
+	};
+	for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+		void *f = resolve(ctx, opt[i].sym);
+		memcpy(opt[i].fn, &f, sizeof f);
 	}
 	nvml_ret r = n->init();
 	if (r) {
@@ -133,6 +158,64 @@ int fosd_nvml_sample(fosd_nvml *n, fosd_gpu_stat *out, int max)
 		g->has_temp = !n->temp(d, NVML_TEMPERATURE_GPU, &g->temp_c);
 	}
 	return k;
+}
+
+/* 1 when the process list fn of d names pid, 0 when it does not, -1 when it cannot be read. */
+static int lists_pid(nvml_proc_list fn, nvml_dev d, unsigned pid)
+{
+	unsigned int cap = 64;
+	for (int tries = 0; tries < 4; tries++) { /* the list may grow between two calls */
+		nvml_proc *p = calloc(cap, sizeof *p);
+		if (!p)
+			return -1;
+		unsigned int count = cap;
+		nvml_ret r = fn(d, &count, p);
+		int found = r ? -1 : 0;
+		for (unsigned int i = 0; !r && i < count && i < cap; i++)
+			found |= p[i].pid == pid;
+		free(p);
+		if (r != NVML_ERROR_INSUFFICIENT_SIZE)
+			return found;
+		cap = count > cap ? count + 16 : cap * 2;
+	}
+	return -1;
+}
+
+int fosd_nvml_mps(fosd_nvml *n, const char *uuid, unsigned pid, char *how, size_t howsz)
+{
+	char scratch[8];
+	if (!how) {
+		how = scratch;
+		howsz = sizeof scratch;
+	}
+	nvml_dev d = NULL;
+	if (!n || !n->by_uuid || !n->mps_procs || !n->compute_procs) {
+		snprintf(how, howsz, "%s", n ? "NVML has no _v3 process lists" : "no NVML");
+		return FOS_MPS_UNKNOWN;
+	}
+	nvml_ret r = n->by_uuid(uuid, &d);
+	if (r) {
+		const char *e = n->error_string(r);
+		snprintf(how, howsz, "NVML does not find %s: %s (%d)", uuid, e ? e : "error", r);
+		return FOS_MPS_UNKNOWN;
+	}
+	int mps = lists_pid(n->mps_procs, d, pid);
+	int plain = mps == 1 ? 0 : lists_pid(n->compute_procs, d, pid);
+	if (mps == 1) {
+		snprintf(how, howsz, "NVML lists pid %u among the MPS clients of %s", pid, uuid);
+		return FOS_MPS_ON;
+	}
+	if (plain == 1) {
+		snprintf(how, howsz, "NVML lists pid %u among the compute processes of %s, not its MPS clients", pid,
+			 uuid);
+		return FOS_MPS_OFF;
+	}
+	if (mps < 0 || plain < 0)
+		snprintf(how, howsz, "NVML cannot list the processes of %s", uuid);
+	else
+		snprintf(how, howsz, "NVML lists pid %u on %s neither with nor without MPS (another PID namespace?)",
+			 pid, uuid);
+	return FOS_MPS_UNKNOWN;
 }
 
 void fosd_nvml_close(fosd_nvml *n)

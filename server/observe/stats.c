@@ -22,6 +22,9 @@ const fosd_stat_row fosd_stats_rows[] = {
 	 "1 once fosd drains (SIGTERM/SIGINT or a failed backend): new requests get UNAVAILABLE."},
 	{FOSD_STAT_FLAG, S(failed), 0, "fosd_backend_failed", "gauge",
 	 "1 once the backend failed for good (fosd then exits 1)."},
+	{FOSD_STAT_FLAG, S(mps), 0, "fosd_mps", "gauge",
+	 "1 when fosd's GPU work runs under NVIDIA MPS (Health's mps is on); 0 when it is off, unknown "
+	 "or not applicable (cpu)."},
 	/* by op */
 	{FOSD_STAT_OP_U64, OP(requests), OPB(requests), NULL, NULL, "Requests answered."},
 	{FOSD_STAT_OP_CODES, OP(codes), OPB(codes), "fosd_requests_total", "counter",
@@ -155,6 +158,7 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 	out->uptime_ms = (fosd_now_ns() - srv->start_ns) / 1000000u;
 	out->draining = atomic_load(&srv->draining) != 0;
 	out->failed = atomic_load(&srv->fatal) != 0;
+	out->mps = srv->mps == FOS_MPS_ON;
 	fosd_metrics_snap *m = malloc(sizeof *m);
 	if (m) {
 		fosd_metrics_snapshot(&srv->metrics, m);

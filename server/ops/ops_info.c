@@ -45,6 +45,7 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	}
 	h.n_devices = (size_t)srv->n_devs;
 	h.devices = dp;
+	h.mps = (Fos__HealthResult__Mps)srv->mps; /* the same numbers (fos_wire_enums.h) */
 	resp.id = s->req_id;
 	resp.result_case = FOS__RESPONSE__RESULT_HEALTH;
 	resp.health = &h;

@@ -68,6 +68,8 @@ def test_health(fos, server, transport):
     assert resp.id == 11 and not resp.HasField("status"), status_of(fos, resp)
     h = resp.health
     assert h.backend == "cpu" and h.version and not h.draining and h.max_message_bytes >= 1 << 20
+    # MPS: not applicable to the cpu backend (PROTOCOL.md's Health row)
+    assert h.mps == h.DESCRIPTOR.enum_values_by_name["MPS_NOT_APPLICABLE"].number == 1
 
 
 def f32_data(rng, shape, ties=True):

@@ -12,10 +12,12 @@ over libfos.so (client/libfos/fos.h) through ctypes; fosd._lib says where the li
 """
 
 from ._errors import Error
+from ._mps import PerformanceWarning
 from ._recipe import Recipe
 from .client import Client, Context, WeightInfo, connect
 
-__all__ = ["Client", "Context", "Error", "Recipe", "WeightInfo", "connect", "default_client", "__version__"]
+__all__ = ["Client", "Context", "Error", "PerformanceWarning", "Recipe", "WeightInfo", "connect",
+           "default_client", "__version__"]
 __version__ = "0.2.0"
 
 _default = None

@@ -276,6 +276,7 @@ def _declare(lib):
         "fos_set_cuda_order": (I, [V, V, ctypes.c_uint, ST]),
         "fos_set_reput_hook": (None, [V, REPUT_HOOK, V]),
         "fos_after_fork": (I, []),
+        "fos_server_mps": (I, [V]),
     }
     for name, (res, args) in list(sig.items()) + list(optional.items()):
         try:

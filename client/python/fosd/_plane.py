@@ -60,7 +60,7 @@ from ctypes import byref
 import sys
 import threading
 
-from . import _lib
+from . import _lib, _mps
 from ._errors import Error, check
 
 ALIGN = 256
@@ -175,6 +175,8 @@ def _device_refusal(e):
 
 
 class Plane:
+    mps_checked = False  # _mps.check ran for this connection
+
     def __init__(self, lib, handle, use_shm, use_device=True):
         self._lib = lib
         self._handle = handle
@@ -226,6 +228,8 @@ class Plane:
         current stream of the one GPU when libfos can (kept per thread, set again when the
         stream changes), else by synchronizing each GPU's current stream, ordering turned off
         for the thread. True when the call is stream-ordered."""
+        if not self.mps_checked:  # warns once when sharing fosd's GPU without MPS (_mps.py)
+            self.mps_checked = _mps.check(self, devices)
         torch = _torch_mod()
         tls = self._tls
         if len(devices) == 1 and self.stream_order:
