@@ -615,8 +615,13 @@ static void linear_case(int64_t m, int64_t n, int64_t k, const fos_linear_opts *
 			assert_int_equal(g_gpu->d2d(g_gpu, xop, x, (size_t)(m * k) * 2, &e), FOS_OK);
 		} else { /* dequantize(quantize(.)) with the backend's own ops */
 			fos_qtensor qx;
-			fos_qcfg cx = {FOS_RECIPE_4OVER6, FOS_BLOCK_1X16, o->err_mode, o->bound, o->row_scaled};
-			fos_qcfg cw = {FOS_RECIPE_4OVER6, o->weight_block, o->err_mode, o->bound, 0};
+			/* each operand as its scope says: 4/6 with the bound, or plain NVFP4 (bound 448) */
+			int x46 = o->four_over_six == FOS_SCOPE_ALL || o->four_over_six == FOS_SCOPE_ACTIVATIONS;
+			int w46 = o->four_over_six == FOS_SCOPE_ALL || o->four_over_six == FOS_SCOPE_WEIGHTS;
+			fos_qcfg cx = {x46 ? FOS_RECIPE_4OVER6 : FOS_RECIPE_NVFP4, FOS_BLOCK_1X16, o->err_mode,
+				       x46 ? o->bound : 448, o->row_scaled};
+			fos_qcfg cw = {w46 ? FOS_RECIPE_4OVER6 : FOS_RECIPE_NVFP4, o->weight_block, o->err_mode,
+				       w46 ? o->bound : 448, 0};
 			assert_int_equal(fos_qtensor_alloc(g_gpu, &qx, m, k, o->row_scaled, &e), FOS_OK);
 			assert_int_equal(g_gpu->quantize(g_gpu, x, FOS_BF16, m, k, &cx, NULL, &qx, NULL, &e), FOS_OK);
 			assert_int_equal(g_gpu->dequantize(g_gpu, &qx, FOS_BF16, xop, &e), FOS_OK);
