@@ -32,9 +32,8 @@
 #include "validate.h"
 #include "wcache.h"
 #include "reply.h"
+#include "util.h"
 #include "fos.pb-c.h"
-
-#define FOSD_MSG_MAX 512
 
 enum fosd_slot_state { FOSD_SLOT_IDLE = 0, FOSD_SLOT_RECV, FOSD_SLOT_BUSY, FOSD_SLOT_SEND };
 

@@ -195,7 +195,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	ly = lx ? fosd_lane_buffer(c, 1, (size_t)(m * n * 2)) : NULL;
 	if (lx && ly) {
 		uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
-		if (fosd_tensor_h2d(c->be, srv, &c->dev->devmaps, lx, &a->x, &e)) {
+		if (fosd_tensor_h2d(c->be, &srv->regions, &c->dev->devmaps, lx, &a->x, &e)) {
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}

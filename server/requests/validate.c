@@ -2,6 +2,7 @@
  * field and the bad value. */
 #include "validate.h"
 #include "shm.h"
+#include "ops.h" /* fosd_shm_validate_op */
 
 #include <math.h>
 #include <stdio.h>
