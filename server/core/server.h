@@ -39,50 +39,64 @@ enum fosd_slot_state { FOSD_SLOT_IDLE = 0, FOSD_SLOT_RECV, FOSD_SLOT_BUSY, FOSD_
 
 typedef struct fosd_server fosd_server;
 
+/* A request's state, split by the stage that owns each part: the transport's (the connection, the
+ * message, how the reply leaves), the requests stage's (what it decoded and checked: all an op
+ * reads of its request) and the executor's (device, stages, queue, times). A stage writes only
+ * its own part; a later stage reads an earlier one's. (C11 anonymous structs: the fields keep
+ * their names, s->rq, s->dev, ...) */
 typedef struct fosd_slot {
 	fosd_server *srv;
-	nng_ctx ctx;
-	nng_aio *aio;
-	int state;
-	/* the request in progress */
-	nng_msg *msg;
-	Fos__Request *rq;
-	const uint8_t *data;
-	size_t dlen;
-	uint64_t t_recv_ns;
-	uint64_t t_lane_ns, t_done_ns; /* executor ops: a lane took it; the op and its device sync ended (else 0) */
-	int ran_now;                   /* run by fosd_executor_try_now on the receiving thread */
-	uint64_t bytes_in;
-	int op;
-	const struct fosd_op_def *def; /* the op's row (optable.h), set with op by dispatch.c: what
-					* the later stages know of the op */
-	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
-	int dedup_owner;            /* this slot executes the request others may wait on */
-	fosd_args args;
-	int dev;                    /* the device it runs on (placement.c); then, for an op staged over
-				     * several devices, the device of the current stage */
-	uint32_t put_todo, drop_todo; /* PutWeight, DropWeight: devices still to put it on (first), then
-				       * to drop it from (placement.c) */
-	uint32_t placed;            /* PutWeight: every device it goes to */
-	int stages_done;            /* stages of the op run so far (placement.c) */
-	int bound_dev;              /* the device whose mappings hold its device tensors (its first) */
-	nng_msg *stage_reply;       /* PutWeight: the reply of its last put stage, sent after its drop
-				     * stages (freed when the slot ends, if still here) */
-	struct fosd_slot *qnext;    /* executor queue */
-	struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
-	fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
-	int tenant_counted;         /* counted in tenant->inflight until answered */
-	fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
-	/* the transport's reply function (reply.h): sends reply (NULL: none), then, once it has left,
-	 * calls fosd_slot_end and serves the next request */
-	void (*send)(struct fosd_slot *s, nng_msg *reply);
-	int own_thread;             /* the receiving thread serves only this slot (a channel's), so a
+	/* ---- the transport's: transport.c, chan.c, slot.c ------------------------------------- */
+	struct {
+		nng_ctx ctx;
+		nng_aio *aio;
+		int state;
+		nng_msg *msg;       /* the request as received */
+		uint64_t t_recv_ns;
+		uint64_t bytes_in;
+		/* the transport's reply function (reply.h): sends reply (NULL: none), then, once it has
+		 * left, calls fosd_slot_end and serves the next request */
+		void (*send)(struct fosd_slot *s, nng_msg *reply);
+		int own_thread;     /* the receiving thread serves only this slot (a channel's), so a
 				     * small op may run on it at once without the receivers' gate */
-	nng_pipe pipe;              /* the connection the request came from */
-	int conn_held;              /* holds a unit of the pipe's share (conns.h) until the reply left */
-	int conn_verdict;           /* enum fosd_conn_verdict of the request's arrival */
-	int unauth_held;            /* counted as an unauthenticated request of the pipe */
-	int accepted;               /* received before a drain began: the drain waits for its reply */
+		nng_pipe pipe;      /* the connection the request came from */
+		int conn_held;      /* holds a unit of the pipe's share (conns.h) until the reply left */
+		int conn_verdict;   /* enum fosd_conn_verdict of the request's arrival */
+		int unauth_held;    /* counted as an unauthenticated request of the pipe */
+		int accepted;       /* received before a drain began: the drain waits for its reply */
+	};
+	/* ---- the requests stage's (dispatch.c, auth.c, validate.c, dedup.c): what an op sees --- */
+	struct {
+		Fos__Request *rq;
+		const uint8_t *data; /* the message's data section */
+		size_t dlen;
+		int op;
+		const struct fosd_op_def *def; /* the op's row (optable.h), set with op by dispatch.c:
+						* what the later stages know of the op */
+		uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
+		int dedup_owner;            /* this slot executes the request others may wait on */
+		struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
+		fosd_args args;
+		fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
+		int tenant_counted;         /* counted in tenant->inflight until answered */
+		fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
+	};
+	/* ---- the executor's (placement.c, executor.c, deadline.c) ------------------------------ */
+	struct {
+		int dev;                    /* the device it runs on (placement.c); then, for an op staged
+					     * over several devices, the device of the current stage */
+		uint32_t put_todo, drop_todo; /* PutWeight, DropWeight: devices still to put it on
+					       * (first), then to drop it from (placement.c) */
+		uint32_t placed;            /* PutWeight: every device it goes to */
+		int stages_done;            /* stages of the op run so far (placement.c) */
+		int bound_dev;              /* the device whose mappings hold its device tensors (its first) */
+		nng_msg *stage_reply;       /* PutWeight: the reply of its last put stage, sent after its
+					     * drop stages (freed when the slot ends, if still here) */
+		struct fosd_slot *qnext;    /* executor queue */
+		uint64_t t_lane_ns, t_done_ns; /* executor ops: a lane took it; the op and its device sync
+						* ended (else 0) */
+		int ran_now;                /* run by fosd_executor_try_now on the receiving thread */
+	};
 } fosd_slot;
 
 /* One device fosd serves (--devices; one by default): its backend, its weight cache, saved
