@@ -71,6 +71,7 @@ TEST_C     := $(wildcard tests/test_*.c)
 GPUTEST_C  := $(wildcard tests/gpu_*.c)
 BENCH_C    := $(wildcard bench/bench_*.c)
 TESTLIB_C  := $(wildcard tests/support_*.c)
+TESTLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard tests/support_*.cu))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
@@ -181,7 +182,9 @@ $(LIBFMT): $(call obj,$(FORMATS_C))
 	@rm -f $@; ar rcs $@ $^
 $(LIBCLI): $(call obj,$(CLI_C))
 	@rm -f $@; ar rcs $@ $^
-$(LIBTEST): $(call obj,$(TESTLIB_C))
+# the tests' support code (and with CUDA=1 the GPU proofs of tests/support_*.cu, test code that no
+# program carries)
+$(LIBTEST): $(call obj,$(TESTLIB_C)) $(call cuobj,$(TESTLIB_CU))
 	@rm -f $@; ar rcs $@ $^
 
 # fosd links no client code; the tests and benchmarks link everything
