@@ -334,7 +334,7 @@ static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, at
 	fosd_server *srv = d->srv;
 	int code = 0;
 	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
-	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d, NULL, 0};
+	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d, NULL, 0, fosd_deadline_of(s)};
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
 	unsigned char done_h[64];
