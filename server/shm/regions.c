@@ -9,7 +9,7 @@
  * RESOURCE_EXHAUSTED, never a permission problem. */
 #include "shm.h"
 #include "chan.h"
-#include "fdlimit.h"
+#include "util.h"
 #include "log.h"
 #include "fos_chan.h"
 
