@@ -135,10 +135,11 @@ uint64_t fosd_region_size(const fosd_region *r);
 const char *fosd_region_name(const fosd_region *r);
 int fosd_region_pinned(const fosd_region *r);
 int fosd_region_sealed(const fosd_region *r);
-/* Makes c the request channel of r (NULL: none now). Returns -1 when r is no longer registered or
- * already has a channel. */
+/* Makes c the request channel of r (NULL: none now); signal(c) wakes the channel when r is
+ * unregistered (under the table's lock), so the regions call back into the transport without
+ * knowing it. Returns -1 when r is no longer registered or already has a channel. */
 struct fosd_chan;
-int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, struct fosd_chan *c);
+int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, struct fosd_chan *c, void (*signal)(struct fosd_chan *c));
 void fosd_region_count_use(fosd_region *r);
 /* Checks [off, off + len) lies in the object as it is now (fstat, unless sealed against
  * shrinking). Returns 0, or FAILED_PRECONDITION with msg. */
