@@ -178,62 +178,10 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const
 /* Frees the caches and the backend (after transport and executor are stopped). */
 void fosd_server_destroy(fosd_server *srv);
 
-/* transport.c */
-int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz);
-void fosd_transport_stop_listening(fosd_server *srv);
-void fosd_transport_close(fosd_server *srv);
-/* slot.c: a request arrived on slot s (nng or channel): counts it in flight, and as accepted
- * unless a drain has begun. */
-void fosd_slot_begin(fosd_server *srv, fosd_slot *s);
-/* The slot's reply has left (sent, failed, written into a channel, or none was made): releases
- * what the request held (tenant quota, connection share, the drain's count). */
-void fosd_slot_end(fosd_slot *s);
-
-/* dispatch.c: called by a transport with s->msg set (and s->send, s->pipe). */
-void fosd_dispatch(fosd_slot *s);
-/* For a transport that could not even make a message of what arrived: answers code and message
- * (request id 0) as an invalid op. */
-void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message);
-
-/* executor.c */
-/* For every device: opens the lanes (cfg->streams backend instances like its be, at most 64) and
- * starts the workers (cfg->workers, and at least one per lane); then the deadline reaper
- * (deadline.c). */
-int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
-/* Queues s on its device (s->dev). */
-void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
-/* Runs s at once on the calling (receiving) thread if it is a small side-by-side op, nothing is
- * queued and a lane is free; returns 1 if it ran (and was answered), 0 to queue it. */
-int fosd_executor_try_now(fosd_server *srv, fosd_slot *s);
-void fosd_executor_request_sweep(fosd_server *srv);
-void fosd_executor_stop(fosd_server *srv);
-uint64_t fosd_executor_queued(fosd_server *srv);
-uint64_t fosd_device_queued(fosd_device *d);
-
-/* placement.c: picks the device of a request that dispatch.c is about to run (s->dev, and the
- * stages of PutWeight and DropWeight). 0, or a gRPC code with the message. */
-int fosd_place(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz);
-/* The device whose GPU has this 16-byte UUID, or NULL. */
-fosd_device *fosd_device_by_uuid(fosd_server *srv, const uint8_t *uuid);
-/* After an op of s ran on its current stage's device: moves s to its next stage. Returns 1 when
- * there is one (s->dev is its device; the caller queues s there), 0 when s is done. */
-int fosd_place_next_stage(fosd_slot *s);
-/* For the deadline reaper (deadline.c): answers DEADLINE_EXCEEDED every queued request whose
- * deadline is at or before now, taking it out of the queue (adds their number to *reaped);
- * returns the earliest deadline still queued (0: none). */
-uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped);
-
-/* control.c: blocks SIGTERM and SIGINT in the calling thread (main, before any thread starts, so
- * every thread inherits it): they stay pending until fosd_control_run's handlers exist. */
-void fosd_control_block_signals(void);
-/* SIGTERM or SIGINT when one is pending (arrived while blocked, before the loop runs), else 0:
- * for the steps of the start that can take long (the weight repository) to stop early. */
-int fosd_control_stop_pending(void);
-/* Runs the libuv loop (signals, timers) until a drain finishes; unblocks SIGTERM/SIGINT in its
- * thread once their handlers are in place. Returns the exit code. */
-int fosd_control_run(fosd_server *srv);
-/* After the loop: bounds the teardown (a thread exits the process with exit_code, or 1, if it has
- * not ended in 15 s) and gives SIGTERM/SIGINT their default action back. */
-void fosd_control_watchdog(int exit_code);
+/* the stages' functions, each in its folder's header */
+#include "transport.h"
+#include "dispatch.h"
+#include "executor.h"
+#include "control.h"
 
 #endif
