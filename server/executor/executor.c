@@ -584,6 +584,17 @@ uint64_t fosd_device_queued(fosd_device *d)
 	return n;
 }
 
+void fosd_device_exec_snapshot(fosd_device *d, fosd_exec_snap *out)
+{
+	out->lanes = (uint64_t)d->n_lanes;
+	int running = atomic_load(&d->running);
+	out->lanes_busy = running > 0 ? (uint64_t)running : 0;
+	out->queued = fosd_device_queued(d);
+	out->requests = atomic_load(&d->requests);
+	out->busy_us = atomic_load(&d->busy_ns) / 1000u;
+	out->workers = (uint64_t)d->n_workers;
+}
+
 uint64_t fosd_executor_queued(fosd_server *srv)
 {
 	uint64_t n = 0;

@@ -24,6 +24,12 @@ void fosd_executor_request_sweep(fosd_server *srv);
 void fosd_executor_stop(fosd_server *srv);
 uint64_t fosd_executor_queued(fosd_server *srv);
 uint64_t fosd_device_queued(fosd_device *d);
+/* What one device's executor publishes for Stats and /metrics: its lanes, those running a request
+ * now, requests queued, run since start and their time, its workers. */
+typedef struct fosd_exec_snap {
+	uint64_t lanes, lanes_busy, queued, requests, busy_us, workers;
+} fosd_exec_snap;
+void fosd_device_exec_snapshot(fosd_device *d, fosd_exec_snap *out);
 
 /* placement.c: picks the device of a request that dispatch.c is about to run (s->dev, and the
  * stages of PutWeight and DropWeight). 0, or a gRPC code with the message. */
