@@ -6,6 +6,7 @@
 #   make bench      benchmarks; results go to bench/BENCHMARKS.md by hand
 #   make install    [PREFIX=/usr/local] [DESTDIR=root]: programs, libfos, headers, fos.pc, unit, Python
 # Files are picked up by folder (ARCHITECTURE.md): kernels/*.c (+ *.cu) -> libfosnum.a;
+# formats/*.c -> libfosformats.a;
 # proto/*.proto (generated) + proto/*.c (framing, nng work-around) -> libfosproto.a; server/*/*.c ->
 # libfosd.a + fosd (main in server/core/fosd_main.c); client/libfos/*.c -> libfos; client/cli/*.c ->
 # fos (which links only libfos, libfosproto and libfosnum); tests/test_*.c -> one cmocka binary each,
@@ -26,7 +27,16 @@ SAN       ?=
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 SERVER_DIRS := $(sort $(dir $(wildcard server/*/*.c server/*/*.h)))
-INCLUDES = -Ikernels -Iproto -Iclient/libfos -Iclient/cli $(patsubst %/,-I%,$(SERVER_DIRS)) -I$(BUILD)/gen
+# Each part sees its own folder and the layers below it (ARCHITECTURE.md "The layer order";
+# tests/test_layers.py checks these paths): proto <- kernels <- formats <- (server, client/libfos)
+# <- client/cli. INCLUDES, every folder, is for tests, benchmarks and the fuzz build only.
+INC_PROTO   = -Iproto -I$(BUILD)/gen
+INC_KERNELS = -Ikernels -Iproto
+INC_FORMATS = -Iformats $(INC_KERNELS)
+INC_SERVER  = $(patsubst %/,-I%,$(SERVER_DIRS)) $(INC_FORMATS) -I$(BUILD)/gen
+INC_LIBFOS  = -Iclient/libfos $(INC_PROTO)
+INC_CLI     = -Iclient/cli -Iclient/libfos $(INC_FORMATS) -I$(BUILD)/gen
+INCLUDES = -Ikernels -Iproto -Iformats -Iclient/libfos -Iclient/cli $(patsubst %/,-I%,$(SERVER_DIRS)) -I$(BUILD)/gen
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
            $(INCLUDES) $(SAN)
 LDFLAGS += -pthread $(SAN)
@@ -40,7 +50,7 @@ SYS_LIBS    = -lm -ldl -lrt -latomic
 
 ifeq ($(CUDA),1)
 NVCCFLAGS ?= -O3 -gencode=arch=compute_90,code=sm_90 --fmad=false -std=c++17 \
-             -Xcompiler -ffp-contract=off,-fPIC,-Wall -Ikernels
+             -Xcompiler -ffp-contract=off,-fPIC,-Wall -Ikernels -Iproto
 CFLAGS    += -DFOS_HAVE_CUDA=1
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 else
@@ -48,6 +58,7 @@ CUDA_LIBS  =
 endif
 
 KERNEL_C   := $(wildcard kernels/*.c)
+FORMATS_C  := $(wildcard formats/*.c)
 KERNEL_CU  := $(if $(filter 1,$(CUDA)),$(wildcard kernels/*.cu))
 FOSD_MAIN  := server/core/fosd_main.c
 SERVER_C   := $(filter-out $(FOSD_MAIN),$(wildcard server/*/*.c))
@@ -60,6 +71,7 @@ TEST_C     := $(wildcard tests/test_*.c)
 GPUTEST_C  := $(wildcard tests/gpu_*.c)
 BENCH_C    := $(wildcard bench/bench_*.c)
 TESTLIB_C  := $(wildcard tests/support_*.c)
+TESTLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard tests/support_*.cu))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
@@ -70,6 +82,7 @@ LIBFOSD  = $(BUILD)/libfosd.a
 LIBFOS   = $(BUILD)/libfos.a
 LIBFOSSO = $(BUILD)/libfos.so
 LIBCLI   = $(BUILD)/libfoscli.a
+LIBFMT   = $(BUILD)/libfosformats.a
 LIBTEST  = $(BUILD)/libfostest.a
 
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))
@@ -101,6 +114,14 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto | deps-check
 # every C object may include the generated headers
 $(call obj,$(SERVER_C) $(LIBFOS_C) $(CLI_C) $(WIRE_C) $(TEST_C) $(TESTLIB_C) $(GPUTEST_C) $(BENCH_C) $(FOSD_MAIN)): $(PROTO_C)
 
+# each part's include paths (above)
+$(call obj,$(KERNEL_C)): INCLUDES = $(INC_KERNELS)
+$(call obj,$(FORMATS_C)): INCLUDES = $(INC_FORMATS)
+$(call obj,$(WIRE_C)): INCLUDES = $(INC_PROTO)
+$(call obj,$(SERVER_C) $(FOSD_MAIN)): INCLUDES = $(INC_SERVER)
+$(call obj,$(LIBFOS_C) $(wildcard client/libfos/so/*.c)): INCLUDES = $(INC_LIBFOS)
+$(call obj,$(CLI_C) $(wildcard client/cli/cuda/*.c)): INCLUDES = $(INC_CLI)
+
 # ---- objects ---------------------------------------------------------------------------------
 # (after deps-check: with parallel jobs nothing compiles while missing packages are installed)
 $(BUILD)/obj/%.o: %.c | deps-check
@@ -128,14 +149,14 @@ $(LIBFOSD): $(call obj,$(SERVER_C))
 PROTO_OBJ = $(patsubst $(BUILD)/gen/%.pb-c.c,$(BUILD)/obj/%.pb-c.o,$(PROTO_C))
 $(LIBFOS): $(call obj,$(LIBFOS_C)) $(PROTO_OBJ) $(call obj,$(filter-out proto/nng_fix.c,$(WIRE_C)))
 	@rm -f $@; ar rcs $@ $^
-# libfos.so.N (N = FOS_SOVERSION of kernels/fos_version.h; libfos.so links to it): only fos.h's
+# libfos.so.N (N = FOS_SOVERSION of proto/fos_version.h; libfos.so links to it): only fos.h's
 # functions exported (client/libfos/libfos.map), with nng, mbedTLS, protobuf-c and the nng
 # work-around linked in privately from the static archives, so a program or FFI user needs no other
 # library (-z defs: nothing left undefined but the C library's). Debian's libnng.a is
 # position-independent but for posix_debug.c's direct references to stdout and stderr, which a
 # shared object cannot make: $(LIBNNG_SO) is a copy naming fos_nng_stdout/_stderr there instead,
 # defined by client/libfos/so/nng_stdio.c.
-LIBFOS_SOVERSION := $(shell sed -n 's/^.define FOS_SOVERSION  *\([0-9][0-9]*\).*/\1/p' kernels/fos_version.h)
+LIBFOS_SOVERSION := $(shell sed -n 's/^.define FOS_SOVERSION  *\([0-9][0-9]*\).*/\1/p' proto/fos_version.h)
 LIBFOS_SONAME = libfos.so.$(LIBFOS_SOVERSION)
 LIBFOSSO1     = $(BUILD)/$(LIBFOS_SONAME)
 LIBFOS_MAP    = client/libfos/libfos.map
@@ -155,14 +176,20 @@ $(LIBFOSSO): $(LIBFOSSO1)
 LIBNUM_CPU = $(BUILD)/libfosnum-cpu.a
 $(LIBNUM_CPU): $(call obj,$(KERNEL_C))
 	@rm -f $@; ar rcs $@ $^
+# the formats every program shares (npy, safetensors, the regular-file reader, the latency
+# histogram): fosd, fos and the tests link it
+$(LIBFMT): $(call obj,$(FORMATS_C))
+	@rm -f $@; ar rcs $@ $^
 $(LIBCLI): $(call obj,$(CLI_C))
 	@rm -f $@; ar rcs $@ $^
-$(LIBTEST): $(call obj,$(TESTLIB_C))
+# the tests' support code (and with CUDA=1 the GPU proofs of tests/support_*.cu, test code that no
+# program carries)
+$(LIBTEST): $(call obj,$(TESTLIB_C)) $(call cuobj,$(TESTLIB_CU))
 	@rm -f $@; ar rcs $@ $^
 
-# libfosd before libfoscli: fosd's weight repository reads .npy and .safetensors files with the
-# CLI's readers (client/cli/npy.c, safetensors.c)
-ALL_LIBS = $(LIBFOSD) $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM)
+# fosd links no client code; the tests and benchmarks link everything
+FOSD_LIBS = $(LIBFOSD) $(LIBFMT) $(LIBPROTO) $(LIBNUM)
+ALL_LIBS = $(LIBFOSD) $(LIBCLI) $(LIBFOS) $(LIBFMT) $(LIBPROTO) $(LIBNUM)
 # nng 1.5.2 work-arounds (proto/nng_fix.c): inside the statically linked nng, EPIPE maps to
 # NNG_ECONNRESET (a peer vanishing during the SP handshake no longer stops a listener for good;
 # fixed upstream in 1.6.0), and a stream aio left unstarted by a pipe closed mid partial write is
@@ -180,7 +207,7 @@ LINK = $(STATIC_LIBS) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS) $(NNG_FIX) $(MSGPOOL_W
 # $(BUILD)/libfos-cuda.so (the .cu objects and the numerics they call, exporting fos_backend_cuda
 # alone), which fos opens with dlopen the first time --local needs the cuda backend
 # (client/cli/cuda/cli_cuda_plugin.c; installed as BINDIR/../lib/fos/libfos-cuda.so).
-CLI_LIBS = $(LIBCLI) $(LIBFOS) $(LIBPROTO) $(LIBNUM_CPU)
+CLI_LIBS = $(LIBCLI) $(LIBFOS) $(LIBFMT) $(LIBPROTO) $(LIBNUM_CPU)
 ifeq ($(CUDA),1)
 CLI_PLUGIN_C  := $(wildcard client/cli/cuda/*.c)
 CLI_CUDA_OBJ   = $(call obj,$(CLI_PLUGIN_C))
@@ -194,8 +221,8 @@ endif
 $(BUILD)/fos: $(CLI_LIBS) $(CLI_CUDA_OBJ) $(LIBFOSCUDA)
 	$(CC) -o $@ -Wl,--whole-archive $(LIBCLI) -Wl,--no-whole-archive $(CLI_CUDA_OBJ) $(CLI_LIBS) $(STATIC_LIBS) \
 		$(LDFLAGS) $(SYS_LIBS) $(NNG_FIX)
-$(BUILD)/fosd: $(call obj,$(FOSD_MAIN)) $(ALL_LIBS)
-	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
+$(BUILD)/fosd: $(call obj,$(FOSD_MAIN)) $(FOSD_LIBS)
+	$(CC) -o $@ $< $(FOSD_LIBS) $(LINK)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBTEST) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
@@ -277,8 +304,8 @@ SYSCONFDIR     ?= $(if $(SYSTEM_PREFIX),/etc,$(PREFIX)/etc)
 CLI_PLUGINDIR   = $(abspath $(BINDIR)/..)/lib/fos
 UNITDIR        ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
-FOS_HEADERS     = client/libfos/fos.h kernels/fos_version.h kernels/fos_wire_enums.h proto/fos_chan.h
-FOS_PC_VERSION := $(shell sed -n 's/^.define FOS_VERSION_\(MAJOR\|MINOR\|PATCH\)  *\([0-9][0-9]*\).*/\2/p' kernels/fos_version.h | paste -sd.)
+FOS_HEADERS     = client/libfos/fos.h proto/fos_version.h proto/fos_wire_enums.h proto/fos_chan.h
+FOS_PC_VERSION := $(shell sed -n 's/^.define FOS_VERSION_\(MAJOR\|MINOR\|PATCH\)  *\([0-9][0-9]*\).*/\2/p' proto/fos_version.h | paste -sd.)
 # install-libfos: the library alone; a real install of a system prefix as root (no DESTDIR) runs
 # ldconfig, so the loader finds the new libfos.so.N in /usr/local/lib at once
 .PHONY: install-libfos

@@ -1,6 +1,6 @@
 /* support_safetensors.h: a small .safetensors writer for the tests, written from the format's
  * description (8-byte little-endian header length, JSON header, data) and independent of the
- * reader under test (client/cli/safetensors.c). */
+ * reader under test (formats/safetensors.c). */
 #ifndef FOS_SUPPORT_SAFETENSORS_H
 #define FOS_SUPPORT_SAFETENSORS_H
 

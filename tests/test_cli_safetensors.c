@@ -1,4 +1,4 @@
-/* test_cli_safetensors.c: the .safetensors reader (client/cli/safetensors.c) on files from the
+/* test_cli_safetensors.c: the .safetensors reader (formats/safetensors.c) on files from the
  * tests' own writer (support_safetensors.c): tensors sorted by name with dtype, shape and byte
  * range; F32 rounded to bf16 to nearest even (ties, NaN, -0, inf); every malformed header refused
  * with a message naming the file and the problem; and every one-byte change and truncation of a

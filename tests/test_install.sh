@@ -39,8 +39,8 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 echo "== test_install ($BUILD, in $T)"
-SOVER=$(sed -n 's/^.define FOS_SOVERSION  *\([0-9][0-9]*\).*/\1/p' kernels/fos_version.h)
-VERSION=$(sed -n 's/^.define FOS_VERSION_\(MAJOR\|MINOR\|PATCH\)  *\([0-9][0-9]*\).*/\2/p' kernels/fos_version.h | paste -sd.)
+SOVER=$(sed -n 's/^.define FOS_SOVERSION  *\([0-9][0-9]*\).*/\1/p' proto/fos_version.h)
+VERSION=$(sed -n 's/^.define FOS_VERSION_\(MAJOR\|MINOR\|PATCH\)  *\([0-9][0-9]*\).*/\2/p' proto/fos_version.h | paste -sd.)
 SONAME="libfos.so.$SOVER"
 SO="$BUILD/$SONAME"
 

@@ -1,4 +1,4 @@
-/* test_npy.c: the .npy reader/writer (client/cli/npy.c): byte-exact headers as numpy writes them, round
+/* test_npy.c: the .npy reader/writer (formats/npy.c): byte-exact headers as numpy writes them, round
  * trips of every dtype and rank, hand-written headers of versions 1-3 and their variants, every kind
  * of malformed file (each an error with a message, never a crash), special files (a pipe, a FIFO,
  * /dev/zero: refused before any read), and a mutation fuzz. */

@@ -1,5 +1,5 @@
 /* test_observe_hist.c: fosd's latency metrics (server/observe/metrics.c) and the fos CLI's load
- * histogram (client/cli/cli_hist.c) are one implementation (kernels/fos_hist.c): fed the same
+ * histogram (client/cli/cli_hist.c) are one implementation (formats/fos_hist.c): fed the same
  * samples they report identical percentiles (the Stats op's p50/p90/p99/p99.9 and those of
  * `fos load`), each the top of the bucket of the true nearest-rank value, at most 1/128 above it
  * (checked against the sorted samples). The Prometheus bucket counts equal the number of samples

@@ -1,5 +1,5 @@
 /* test_special_files.c: every file fosd and fos read is taken only as a regular file of bounded
- * size, checked before any read (client/cli/regfile.c): a FIFO (whose blocking open waited for a
+ * size, checked before any read (formats/regfile.c): a FIFO (whose blocking open waited for a
  * writer forever), /dev/zero (endless), a directory and an oversized sparse file are refused at
  * once with a message naming the path and what it is. Each reader is tried: fosd's TLS
  * certificate and key, weights.conf (fosd exits), the weight repository's files (each rejected

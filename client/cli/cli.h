@@ -398,6 +398,9 @@ typedef struct cli_load_result {
 } cli_load_result;
 
 const char *cli_load_op_name(int op);
+/* fos load's command line into cfg (cli_load_args.c): -1 to run, else the exit status to return
+ * (help printed, or a bad flag reported). */
+int cli_load_args(const cli_global *g, int argc, char **argv, cli_load_cfg *cfg, fos_err *err);
 /* Writes the final report (text, or JSON with cfg->json) to f. */
 void cli_load_report(const cli_load_cfg *cfg, const cli_load_result *r, FILE *f);
 

@@ -304,7 +304,7 @@ int fosc_tls_why(const char *host, const char *port, const char *ca_file, const 
 		 char *why, size_t whysz);
 /* The re-put registry: remember a weight put through c, forget a dropped one, put one again after
  * a NOT_FOUND (returns OK when it is there again; NOT_FOUND when c does not hold it). */
-/* A checked copy of a fos_placement (libfos_ops.c): n devices, or replicas, or all 0 (the
+/* A checked copy of a fos_placement (libfos_weights.c): n devices, or replicas, or all 0 (the
  * default). */
 typedef struct fosc_place {
 	uint32_t devices[FOS_DEVICES_MAX];
@@ -316,8 +316,51 @@ void fosc_reput_remember(fos_client *c, const char *name, uint64_t version, cons
 void fosc_reput_forget(fos_client *c, const char *name);
 int fosc_reput_restore(fos_client *c, const char *name);
 void fosc_reput_free(fos_client *c);
-/* PutWeight without remembering it (libfos_ops.c); pl NULL: the default placement. */
+/* PutWeight without remembering it (libfos_weights.c); pl NULL: the default placement. */
 int fosc_put_weight_raw(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
 			const fos_weight_config *cfg, const fosc_place *pl, fos_status *st);
+
+/* ---- one op's call (libfos_ops.c), shared by the operations' files ---------------------------- */
+
+/* Outputs that libfos may allocate: on failure, what it allocated is freed again. */
+typedef struct outset {
+	fos_tensor *t[4];
+	int allocated[4];
+	int n;
+} outset;
+
+/* The weight of a Forward and the version it needs (0: any), put again on a NOT_FOUND. */
+typedef struct reput_of {
+	const char *name;
+	uint64_t version;
+} reput_of;
+
+/* One op's call: its inputs, the outputs fosd may write straight into a shared-memory region
+ * (names[i] for outs[i]; NULL entries are not asked for), the result case it answers with, and
+ * for a Forward the weight libfos puts again (then retries once) when fosd answers NOT_FOUND. */
+typedef struct opcall {
+	fosc_in *ins;
+	int nin;
+	const char *const *names;
+	fos_tensor *const *outs;
+	int nout;
+	Fos__Response__ResultCase want;
+	const char *what;
+	const reput_of *reput;
+} opcall;
+
+/* What one op's call leaves: the reply (to free with fosc_reply_free when the result came), the
+ * status code, and the outputs, so that a failure copying them out frees what libfos allocated. */
+typedef struct opreply {
+	fosc_reply r;
+	int code;
+	outset os;
+} opreply;
+
+/* call_result for oc, after asking for its outputs in regions or device memory; fills rp. Returns
+ * the result (the oneof member), or NULL with rp->code the failure. */
+const void *fosc_op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st);
+/* snprintf of src (NULL: "") into dst of n bytes */
+void fosc_copy_str(char *dst, size_t n, const char *src);
 
 #endif

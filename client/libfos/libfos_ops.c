@@ -1,24 +1,18 @@
-/* libfos_ops.c: libfos's operations: health (and its devices), stats, the weight cache (with
- * placements over several devices), forward / backward (with the
- * recompute of an expired context), release, quantize, dequantize and the one-shot linear. Each
- * fills a fos.Request, calls fosc_call (through call_result) and copies the reply's results out. */
+/* libfos_ops.c: libfos's operations: health (and its devices), stats, forward / backward (with the
+ * recompute of an expired context), release, quantize, dequantize and the one-shot linear (the
+ * weight cache's: libfos_weights.c), and one op's call they share (fosc_op_call). Each fills a
+ * fos.Request, calls fosc_call (through call_result) and copies the reply's results out; an
+ * output libfos allocated is freed again when the call fails after all. */
 #include "libfos_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void copy_str(char *dst, size_t n, const char *src)
+void fosc_copy_str(char *dst, size_t n, const char *src)
 {
 	snprintf(dst, n, "%s", src ? src : "");
 }
-
-/* Outputs that libfos may allocate: on failure, what it allocated is freed again. */
-typedef struct outset {
-	fos_tensor *t[4];
-	int allocated[4];
-	int n;
-} outset;
 
 static void outset_add(outset *o, fos_tensor *t)
 {
@@ -58,36 +52,8 @@ static const void *call_result(fos_client *c, Fos__Request *rq, fosc_in *ins, in
 	return res;
 }
 
-/* The weight of a Forward and the version it needs (0: any), put again on a NOT_FOUND. */
-typedef struct reput_of {
-	const char *name;
-	uint64_t version;
-} reput_of;
-
-/* One op's call: its inputs, the outputs fosd may write straight into a shared-memory region
- * (names[i] for outs[i]; NULL entries are not asked for), the result case it answers with, and
- * for a Forward the weight libfos puts again (then retries once) when fosd answers NOT_FOUND. */
-typedef struct opcall {
-	fosc_in *ins;
-	int nin;
-	const char *const *names;
-	fos_tensor *const *outs;
-	int nout;
-	Fos__Response__ResultCase want;
-	const char *what;
-	const reput_of *reput;
-} opcall;
-
-/* What one op's call leaves: the reply (to free with fosc_reply_free when the result came), the
- * status code, and the outputs, so that a failure copying them out frees what libfos allocated. */
-typedef struct opreply {
-	fosc_reply r;
-	int code;
-	outset os;
-} opreply;
-
 /* call_result for oc, after asking for its outputs in regions or device memory; fills rp. */
-static const void *op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st)
+const void *fosc_op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st)
 {
 	fosc_shm_outs so;
 	rp->os = (outset){{0}, {0}, 0};
@@ -124,13 +90,13 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	rq.health = &h;
 	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL};
 	opreply rp;
-	const Fos__HealthResult *hr = op_call(c, &rq, &oc, &rp, st);
+	const Fos__HealthResult *hr = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!hr)
 		return rp.code;
 	memset(out, 0, sizeof *out);
-	copy_str(out->version, sizeof out->version, hr->version);
-	copy_str(out->backend, sizeof out->backend, hr->backend);
-	copy_str(out->device, sizeof out->device, hr->device);
+	fosc_copy_str(out->version, sizeof out->version, hr->version);
+	fosc_copy_str(out->backend, sizeof out->backend, hr->backend);
+	fosc_copy_str(out->device, sizeof out->device, hr->device);
 	out->uptime_ms = hr->uptime_ms;
 	out->max_message_bytes = hr->max_message_bytes;
 	out->draining = hr->draining;
@@ -152,7 +118,7 @@ int fos_health_devices(fos_client *c, fos_device_info *out, size_t cap, size_t *
 	rq.health = &h;
 	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL};
 	opreply rp;
-	const Fos__HealthResult *hr = op_call(c, &rq, &oc, &rp, st);
+	const Fos__HealthResult *hr = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!hr)
 		return rp.code;
 	fosc_cuda_health(c, hr);
@@ -163,8 +129,8 @@ int fos_health_devices(fos_client *c, fos_device_info *out, size_t cap, size_t *
 		fos_device_info *o = &out[i];
 		memset(o, 0, sizeof *o);
 		o->index = d ? d->index : 0;
-		copy_str(o->backend, sizeof o->backend, d ? d->backend : hr->backend);
-		copy_str(o->device, sizeof o->device, d ? d->device : hr->device);
+		fosc_copy_str(o->backend, sizeof o->backend, d ? d->backend : hr->backend);
+		fosc_copy_str(o->device, sizeof o->device, d ? d->device : hr->device);
 		const ProtobufCBinaryData *u = d ? &d->gpu_uuid : &hr->gpu_uuid;
 		if (u->len == 16) {
 			memcpy(o->gpu_uuid, u->data, 16);
@@ -203,12 +169,12 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 		return code;
 	memset(out, 0, sizeof *out);
 	out->uptime_ms = s->uptime_ms;
-	copy_str(out->backend, sizeof out->backend, s->backend);
-	copy_str(out->device, sizeof out->device, s->device);
+	fosc_copy_str(out->backend, sizeof out->backend, s->backend);
+	fosc_copy_str(out->device, sizeof out->device, s->device);
 	for (size_t i = 0; i < s->n_ops && out->n_ops < FOS_STATS_MAX_OPS; i++) {
 		const Fos__OpStats *os = s->ops[i];
 		fos_op_stats *o = &out->ops[out->n_ops++];
-		copy_str(o->op, sizeof o->op, os->op);
+		fosc_copy_str(o->op, sizeof o->op, os->op);
 		o->requests = os->requests;
 		for (size_t j = 0; j < os->n_codes; j++)
 			if (os->codes[j]->code >= 0 && os->codes[j]->code < FOS_STATS_CODES)
@@ -254,318 +220,6 @@ int fos_stats(fos_client *c, fos_stats_info *out, fos_status *st)
 	return FOS_CODE_OK;
 }
 
-/* ---- weights -------------------------------------------------------------------------------- */
-
-static void weight_info_from(const Fos__WeightInfo *wi, fos_weight_info *o)
-{
-	memset(o, 0, sizeof *o);
-	copy_str(o->name, sizeof o->name, wi->name);
-	o->version = wi->version;
-	o->n = wi->n;
-	o->k = wi->k;
-	if (wi->config) {
-		o->weight_block = wi->config->weight_block;
-		o->err_mode = wi->config->err_mode;
-		o->bound = (int)wi->config->bound;
-	}
-	o->bytes = wi->bytes;
-	o->pinned = wi->pinned;
-	o->has_master = wi->has_master;
-	o->has_columnwise = wi->has_columnwise;
-	o->uses = wi->uses;
-	o->idle_ms = wi->idle_ms;
-	for (size_t i = 0; i < wi->n_weight_uses; i++) /* wire value v is bit v - 1 */
-		if (wi->weight_uses[i] >= 1 && wi->weight_uses[i] <= 4)
-			o->weight_uses |= 1 << (wi->weight_uses[i] - 1);
-	o->codes_bytes = wi->codes_bytes;
-	o->columnwise_bytes = wi->columnwise_bytes;
-	o->master_bytes = wi->master_bytes;
-	o->decoded_tier_bytes = wi->decoded_tier_bytes;
-}
-
-/* A reply's WeightInfo with its devices (sorted) into e (DATA_LOSS past FOS_DEVICES_MAX). */
-static int weight_entry_from(const Fos__WeightInfo *wi, fos_weight_entry *e, fos_status *st)
-{
-	weight_info_from(wi, &e->info);
-	if (wi->n_devices > FOS_DEVICES_MAX)
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "weight %s is on %zu devices, more than FOS_DEVICES_MAX (%d)",
-				   e->info.name, wi->n_devices, FOS_DEVICES_MAX);
-	e->n_devices = wi->n_devices;
-	memset(e->devices, 0, sizeof e->devices);
-	for (size_t i = 0; i < wi->n_devices; i++) { /* ascending, whatever order fosd sends */
-		size_t j = i;
-		for (; j > 0 && e->devices[j - 1] > wi->devices[i]; j--)
-			e->devices[j] = e->devices[j - 1];
-		e->devices[j] = wi->devices[i];
-	}
-	return FOS_CODE_OK;
-}
-
-/* Checks pl and copies it into *out (pl NULL: all 0, the default placement). */
-static int place_check(const fos_placement *pl, fosc_place *out, fos_status *st)
-{
-	memset(out, 0, sizeof *out);
-	if (!pl)
-		return FOS_CODE_OK;
-	if (pl->n_devices && pl->replicas && pl->replicas != pl->n_devices)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
-				   "placement: replicas is %u but devices lists %zu devices; give one of them",
-				   (unsigned)pl->replicas, pl->n_devices);
-	if (pl->n_devices > FOS_DEVICES_MAX)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "placement: devices lists %zu devices, at most %d allowed",
-				   pl->n_devices, FOS_DEVICES_MAX);
-	if (pl->n_devices && !pl->devices)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "placement: devices is NULL with n_devices %zu",
-				   pl->n_devices);
-	for (size_t i = 0; i < pl->n_devices; i++) {
-		for (size_t j = 0; j < i; j++)
-			if (pl->devices[j] == pl->devices[i])
-				return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
-						   "placement: devices lists device %u twice (entries %zu and %zu)",
-						   (unsigned)pl->devices[i], j, i);
-		out->devices[i] = pl->devices[i];
-	}
-	out->n = pl->n_devices;
-	out->replicas = pl->replicas;
-	return FOS_CODE_OK;
-}
-
-static int put_weight_call(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			   const fos_weight_config *cfg, const fosc_place *pl, fos_weight_info *info,
-			   fos_weight_entry *entry, fos_status *st)
-{
-	if (!name)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
-	if (cfg && (cfg->uses & ~FOS_WEIGHT_USES_ALL))
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "uses 0x%x has bits other than FOS_WEIGHT_USE_*",
-				   (unsigned)cfg->uses);
-	Fos__Request rq = FOS__REQUEST__INIT;
-	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
-	Fos__WeightConfig wc = FOS__WEIGHT_CONFIG__INIT;
-	Fos__Tensor tw;
-	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
-	rq.put_weight = &pw;
-	pw.name = (char *)name;
-	pw.version = version;
-	pw.w = &tw;
-	pw.config = &wc;
-	if (cfg) {
-		wc.weight_block = cfg->weight_block;
-		wc.err_mode = cfg->err_mode;
-		wc.bound = (uint32_t)cfg->bound;
-		pw.pin = cfg->pin;
-		pw.drop_master = cfg->drop_master;
-		pw.eager_columnwise = cfg->eager_columnwise;
-		wc.four_over_six = (Fos__FourOverSix)cfg->four_over_six;
-	}
-	Fos__WeightUse uses[4];
-	for (int b = 0; cfg && b < 4; b++) /* bit b is wire value b + 1 */
-		if (cfg->uses & (1 << b))
-			uses[pw.n_uses++] = (Fos__WeightUse)(b + 1);
-	pw.uses = uses;
-	uint32_t devs[FOS_DEVICES_MAX];
-	if (pl) {
-		memcpy(devs, pl->devices, pl->n * sizeof devs[0]);
-		pw.devices = devs;
-		pw.n_devices = pl->n;
-		pw.replicas = pl->replicas;
-	}
-	fosc_in ins[1] = {{&tw, w, "w"}};
-	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL};
-	opreply rp;
-	const Fos__PutWeightResult *pr = op_call(c, &rq, &oc, &rp, st);
-	if (!pr)
-		return rp.code;
-	if (!pr->info) {
-		fosc_reply_free(&rp.r);
-		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight info");
-	}
-	int code = FOS_CODE_OK;
-	if (info)
-		weight_info_from(pr->info, info);
-	if (entry)
-		code = weight_entry_from(pr->info, entry, st);
-	fosc_reply_free(&rp.r);
-	return code;
-}
-
-int fosc_put_weight_raw(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			const fos_weight_config *cfg, const fosc_place *pl, fos_status *st)
-{
-	return put_weight_call(c, name, version, w, cfg, pl, NULL, NULL, st);
-}
-
-int fos_put_weight(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-		   const fos_weight_config *cfg, fos_weight_info *info, fos_status *st)
-{
-	int code = put_weight_call(c, name, version, w, cfg, NULL, info, NULL, st);
-	if (code == FOS_CODE_OK)
-		fosc_reput_remember(c, name, version, w, cfg, NULL); /* only with reput_weights (libfos_trust.c) */
-	return code;
-}
-
-int fos_put_weight_on(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-		      const fos_weight_config *cfg, const fos_placement *pl, fos_weight_entry *out, fos_status *st)
-{
-	fosc_place p;
-	int code = place_check(pl, &p, st);
-	if (code)
-		return code;
-	code = put_weight_call(c, name, version, w, cfg, &p, NULL, out, st);
-	if (code == FOS_CODE_OK)
-		fosc_reput_remember(c, name, version, w, cfg, &p); /* only with reput_weights (libfos_trust.c) */
-	return code;
-}
-
-int fos_drop_weight(fos_client *c, const char *name, fos_status *st)
-{
-	if (!name)
-		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
-	Fos__Request rq = FOS__REQUEST__INIT;
-	Fos__DropWeightRequest dw = FOS__DROP_WEIGHT_REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_DROP_WEIGHT;
-	rq.drop_weight = &dw;
-	dw.name = (char *)name;
-	fosc_reply r;
-	int code = fosc_call(c, &rq, NULL, 0, &r, st);
-	if (!code)
-		fosc_reply_free(&r);
-	if (code == FOS_CODE_OK || code == FOS_CODE_NOT_FOUND)
-		fosc_reput_forget(c, name);
-	return code;
-}
-
-/* One ListWeights page as fos_weight_info (entries 0) or fos_weight_entry (entries 1) elements. */
-static int list_page(fos_client *c, const char *page_token, uint32_t page_size, int entries, void **list,
-		     size_t *count, char **next_token, fos_status *st)
-{
-	*list = NULL;
-	*count = 0;
-	*next_token = NULL;
-	Fos__Request rq = FOS__REQUEST__INIT;
-	Fos__ListWeightsRequest lw = FOS__LIST_WEIGHTS_REQUEST__INIT;
-	rq.op_case = FOS__REQUEST__OP_LIST_WEIGHTS;
-	rq.list_weights = &lw;
-	lw.page_token = (char *)(page_token ? page_token : "");
-	lw.page_size = page_size;
-	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_LIST_WEIGHTS, "weight list", NULL};
-	opreply rp;
-	const Fos__ListWeightsResult *lr = op_call(c, &rq, &oc, &rp, st);
-	if (!lr)
-		return rp.code;
-	size_t esz = entries ? sizeof(fos_weight_entry) : sizeof(fos_weight_info);
-	char *a = calloc(lr->n_weights ? lr->n_weights : 1, esz);
-	char *next = lr->next_page_token && lr->next_page_token[0] ? strdup(lr->next_page_token) : NULL;
-	if (!a || (lr->next_page_token && lr->next_page_token[0] && !next)) {
-		free(a);
-		free(next);
-		fosc_reply_free(&rp.r);
-		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
-	}
-	for (size_t i = 0; i < lr->n_weights; i++) {
-		if (!entries) {
-			weight_info_from(lr->weights[i], (fos_weight_info *)(void *)(a + i * esz));
-			continue;
-		}
-		int code = weight_entry_from(lr->weights[i], (fos_weight_entry *)(void *)(a + i * esz), st);
-		if (code) {
-			free(a);
-			free(next);
-			fosc_reply_free(&rp.r);
-			return code;
-		}
-	}
-	*list = a;
-	*count = lr->n_weights;
-	*next_token = next;
-	fosc_reply_free(&rp.r);
-	return FOS_CODE_OK;
-}
-
-/* Every page of list_page, concatenated. */
-static int list_all(fos_client *c, int entries, void **list, size_t *count, fos_status *st)
-{
-	size_t esz = entries ? sizeof(fos_weight_entry) : sizeof(fos_weight_info);
-	char *all = NULL;
-	size_t n = 0;
-	char *token = NULL;
-	*list = NULL;
-	*count = 0;
-	do {
-		void *page;
-		size_t k;
-		char *next;
-		int code = list_page(c, token, 0, entries, &page, &k, &next, st);
-		if (code) {
-			free(all);
-			free(token);
-			return code;
-		}
-		/* a page that brings nothing, or a token that does not move on, would loop forever */
-		if (next && (!k || (token && strcmp(next, token) <= 0))) {
-			free(page);
-			free(next);
-			free(all);
-			free(token);
-			return fosc_status(st, FOS_CODE_DATA_LOSS, "the weight list's next page token does not advance");
-		}
-		char *grown = k ? realloc(all, (n + k) * esz) : all;
-		if (k && !grown) {
-			free(page);
-			free(next);
-			free(all);
-			free(token);
-			return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
-		}
-		all = grown;
-		if (k)
-			memcpy(all + n * esz, page, k * esz);
-		n += k;
-		free(page);
-		free(token);
-		token = next;
-	} while (token);
-	*list = all ? all : calloc(1, esz);
-	if (!*list)
-		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory");
-	*count = n;
-	return FOS_CODE_OK;
-}
-
-int fos_list_weights_page(fos_client *c, const char *page_token, uint32_t page_size, fos_weight_info **list,
-			  size_t *count, char **next_token, fos_status *st)
-{
-	void *l;
-	int code = list_page(c, page_token, page_size, 0, &l, count, next_token, st);
-	*list = l;
-	return code;
-}
-
-int fos_list_weights(fos_client *c, fos_weight_info **list, size_t *count, fos_status *st)
-{
-	void *l;
-	int code = list_all(c, 0, &l, count, st);
-	*list = l;
-	return code;
-}
-
-int fos_list_weight_entries_page(fos_client *c, const char *page_token, uint32_t page_size,
-				 fos_weight_entry **list, size_t *count, char **next_token, fos_status *st)
-{
-	void *l;
-	int code = list_page(c, page_token, page_size, 1, &l, count, next_token, st);
-	*list = l;
-	return code;
-}
-
-int fos_list_weight_entries(fos_client *c, fos_weight_entry **list, size_t *count, fos_status *st)
-{
-	void *l;
-	int code = list_all(c, 1, &l, count, st);
-	*list = l;
-	return code;
-}
-
 /* ---- forward / backward --------------------------------------------------------------------- */
 
 /* Fills rq as a Forward of x (and bias) through weight with o's options; tx and tb are the wire
@@ -608,7 +262,7 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD,
 			   "forward result", &ro};
 	opreply rp;
-	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &rp, st);
+	const Fos__ForwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
 		return rp.code;
 	int64_t m = x->shape[0];
@@ -631,7 +285,7 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 		ctx->id = res->context_id;
 		ctx->resolved_override = res->resolved_override;
 		ctx->ttl_ms = res->context_ttl_ms;
-		copy_str(ctx->weight, sizeof ctx->weight, weight);
+		fosc_copy_str(ctx->weight, sizeof ctx->weight, weight);
 		ctx->weight_version = res->weight_version;
 		ctx->override = o->override;
 		ctx->row_scaled = o->row_scaled;
@@ -693,7 +347,7 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 	const reput_of ro = {weight, o ? o->weight_version : 0};
 	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", &ro};
 	opreply rp;
-	const Fos__ForwardResult *res = op_call(c, &rq, &oc, &rp, st);
+	const Fos__ForwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
 		return rp.code;
 	const Fos__CheckResult *cr = res->check;
@@ -719,7 +373,7 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 	check_point_from(cr->first_nonfinite, &out->first_nonfinite);
 	out->sqnr_db = cr->sqnr_db;
 	out->consistent = cr->consistent;
-	copy_str(out->reason, sizeof out->reason, cr->reason);
+	fosc_copy_str(out->reason, sizeof out->reason, cr->reason);
 	fosc_reply_free(&rp.r);
 	return FOS_CODE_OK;
 }
@@ -742,7 +396,7 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	fos_tensor *outs[] = {dx, dw, db};
 	const opcall oc = {ins, 1, out_names, outs, 3, FOS__RESPONSE__RESULT_BACKWARD, "backward result", NULL};
 	opreply rp;
-	const Fos__BackwardResult *res = op_call(c, &rq, &oc, &rp, st);
+	const Fos__BackwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
 		return rp.code;
 	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
@@ -851,7 +505,7 @@ int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg
 	const opcall oc = {ins, amax_in ? 2 : 1, out_names, outs, 3, FOS__RESPONSE__RESULT_QUANTIZE, "quantize result",
 			   NULL};
 	opreply rp;
-	const Fos__QuantizeResult *res = op_call(c, &rq, &oc, &rp, st);
+	const Fos__QuantizeResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
 		return rp.code;
 	int64_t rows = x->shape[0], cols = x->shape[1];
@@ -887,7 +541,7 @@ int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *sca
 	fos_tensor *outs[] = {out};
 	const opcall oc = {ins, 3, out_names, outs, 1, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", NULL};
 	opreply rp;
-	const Fos__DequantizeResult *res = op_call(c, &rq, &oc, &rp, st);
+	const Fos__DequantizeResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
 		return rp.code;
 	rp.code = fosc_out(&rp.r, res->out, "out", out_dtype, codes->shape[0], codes->shape[1] * 2, out, st);
@@ -934,7 +588,7 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 	fos_tensor *outs[] = {y, dy ? dx : NULL, dy ? dw : NULL, dy ? db : NULL};
 	const opcall oc = {ins, nin, out_names, outs, 4, FOS__RESPONSE__RESULT_LINEAR, "linear result", NULL};
 	opreply rp;
-	const Fos__LinearResult *res = op_call(c, &rq, &oc, &rp, st);
+	const Fos__LinearResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
 		return rp.code;
 	int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];

@@ -6,7 +6,7 @@
  * blocks in the heap instead: the pages of one message are reused by the next. Once fosd is idle
  * (control.c), fosd_alloc_idle_trim gives the free pages back, so that a burst's peak does not
  * stay resident for good. */
-#include "shm.h"
+#include "alloc_tune.h"
 #include "log.h"
 #include "proc_stats.h"
 

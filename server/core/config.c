@@ -1,15 +1,16 @@
 /* config.c: fosd's configuration: the key table (fosd_config_keys) and what comes from it: the
- * defaults, the key = value config file, the command line flags, `fosd --help`, the reload list
- * and the record of the keys a reload cannot change. Every key of the file is also a flag
+ * defaults, one key's value from a string, the key = value config file, the reload list and the
+ * record of the keys a reload cannot change (the command line and `fosd --help`: config_args.c;
+ * the auto sizes: config_size.c). Every key of the file is also a flag
  * (--cache-bytes for cache_bytes); flags win. Invariants: a value that does not parse leaves the
  * configuration unchanged; a duration is at most FOSD_DURATION_MAX_MS, so every `ms * 1000000` of
  * fosd fits in 64 bits with room for any monotonic clock value added to it. */
 #include "config.h"
-#include "config_report.h"
-#include "http_metrics.h"
 #include "log.h"
 #include "regfile.h"
 #include "trust_config.h"
+
+#include <nng/nng.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,7 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fos_version.h"
 
 /* ---- the key table ----------------------------------------------------------------------------
  * One row per setting, in the order of `fosd --help`. Adding a setting: a field in fosd_config
@@ -126,6 +126,8 @@ const fosd_config_key fosd_config_keys[] = {
 	 .help = "default limit of a tenant's requests in flight (0: none)"},
 };
 const size_t fosd_config_nkeys = sizeof fosd_config_keys / sizeof fosd_config_keys[0];
+_Static_assert(sizeof fosd_config_keys / sizeof fosd_config_keys[0] <= FOSD_CONFIG_KEYS_MAX,
+	       "config_args.c marks the rows a flag set in an array of FOSD_CONFIG_KEYS_MAX");
 
 #undef F
 
@@ -140,6 +142,54 @@ static int listen_check(const char *v, char *msg, size_t msgsz)
 		return -1;
 	}
 	return 0;
+}
+
+int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz)
+{
+	if (!strncmp(url, "https://", 8)) {
+		snprintf(msg, msgsz, "metrics_listen: '%s': the metrics endpoint serves plain http:// only", url);
+		return -1;
+	}
+	if (strncmp(url, "http://", 7)) {
+		snprintf(msg, msgsz, "metrics_listen: '%s' is not an http://HOST:PORT URL (e.g. http://127.0.0.1:9464)",
+			 url);
+		return -1;
+	}
+	nng_url *u = NULL;
+	int rv = nng_url_parse(&u, url);
+	if (rv) {
+		snprintf(msg, msgsz, "metrics_listen: '%s' is not a valid URL: %s", url, nng_strerror(rv));
+		return -1;
+	}
+	int bad = 0;
+	char *end = NULL;
+	/* nng fills in port 80 when none is given: insist on an explicit one */
+	const char *after_host = strrchr(url + 7, ']');
+	after_host = after_host ? after_host : url + 7;
+	const char *colon = strchr(after_host, ':');
+	if (!colon || !u->u_port || !*u->u_port) {
+		snprintf(msg, msgsz, "metrics_listen: '%s' needs a port (e.g. http://127.0.0.1:9464; 0: any free port)",
+			 url);
+		bad = 1;
+	} else {
+		unsigned long port = strtoul(u->u_port, &end, 10);
+		if (!*u->u_port || *end || port > 65535) {
+			snprintf(msg, msgsz, "metrics_listen: '%s': bad port '%s'", url, u->u_port);
+			bad = 1;
+		}
+	}
+	if (!bad && u->u_path && *u->u_path && strcmp(u->u_path, "/")) {
+		snprintf(msg, msgsz, "metrics_listen: '%s': give no path (fosd serves /metrics, /livez, /readyz, /healthz)",
+			 url);
+		bad = 1;
+	}
+	if (!bad && ((u->u_query && *u->u_query) || (u->u_fragment && *u->u_fragment) ||
+		     (u->u_userinfo && *u->u_userinfo))) {
+		snprintf(msg, msgsz, "metrics_listen: '%s': give only http://HOST:PORT", url);
+		bad = 1;
+	}
+	nng_url_free(u);
+	return bad ? -1 : 0;
 }
 
 int fosd_config_devices(const char *v, int *ids, int *n, char *msg, size_t msgsz)
@@ -225,7 +275,7 @@ static int *list_count(fosd_config *c, const fosd_config_key *k)
 	return (int *)((char *)c + k->off + k->size);
 }
 
-static void list_clear(fosd_config *c, const fosd_config_key *k)
+void fosd_config_list_clear(fosd_config *c, const fosd_config_key *k)
 {
 	char **v = list_items(c, k);
 	int *n = list_count(c, k);
@@ -267,7 +317,7 @@ void fosd_config_free(fosd_config *c)
 	for (size_t i = 0; i < fosd_config_nkeys; i++) {
 		const fosd_config_key *k = &fosd_config_keys[i];
 		if (k->type == FOSD_CT_LIST)
-			list_clear(c, k);
+			fosd_config_list_clear(c, k);
 		else if (k->type == FOSD_CT_STRING || k->type == FOSD_CT_URL)
 			string_clear(c, k);
 	}
@@ -641,160 +691,6 @@ int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t ms
 	return rc;
 }
 
-/* One row's --help lines: "  --flag ARG" then its text at column 27 (29 after a long flag),
- * "{def}" replaced by the default, each '\n' continued at column 27. */
-static void usage_row(FILE *f, const fosd_config_key *k)
-{
-	char flag[96];
-	const char *arg = k->arg;
-	char choices[64] = "";
-	if (!arg) {
-		switch (k->type) {
-		case FOSD_CT_INT:
-			arg = "N";
-			break;
-		case FOSD_CT_SIZE:
-			arg = "SIZE";
-			break;
-		case FOSD_CT_DURATION:
-			arg = "DUR";
-			break;
-		case FOSD_CT_OCTAL:
-			arg = "OCTAL";
-			break;
-		case FOSD_CT_URL:
-		case FOSD_CT_LIST:
-			arg = "URL";
-			break;
-		case FOSD_CT_ENUM: /* auto|cpu|cuda */
-			for (int i = 0; k->choices[i]; i++)
-				snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s", i ? "|" : "",
-					 k->choices[i]);
-			arg = choices;
-			break;
-		default:
-			arg = k->type == FOSD_CT_BOOL ? "" : "VALUE";
-		}
-	}
-	int n = snprintf(flag, sizeof flag, "--%s%s%s", k->key, *arg ? " " : "", arg);
-	for (int i = 2; i < n && flag[i] && flag[i] != ' '; i++)
-		if (flag[i] == '_')
-			flag[i] = '-';
-	fprintf(f, "  %-*s", n <= 24 ? 25 : 29, flag);
-	for (const char *p = k->help; *p; p++) {
-		if (!strncmp(p, "{def}", 5)) {
-			fputs(k->def ? k->def : "none", f);
-			p += 4;
-		} else if (*p == '\n') {
-			fprintf(f, "\n%27s", "");
-		} else {
-			fputc(*p, f);
-		}
-	}
-	fputc('\n', f);
-}
-
-void fosd_config_usage(void *stream)
-{
-	FILE *f = stream;
-	fprintf(f, "usage: fosd [options]\n");
-	for (size_t i = 0; i < fosd_config_nkeys; i++)
-		usage_row(f, &fosd_config_keys[i]);
-	fprintf(f, "  --help, --version\n"
-		   "DUR: a decimal number with ms, s, m or h (250ms, 1.5s, 5m; bare: seconds), 0 to 24 days.\n"
-		   "SIGHUP reloads: reads --config and the flags again, applies log_level and the tenant_* keys,\n"
-		   "rereads the tokens file (a removed tenant is refused from its next request on) and keeps\n"
-		   "cached weights and contexts; other keys wait for a restart; a bad file changes nothing.\n");
-}
-
-int fosd_config_parse_args(fosd_config *c, int argc, char **argv, char *msg, size_t msgsz)
-{
-	c->argc = argc;
-	c->argv = argv;
-	/* pass 1: --help, --version, --config */
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fosd_config_usage(stdout);
-			return 1;
-		}
-		if (!strcmp(argv[i], "--version")) {
-			printf("fosd %s\n", FOS_VERSION);
-			return 1;
-		}
-		const char *path = NULL;
-		if (!strcmp(argv[i], "--config")) {
-			if (i + 1 >= argc) {
-				snprintf(msg, msgsz, "--config needs a file");
-				return -1;
-			}
-			path = argv[i + 1];
-		} else if (!strncmp(argv[i], "--config=", 9)) {
-			path = argv[i] + 9;
-		}
-		if (path) {
-			free(c->config_path);
-			c->config_path = strdup(path);
-			if (!c->config_path || fosd_config_load_file(c, path, msg, msgsz))
-				return -1;
-		}
-	}
-	/* pass 2: the other flags; the first flag of a LIST key replaces the file's entries */
-	unsigned char from_flags[sizeof fosd_config_keys / sizeof fosd_config_keys[0]] = {0};
-	char err[512];
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (strncmp(a, "--", 2)) {
-			snprintf(msg, msgsz, "unexpected argument '%s' (see --help)", a);
-			return -1;
-		}
-		char key[64];
-		const char *val;
-		const char *eq = strchr(a, '=');
-		size_t klen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-		if (klen == 0 || klen >= sizeof key) {
-			snprintf(msg, msgsz, "bad option '%s'", a);
-			return -1;
-		}
-		memcpy(key, a + 2, klen);
-		key[klen] = 0;
-		for (char *p = key; *p; p++)
-			if (*p == '-')
-				*p = '_';
-		const fosd_config_key *k = fosd_config_key_find(key);
-		if (!k) {
-			snprintf(msg, msgsz, "unknown option '%s' (see --help)", a);
-			return -1;
-		}
-		if (eq) {
-			val = eq + 1;
-		} else if (k->type == FOSD_CT_BOOL) {
-			val = "true"; /* a boolean flag takes no separate value */
-		} else {
-			if (i + 1 >= argc) {
-				snprintf(msg, msgsz, "option '%s' needs a value", a);
-				return -1;
-			}
-			val = argv[++i];
-		}
-		if (k->flags & FOSD_CK_FLAG_ONLY) { /* --config: read in pass 1 */
-			if (k->type == FOSD_CT_BOOL && !strcmp(key, "check_config"))
-				c->check_config = 1;
-			continue;
-		}
-		if (!from_flags[k - fosd_config_keys]) {
-			fosd_config_note_flag(c, k, a, val); /* the file's value it replaces, if any */
-			if (k->type == FOSD_CT_LIST)
-				list_clear(c, k);
-			from_flags[k - fosd_config_keys] = 1;
-		}
-		if (fosd_config_set(c, key, val, err, sizeof err)) {
-			snprintf(msg, msgsz, "--%s: %s", a + 2, err);
-			return -1;
-		}
-	}
-	return 0;
-}
-
 /* c->fixed: one "key=value" line for each file key a reload cannot change, in table order
  * (malloc'd; NULL when out of memory). */
 static char *config_render_fixed(const fosd_config *c)
@@ -843,84 +739,6 @@ int fosd_config_finish(fosd_config *c, char *msg, size_t msgsz)
 	char line[512];
 	fosd_config_size_auto(c, 0, fosd_host_memory_bytes(), line, sizeof line);
 	return 0;
-}
-
-/* ---- sizes from the memory fosd works in ------------------------------------------------------- */
-
-/* A whole number from the first line of path; 0 when it cannot be read or is no number ("max"). */
-static uint64_t read_u64_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	unsigned long long v = 0;
-	if (fscanf(f, "%llu", &v) != 1)
-		v = 0;
-	fclose(f);
-	return v;
-}
-
-uint64_t fosd_host_memory_bytes(void)
-{
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-	/* a container's limit: cgroup v2, else v1 (which reports "no limit" as a huge number) */
-	uint64_t lim = read_u64_file("/sys/fs/cgroup/memory.max");
-	if (!lim)
-		lim = read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
-	if (lim && (!phys || lim < phys))
-		return lim;
-	return phys ? phys : (uint64_t)8 << 30;
-}
-
-static void size_line(char *msg, size_t msgsz, size_t *used, const char *key, uint64_t v, const char *from)
-{
-	if (*used >= msgsz)
-		return;
-	int w = v >= (1ull << 30) ? snprintf(msg + *used, msgsz - *used, "%s%s %.1f GiB (%s)", *used ? ", " : "", key,
-					     (double)v / (double)(1ull << 30), from)
-				  : snprintf(msg + *used, msgsz - *used, "%s%s %llu MiB (%s)", *used ? ", " : "", key,
-					     (unsigned long long)(v >> 20), from);
-	if (w > 0)
-		*used += (size_t)w;
-}
-
-void fosd_config_size_auto(fosd_config *c, uint64_t dev_bytes, uint64_t host_bytes, char *msg, size_t msgsz)
-{
-	if (c->cache_bytes == FOSD_SIZE_AUTO)
-		c->auto_sized |= FOSD_AUTO_CACHE;
-	if (c->context_bytes == FOSD_SIZE_AUTO)
-		c->auto_sized |= FOSD_AUTO_CONTEXTS;
-	if (c->message_pool_bytes == FOSD_SIZE_AUTO)
-		c->auto_sized |= FOSD_AUTO_POOL;
-	const char *mem = dev_bytes ? "GPU memory" : "host memory";
-	uint64_t base = dev_bytes ? dev_bytes : host_bytes;
-	char from[64];
-	size_t used = 0;
-	if (msgsz)
-		msg[0] = 0;
-	if (c->auto_sized & FOSD_AUTO_CACHE) {
-		c->cache_bytes = dev_bytes ? base / 10 * 4 : base / 4;
-		snprintf(from, sizeof from, "auto: %s of %.1f GiB %s", dev_bytes ? "40%" : "25%",
-			 (double)base / (double)(1ull << 30), mem);
-		size_line(msg, msgsz, &used, "cache", c->cache_bytes, from);
-	} else {
-		size_line(msg, msgsz, &used, "cache", c->cache_bytes, "set");
-	}
-	if (c->auto_sized & FOSD_AUTO_CONTEXTS) {
-		c->context_bytes = dev_bytes ? base / 5 : base / 8;
-		snprintf(from, sizeof from, "auto: %s of %s", dev_bytes ? "20%" : "12.5%", mem);
-		size_line(msg, msgsz, &used, "contexts", c->context_bytes, from);
-	} else {
-		size_line(msg, msgsz, &used, "contexts", c->context_bytes, "set");
-	}
-	if (c->auto_sized & FOSD_AUTO_POOL) {
-		uint64_t p = host_bytes / 16, lo = (uint64_t)64 << 20, hi = (uint64_t)4 << 30;
-		c->message_pool_bytes = p < lo ? lo : p > hi ? hi : p;
-		size_line(msg, msgsz, &used, "message pool", c->message_pool_bytes, "auto: 1/16 of host memory, 64M to 4G");
-	} else {
-		size_line(msg, msgsz, &used, "message pool", c->message_pool_bytes, "set");
-	}
 }
 
 void fosd_config_fixed_diff(const fosd_config *a, const fosd_config *b, char *out, size_t outsz)

@@ -13,6 +13,8 @@
 /* The most devices one fosd serves (--devices). */
 #define FOSD_MAX_DEVICES 16
 #define FOSD_DEFAULT_URL "ipc:///tmp/fosd.sock"
+/* metrics_listen's default: on, loopback only, on the Prometheus exporters' customary port 9464. */
+#define FOSD_DEFAULT_METRICS_URL "http://127.0.0.1:9464"
 
 typedef struct fosd_config {
 	char *listen[FOSD_MAX_LISTEN]; /* URLs; empty means FOSD_DEFAULT_URL */
@@ -96,6 +98,12 @@ int fosd_config_load_file(fosd_config *c, const char *path, char *msg, size_t ms
 
 /* Sets one key from a string (the same keys as the file). Returns 0 or -1 with msg. */
 int fosd_config_set(fosd_config *c, const char *key, const char *value, char *msg, size_t msgsz);
+/* Empties a LIST key of c (a flag's list replaces the file's). */
+struct fosd_config_key;
+void fosd_config_list_clear(fosd_config *c, const struct fosd_config_key *k);
+/* Checks a metrics_listen value: http://HOST:PORT with an explicit port (0: any free port) and no
+ * path. Returns 0, or -1 with msg. */
+int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz);
 
 /* Parses argv. Returns 0 to run, 1 when --help or --version was printed (exit 0), -1 on error
  * with msg. A --config file is read first, then the other flags override it. */
@@ -156,6 +164,8 @@ typedef struct fosd_config_key {
 	void (*on_reload)(const fosd_config *cur, const fosd_config *nc); /* RELOAD: a change applied */
 } fosd_config_key;
 
+/* the table has at most this many rows (config.c checks it at compile time) */
+#define FOSD_CONFIG_KEYS_MAX 256
 extern const fosd_config_key fosd_config_keys[];
 extern const size_t fosd_config_nkeys;
 /* The row of key (with '_'), or NULL. */

@@ -8,6 +8,7 @@
  * clients keep sending; exit 1 only when one of them is still unanswered at drain_timeout or the
  * backend failed. */
 #include "server.h"
+#include "alloc_tune.h"
 #include "log.h"
 #include "util.h"
 #include "reload.h"

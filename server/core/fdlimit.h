@@ -13,9 +13,10 @@
 #ifndef FOSD_FDLIMIT_H
 #define FOSD_FDLIMIT_H
 
-#include <errno.h>
 #include <stdint.h>
 #include <stddef.h>
+
+#include "util.h" /* fosd_fd_exhausted */
 
 #define FOSD_FD_RESERVE_MIN 64 /* descriptors kept back: at least this, plus limit / 16 */
 #define FOSD_FD_MIN_CONNECTIONS 4
@@ -47,11 +48,5 @@ int fosd_fdlimit_setup(struct fosd_server *srv, char *msg, size_t msgsz);
 
 /* Descriptors open in this process now (/proc/self/fd); -1 when that cannot be read. */
 long fosd_fd_count_open(void);
-
-/* 1 when errno value err means the process or the system ran out of descriptors. */
-static inline int fosd_fd_exhausted(int err)
-{
-	return err == EMFILE || err == ENFILE;
-}
 
 #endif

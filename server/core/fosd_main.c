@@ -5,6 +5,7 @@
  * the control loop until a drain finishes, then tear down. Exit status 0 after a clean drain, 1
  * on a startup error, an abandoned drain or a backend that failed for good, 2 on a usage error. */
 #include "server.h"
+#include "alloc_tune.h"
 #include "fdlimit.h"
 #include "http_metrics.h"
 #include "msg_pool.h"

@@ -32,58 +32,71 @@
 #include "validate.h"
 #include "wcache.h"
 #include "reply.h"
+#include "util.h"
 #include "fos.pb-c.h"
-
-#define FOSD_MSG_MAX 512
 
 enum fosd_slot_state { FOSD_SLOT_IDLE = 0, FOSD_SLOT_RECV, FOSD_SLOT_BUSY, FOSD_SLOT_SEND };
 
 typedef struct fosd_server fosd_server;
 
+/* A request's state, split by the stage that owns each part: the transport's (the connection, the
+ * message, how the reply leaves), the requests stage's (what it decoded and checked: all an op
+ * reads of its request) and the executor's (device, stages, queue, times). A stage writes only
+ * its own part; a later stage reads an earlier one's. (C11 anonymous structs: the fields keep
+ * their names, s->rq, s->dev, ...) */
 typedef struct fosd_slot {
 	fosd_server *srv;
-	nng_ctx ctx;
-	nng_aio *aio;
-	int state;
-	/* the request in progress */
-	nng_msg *msg;
-	Fos__Request *rq;
-	const uint8_t *data;
-	size_t dlen;
-	uint64_t t_recv_ns;
-	uint64_t t_lane_ns, t_done_ns; /* executor ops: a lane took it; the op and its device sync ended (else 0) */
-	int ran_now;                   /* run by fosd_executor_try_now on the receiving thread */
-	uint64_t bytes_in;
-	int op;
-	const struct fosd_op_def *def; /* the op's row (optable.h), set with op by dispatch.c: what
-					* the later stages know of the op */
-	uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
-	int dedup_owner;            /* this slot executes the request others may wait on */
-	fosd_args args;
-	int dev;                    /* the device it runs on (placement.c); then, for an op staged over
-				     * several devices, the device of the current stage */
-	uint32_t put_todo, drop_todo; /* PutWeight, DropWeight: devices still to put it on (first), then
-				       * to drop it from (placement.c) */
-	uint32_t placed;            /* PutWeight: every device it goes to */
-	int stages_done;            /* stages of the op run so far (placement.c) */
-	int bound_dev;              /* the device whose mappings hold its device tensors (its first) */
-	nng_msg *stage_reply;       /* PutWeight: the reply of its last put stage, sent after its drop
-				     * stages (freed when the slot ends, if still here) */
-	struct fosd_slot *qnext;    /* executor queue */
-	struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
-	fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
-	int tenant_counted;         /* counted in tenant->inflight until answered */
-	fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
-	/* the transport's reply function (reply.h): sends reply (NULL: none), then, once it has left,
-	 * calls fosd_slot_end and serves the next request */
-	void (*send)(struct fosd_slot *s, nng_msg *reply);
-	int own_thread;             /* the receiving thread serves only this slot (a channel's), so a
+	/* ---- the transport's: transport.c, chan.c, slot.c ------------------------------------- */
+	struct {
+		nng_ctx ctx;
+		nng_aio *aio;
+		int state;
+		nng_msg *msg;       /* the request as received */
+		uint64_t t_recv_ns;
+		uint64_t bytes_in;
+		/* the transport's reply function (reply.h): sends reply (NULL: none), then, once it has
+		 * left, calls fosd_slot_end and serves the next request */
+		void (*send)(struct fosd_slot *s, nng_msg *reply);
+		int own_thread;     /* the receiving thread serves only this slot (a channel's), so a
 				     * small op may run on it at once without the receivers' gate */
-	nng_pipe pipe;              /* the connection the request came from */
-	int conn_held;              /* holds a unit of the pipe's share (conns.h) until the reply left */
-	int conn_verdict;           /* enum fosd_conn_verdict of the request's arrival */
-	int unauth_held;            /* counted as an unauthenticated request of the pipe */
-	int accepted;               /* received before a drain began: the drain waits for its reply */
+		nng_pipe pipe;      /* the connection the request came from */
+		int conn_held;      /* holds a unit of the pipe's share (conns.h) until the reply left */
+		int conn_verdict;   /* enum fosd_conn_verdict of the request's arrival */
+		int unauth_held;    /* counted as an unauthenticated request of the pipe */
+		int accepted;       /* received before a drain began: the drain waits for its reply */
+	};
+	/* ---- the requests stage's (dispatch.c, auth.c, validate.c, dedup.c): what an op sees --- */
+	struct {
+		Fos__Request *rq;
+		const uint8_t *data; /* the message's data section */
+		size_t dlen;
+		int op;
+		const struct fosd_op_def *def; /* the op's row (optable.h), set with op by dispatch.c:
+						* what the later stages know of the op */
+		uint64_t client_id, req_id; /* for duplicate detection (client_id 0: none) */
+		int dedup_owner;            /* this slot executes the request others may wait on */
+		struct fosd_slot *wnext;    /* waiters on a duplicate in flight */
+		fosd_args args;
+		fosd_tenant *tenant;        /* who sent it (auth.c); NULL: the anonymous tenant */
+		int tenant_counted;         /* counted in tenant->inflight until answered */
+		fosd_shm_req shm;           /* shared-memory regions the request uses (shm_req.c) */
+	};
+	/* ---- the executor's (placement.c, executor.c, deadline.c) ------------------------------ */
+	struct {
+		int dev;                    /* the device it runs on (placement.c); then, for an op staged
+					     * over several devices, the device of the current stage */
+		uint32_t put_todo, drop_todo; /* PutWeight, DropWeight: devices still to put it on
+					       * (first), then to drop it from (placement.c) */
+		uint32_t placed;            /* PutWeight: every device it goes to */
+		int stages_done;            /* stages of the op run so far (placement.c) */
+		int bound_dev;              /* the device whose mappings hold its device tensors (its first) */
+		nng_msg *stage_reply;       /* PutWeight: the reply of its last put stage, sent after its
+					     * drop stages (freed when the slot ends, if still here) */
+		struct fosd_slot *qnext;    /* executor queue */
+		uint64_t t_lane_ns, t_done_ns; /* executor ops: a lane took it; the op and its device sync
+						* ended (else 0) */
+		int ran_now;                /* run by fosd_executor_try_now on the receiving thread */
+	};
 } fosd_slot;
 
 /* One device fosd serves (--devices; one by default): its backend, its weight cache, saved
@@ -166,62 +179,10 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const
 /* Frees the caches and the backend (after transport and executor are stopped). */
 void fosd_server_destroy(fosd_server *srv);
 
-/* transport.c */
-int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz);
-void fosd_transport_stop_listening(fosd_server *srv);
-void fosd_transport_close(fosd_server *srv);
-/* slot.c: a request arrived on slot s (nng or channel): counts it in flight, and as accepted
- * unless a drain has begun. */
-void fosd_slot_begin(fosd_server *srv, fosd_slot *s);
-/* The slot's reply has left (sent, failed, written into a channel, or none was made): releases
- * what the request held (tenant quota, connection share, the drain's count). */
-void fosd_slot_end(fosd_slot *s);
-
-/* dispatch.c: called by a transport with s->msg set (and s->send, s->pipe). */
-void fosd_dispatch(fosd_slot *s);
-/* For a transport that could not even make a message of what arrived: answers code and message
- * (request id 0) as an invalid op. */
-void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message);
-
-/* executor.c */
-/* For every device: opens the lanes (cfg->streams backend instances like its be, at most 64) and
- * starts the workers (cfg->workers, and at least one per lane); then the deadline reaper
- * (deadline.c). */
-int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz);
-/* Queues s on its device (s->dev). */
-void fosd_executor_submit(fosd_server *srv, fosd_slot *s);
-/* Runs s at once on the calling (receiving) thread if it is a small side-by-side op, nothing is
- * queued and a lane is free; returns 1 if it ran (and was answered), 0 to queue it. */
-int fosd_executor_try_now(fosd_server *srv, fosd_slot *s);
-void fosd_executor_request_sweep(fosd_server *srv);
-void fosd_executor_stop(fosd_server *srv);
-uint64_t fosd_executor_queued(fosd_server *srv);
-uint64_t fosd_device_queued(fosd_device *d);
-
-/* placement.c: picks the device of a request that dispatch.c is about to run (s->dev, and the
- * stages of PutWeight and DropWeight). 0, or a gRPC code with the message. */
-int fosd_place(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz);
-/* The device whose GPU has this 16-byte UUID, or NULL. */
-fosd_device *fosd_device_by_uuid(fosd_server *srv, const uint8_t *uuid);
-/* After an op of s ran on its current stage's device: moves s to its next stage. Returns 1 when
- * there is one (s->dev is its device; the caller queues s there), 0 when s is done. */
-int fosd_place_next_stage(fosd_slot *s);
-/* For the deadline reaper (deadline.c): answers DEADLINE_EXCEEDED every queued request whose
- * deadline is at or before now, taking it out of the queue (adds their number to *reaped);
- * returns the earliest deadline still queued (0: none). */
-uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped);
-
-/* control.c: blocks SIGTERM and SIGINT in the calling thread (main, before any thread starts, so
- * every thread inherits it): they stay pending until fosd_control_run's handlers exist. */
-void fosd_control_block_signals(void);
-/* SIGTERM or SIGINT when one is pending (arrived while blocked, before the loop runs), else 0:
- * for the steps of the start that can take long (the weight repository) to stop early. */
-int fosd_control_stop_pending(void);
-/* Runs the libuv loop (signals, timers) until a drain finishes; unblocks SIGTERM/SIGINT in its
- * thread once their handlers are in place. Returns the exit code. */
-int fosd_control_run(fosd_server *srv);
-/* After the loop: bounds the teardown (a thread exits the process with exit_code, or 1, if it has
- * not ended in 15 s) and gives SIGTERM/SIGINT their default action back. */
-void fosd_control_watchdog(int exit_code);
+/* the stages' functions, each in its folder's header */
+#include "transport.h"
+#include "dispatch.h"
+#include "executor.h"
+#include "control.h"
 
 #endif

@@ -363,7 +363,7 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 	if (!code) {
 		for (;;) { /* each device it goes to (placement.c), with that device's backend gate */
 			fosd_device *d = &srv->devs[s->dev];
-			fosd_opctx c = {srv, s, d->be, -1, NULL, d, NULL, 0};
+			fosd_opctx c = {srv, s, d->be, -1, NULL, d, NULL, 0, 0};
 			s->bound_dev = s->dev;
 			pthread_mutex_lock(&d->be_mu);
 			nng_msg *reply = fosd_op_run(&c, &code);

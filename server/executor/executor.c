@@ -334,7 +334,7 @@ static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, at
 	fosd_server *srv = d->srv;
 	int code = 0;
 	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
-	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d, NULL, 0};
+	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d, NULL, 0, fosd_deadline_of(s)};
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
 	unsigned char done_h[64];
@@ -582,6 +582,17 @@ uint64_t fosd_device_queued(fosd_device *d)
 	uint64_t n = d->queued;
 	pthread_mutex_unlock(&d->q_mu);
 	return n;
+}
+
+void fosd_device_exec_snapshot(fosd_device *d, fosd_exec_snap *out)
+{
+	out->lanes = (uint64_t)d->n_lanes;
+	int running = atomic_load(&d->running);
+	out->lanes_busy = running > 0 ? (uint64_t)running : 0;
+	out->queued = fosd_device_queued(d);
+	out->requests = atomic_load(&d->requests);
+	out->busy_us = atomic_load(&d->busy_ns) / 1000u;
+	out->workers = (uint64_t)d->n_workers;
 }
 
 uint64_t fosd_executor_queued(fosd_server *srv)

@@ -418,53 +418,6 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 
 /* ---- the URL -------------------------------------------------------------------------------- */
 
-int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz)
-{
-	if (!strncmp(url, "https://", 8)) {
-		snprintf(msg, msgsz, "metrics_listen: '%s': the metrics endpoint serves plain http:// only", url);
-		return -1;
-	}
-	if (strncmp(url, "http://", 7)) {
-		snprintf(msg, msgsz, "metrics_listen: '%s' is not an http://HOST:PORT URL (e.g. http://127.0.0.1:9464)",
-			 url);
-		return -1;
-	}
-	nng_url *u = NULL;
-	int rv = nng_url_parse(&u, url);
-	if (rv) {
-		snprintf(msg, msgsz, "metrics_listen: '%s' is not a valid URL: %s", url, nng_strerror(rv));
-		return -1;
-	}
-	int bad = 0;
-	char *end = NULL;
-	/* nng fills in port 80 when none is given: insist on an explicit one */
-	const char *after_host = strrchr(url + 7, ']');
-	after_host = after_host ? after_host : url + 7;
-	const char *colon = strchr(after_host, ':');
-	if (!colon || !u->u_port || !*u->u_port) {
-		snprintf(msg, msgsz, "metrics_listen: '%s' needs a port (e.g. http://127.0.0.1:9464; 0: any free port)",
-			 url);
-		bad = 1;
-	} else {
-		unsigned long port = strtoul(u->u_port, &end, 10);
-		if (!*u->u_port || *end || port > 65535) {
-			snprintf(msg, msgsz, "metrics_listen: '%s': bad port '%s'", url, u->u_port);
-			bad = 1;
-		}
-	}
-	if (!bad && u->u_path && *u->u_path && strcmp(u->u_path, "/")) {
-		snprintf(msg, msgsz, "metrics_listen: '%s': give no path (fosd serves /metrics, /livez, /readyz, /healthz)",
-			 url);
-		bad = 1;
-	}
-	if (!bad && ((u->u_query && *u->u_query) || (u->u_fragment && *u->u_fragment) ||
-		     (u->u_userinfo && *u->u_userinfo))) {
-		snprintf(msg, msgsz, "metrics_listen: '%s': give only http://HOST:PORT", url);
-		bad = 1;
-	}
-	nng_url_free(u);
-	return bad ? -1 : 0;
-}
 
 /* ---- the endpoint -------------------------------------------------------------------------- */
 

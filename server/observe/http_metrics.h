@@ -13,9 +13,6 @@
 #include "metrics.h"
 #include "stats.h"
 
-/* metrics_listen's default: on, loopback only, on the Prometheus exporters' customary port 9464. */
-#define FOSD_DEFAULT_METRICS_URL "http://127.0.0.1:9464"
-
 /* The snapshot /metrics exports: the one of the Stats op (stats.h). */
 typedef fosd_stats fosd_prom_snapshot;
 
@@ -31,9 +28,7 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len);
  * (NUL-terminated, truncated to outsz). Returns the length of the full escaped value. */
 size_t fosd_prom_escape_label(const char *in, char *out, size_t outsz);
 
-/* Checks a metrics_listen value: http://HOST:PORT with an explicit port (0: any free port) and no
- * path. Returns 0, or -1 with msg. */
-int fosd_http_metrics_check_url(const char *url, char *msg, size_t msgsz);
+/* The metrics_listen value's check, fosd_http_metrics_check_url, is the config's (config.h). */
 
 typedef struct fosd_http_metrics fosd_http_metrics;
 

@@ -8,7 +8,6 @@
  * reply of its is being written, so at most one reply per connection is in flight, and bytes read
  * past a request wait in c->pend until its reply is written. */
 #include "http_server.h"
-#include "fdlimit.h"
 #include "log.h"
 #include "util.h"
 

@@ -1,5 +1,5 @@
 /* metrics.c: request counters by operation, status code and tenant, latency histograms
- * (kernels/fos_hist.c's buckets, allocated with a distribution's first value) of the whole request
+ * (formats/fos_hist.c's buckets, allocated with a distribution's first value) of the whole request
  * by status code and, for OK requests an executor lane ran, of its queue, input copy, compute,
  * output copy and run parts, and bytes moved.
  *

@@ -1,6 +1,6 @@
 /* metrics.h: request counters by operation, status code and tenant, latency histograms (receipt to
  * reply, by status code; for OK requests an executor lane ran, its queue, input copy, compute,
- * output copy and run parts), bytes moved. The histograms are kernels/fos_hist.h's (the one the
+ * output copy and run parts), bytes moved. The histograms are formats/fos_hist.h's (the one the
  * fos CLI uses): a percentile is within 0.8 % above the true one. */
 #ifndef FOSD_METRICS_H
 #define FOSD_METRICS_H

@@ -178,12 +178,13 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 		fosd_contexts_stats_get(&d->cx, &ds->contexts);
 		fosd_devmaps_stats(&d->devmaps, &ds->device_mappings, &ds->device_mapped_bytes, &ds->device_tensors,
 				   &ds->device_staged);
-		ds->lanes = (uint64_t)d->n_lanes;
-		int running = atomic_load(&d->running);
-		ds->lanes_busy = running > 0 ? (uint64_t)running : 0;
-		ds->queued = fosd_device_queued(d);
-		ds->requests = atomic_load(&d->requests);
-		ds->busy_us = atomic_load(&d->busy_ns) / 1000u;
+		fosd_exec_snap ex;
+		fosd_device_exec_snapshot(d, &ex);
+		ds->lanes = ex.lanes;
+		ds->lanes_busy = ex.lanes_busy;
+		ds->queued = ex.queued;
+		ds->requests = ex.requests;
+		ds->busy_us = ex.busy_us;
 		fosd_wcache_stats *c = &out->cache;
 		c->bytes += ds->cache.bytes;
 		c->budget += ds->cache.budget;
@@ -208,7 +209,7 @@ void fosd_stats_take(fosd_server *srv, fosd_stats *out)
 		out->device_tensors += ds->device_tensors;
 		out->device_staged += ds->device_staged;
 		out->queued += ds->queued;
-		out->workers += (uint64_t)d->n_workers;
+		out->workers += ex.workers;
 	}
 	fosd_regions_stats(&srv->regions, &out->shm_regions, &out->shm_region_bytes, &out->shm_mapped_bytes);
 	out->channels = fosd_chans_count(&srv->chans);

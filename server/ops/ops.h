@@ -79,8 +79,12 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code);
 nng_msg *fosd_op_health(fosd_opctx *c, int *code);
 nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s); /* its row wraps it (optable.c) */
 nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code);
-/* shm_ops.c: RegisterRegion, UnregisterRegion, ListRegions are declared in shm.h */
-/* dev_ops.c */
+/* ops_shm.c: RegisterRegion, UnregisterRegion, ListRegions; their requests' checks (0 or a code) */
+int fosd_shm_validate_op(const Fos__Request *rq, char *msg, size_t msgsz);
+nng_msg *fosd_op_register_region(fosd_opctx *c, int *code);
+nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code);
+nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code);
+/* ops_devmem.c */
 nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code);
 
 /* WeightInfo for a reply; strings point into info. */

@@ -56,7 +56,7 @@ void *fosd_dev_from(fosd_opctx *c, const fosw_tensor *t, fos_err *e)
 		return (void *)t->ptr;
 	uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
 	void *p = fosd_dev_alloc(c, t->len, e);
-	if (p && fosd_tensor_h2d(c->be, c->srv, &c->dev->devmaps, p, t, e)) { /* inline, or from a shm region */
+	if (p && fosd_tensor_h2d(c->be, &c->srv->regions, &c->dev->devmaps, p, t, e)) { /* inline, or from a shm region */
 		c->be->free(c->be, p);
 		return NULL;
 	}
@@ -113,7 +113,9 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 	resp->id = s->req_id;
 	resp->device = c->dev ? (uint32_t)c->dev->index : 0;
 	char smsg[FOSD_MSG_MAX];
-	int sc = fosd_shm_outs_place(s, &resp->base, o, smsg, sizeof smsg); /* results asked into shm */
+	/* results asked into shm */
+	int sc = fosd_shm_outs_place(&s->shm, &resp->base, o ? o->t : NULL, o ? o->n : 0, o ? &o->pl : NULL, smsg,
+				     sizeof smsg);
 	if (sc)
 		return fosd_fail(s, code, sc, "%s", smsg);
 	if (o && o->pl.cursor + 4096 > srv->cfg->max_message_bytes)
@@ -143,7 +145,7 @@ nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *
 	for (int i = 0; o && i < o->n; i++) {
 		fos_err e;
 		if (o->t[i].shm || o->t[i].cuda) {
-			sc = fosd_shm_out_write(c->be, srv, s, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
+			sc = fosd_shm_out_write(c->be, &srv->regions, &s->shm, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
 			if (sc) {
 				nng_msg_free(m);
 				return fosd_fail(s, code, sc, "writing result %d into %s: %s", i,

@@ -1,7 +1,6 @@
 /* ops_info.c: the read-only operations answered without the executor: Health, Stats and
  * ListWeights. They read the caches (and the message pool's counters) under their own locks,
  * never the backend. */
-#include "msg_pool.h"
 #include "ops.h"
 #include "stats.h"
 #include "util.h"

@@ -5,12 +5,18 @@
  * Forward with expect computes the same Y, compares expect with it through kernels/compare.c (the
  * code of `fos check`, so the numbers are the CLI's) and replies with the comparison, never Y. */
 #include "ops.h"
-#include "deadline.h"
+#include "util.h"
 #include "log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* 1 when the request has a deadline (set by the executor) and it has passed */
+static int past_deadline(const fosd_opctx *c)
+{
+	return c->deadline_ns && fosd_now_ns() > c->deadline_ns;
+}
 
 #define BF16 FOS__DTYPE__DTYPE_BF16
 
@@ -195,7 +201,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	ly = lx ? fosd_lane_buffer(c, 1, (size_t)(m * n * 2)) : NULL;
 	if (lx && ly) {
 		uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
-		if (fosd_tensor_h2d(c->be, srv, &c->dev->devmaps, lx, &a->x, &e)) {
+		if (fosd_tensor_h2d(c->be, &srv->regions, &c->dev->devmaps, lx, &a->x, &e)) {
 			r = fosd_fail_be(s, code, e.rc, NULL, &e);
 			goto out;
 		}
@@ -426,7 +432,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		goto out;
 	}
 	have_qw = 1;
-	if (fosd_past_deadline(s)) { /* between steps: nobody waits for the rest */
+	if (past_deadline(c)) { /* between steps: nobody waits for the rest */
 		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
 		goto out;
 	}
@@ -435,7 +441,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		goto out;
 	}
 	have_saved = a->has_dy;
-	if (a->has_dy && fosd_past_deadline(s)) {
+	if (a->has_dy && past_deadline(c)) {
 		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
 		goto out;
 	}

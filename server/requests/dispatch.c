@@ -44,7 +44,7 @@ static void conn_refusal(const fosd_server *srv, int verdict, char *msg, size_t 
 /* An inline op (FOSD_OPF_INLINE): run here, on the receiving thread, without a lane. */
 static void run_inline(fosd_server *srv, fosd_slot *s)
 {
-	fosd_opctx c = {srv, s, srv->devs[0].be, -1, NULL, &srv->devs[0], NULL, 0};
+	fosd_opctx c = {srv, s, srv->devs[0].be, -1, NULL, &srv->devs[0], NULL, 0, 0};
 	int code = 0;
 	nng_msg *r = fosd_op_run(&c, &code);
 	if (!r) {

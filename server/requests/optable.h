@@ -81,6 +81,8 @@ typedef struct fosd_opctx {
 	 * the client's GPU memory, records the event after the op's work and sets early. */
 	const unsigned char *done_event;
 	int early;
+	uint64_t deadline_ns; /* the request's deadline on the monotonic clock (fosd_now_ns), 0: none;
+			       * set by the executor, for an op that checks it between its steps */
 } fosd_opctx;
 
 /* Returns the reply (NULL if none could be made) and sets *code. */

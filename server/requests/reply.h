@@ -17,30 +17,9 @@
 #include "fos_wire.h"
 #include "fos.pb-c.h"
 #include "shm.h"
+#include "rc_code.h"
 
 struct fosd_slot;
-
-/* An fos_err rc (beside enum fos_rc) for a shared-memory region that shrank (shm_req.c). */
-#define FOSD_RC_PRECONDITION 100
-
-/* enum fos_rc (or FOSD_RC_PRECONDITION) -> the gRPC code of the reply */
-static inline int fosd_code_of_rc(int rc)
-{
-	switch (rc) {
-	case FOS_OK:
-		return FOS__CODE__OK;
-	case FOS_EINVAL:
-		return FOS__CODE__INVALID_ARGUMENT;
-	case FOS_ENOMEM:
-		return FOS__CODE__RESOURCE_EXHAUSTED;
-	case FOS_EUNSUPPORTED:
-		return FOS__CODE__UNIMPLEMENTED;
-	case FOSD_RC_PRECONDITION:
-		return FOS__CODE__FAILED_PRECONDITION;
-	default:
-		return FOS__CODE__INTERNAL;
-	}
-}
 
 /* Packs a Response whose tensors are placed by pl (NULL: none); *data gets the data section.
  * NULL when out of memory. */

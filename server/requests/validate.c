@@ -2,6 +2,7 @@
  * field and the bad value. */
 #include "validate.h"
 #include "shm.h"
+#include "ops.h" /* fosd_shm_validate_op */
 
 #include <math.h>
 #include <stdio.h>
@@ -483,7 +484,7 @@ int fosd_validate_region_op(vctx *v, const Fos__Request *rq, fosd_args *a, uint6
 {
 	(void)a;
 	(void)max_reply;
-	return fosd_shm_validate_op(rq, v->msg, v->msgsz); /* shm_ops.c */
+	return fosd_shm_validate_op(rq, v->msg, v->msgsz); /* ops_shm.c */
 }
 
 int fosd_validate_close_device(vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply)

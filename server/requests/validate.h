@@ -98,7 +98,7 @@ int fosd_validate_release(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, ui
 int fosd_validate_quantize(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
 int fosd_validate_dequantize(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
 int fosd_validate_linear(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
-/* RegisterRegion, UnregisterRegion, ListRegions (shm_ops.c checks them) */
+/* RegisterRegion, UnregisterRegion, ListRegions (ops_shm.c checks them) */
 int fosd_validate_region_op(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);
 /* CloseDeviceMemory: a 64-byte handle */
 int fosd_validate_close_device(fosd_vctx *v, const Fos__Request *rq, fosd_args *a, uint64_t max_reply);

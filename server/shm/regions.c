@@ -8,8 +8,7 @@
  * share of the descriptor limit (fdlimit.c). Running out of descriptors anyway is
  * RESOURCE_EXHAUSTED, never a permission problem. */
 #include "shm.h"
-#include "chan.h"
-#include "fdlimit.h"
+#include "util.h"
 #include "log.h"
 #include "fos_chan.h"
 
@@ -35,7 +34,8 @@ struct fosd_region {
 	int refs;           /* 1 while registered + 1 per request using it (under rg->mu) */
 	int listed;         /* still in the table */
 	atomic_uint_fast64_t uses;
-	fosd_chan *chan;    /* a request channel serves it (chan.c); under rg->mu */
+	struct fosd_chan *chan; /* a request channel serves it (chan.c); under rg->mu */
+	void (*chan_signal)(struct fosd_chan *c); /* wakes it when the region is unregistered */
 	fosd_region *next;
 };
 
@@ -110,7 +110,7 @@ static int unlist_locked(fosd_regions *rg, fosd_region *r)
 	r->next = NULL;
 	r->listed = 0;
 	if (r->chan)
-		fosd_chan_signal(r->chan); /* its thread ends and drops its reference */
+		r->chan_signal(r->chan); /* its thread ends and drops its reference */
 	rg->count--;
 	rg->bytes -= r->size;
 	return --r->refs == 0;
@@ -514,14 +514,16 @@ int fosd_region_sealed(const fosd_region *r)
 	return r->sealed;
 }
 
-int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, fosd_chan *c)
+int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, struct fosd_chan *c, void (*signal)(struct fosd_chan *c))
 {
 	pthread_mutex_lock(&rg->mu);
 	int rc = 0;
-	if (c && (!r->listed || r->chan))
+	if (c && (!r->listed || r->chan)) {
 		rc = -1;
-	else
+	} else {
 		r->chan = c;
+		r->chan_signal = signal;
+	}
 	pthread_mutex_unlock(&rg->mu);
 	return rc;
 }

@@ -135,10 +135,11 @@ uint64_t fosd_region_size(const fosd_region *r);
 const char *fosd_region_name(const fosd_region *r);
 int fosd_region_pinned(const fosd_region *r);
 int fosd_region_sealed(const fosd_region *r);
-/* Makes c the request channel of r (NULL: none now). Returns -1 when r is no longer registered or
- * already has a channel. */
+/* Makes c the request channel of r (NULL: none now); signal(c) wakes the channel when r is
+ * unregistered (under the table's lock), so the regions call back into the transport without
+ * knowing it. Returns -1 when r is no longer registered or already has a channel. */
 struct fosd_chan;
-int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, struct fosd_chan *c);
+int fosd_region_set_chan(fosd_regions *rg, fosd_region *r, struct fosd_chan *c, void (*signal)(struct fosd_chan *c));
 void fosd_region_count_use(fosd_region *r);
 /* Checks [off, off + len) lies in the object as it is now (fstat, unless sealed against
  * shrinking). Returns 0, or FAILED_PRECONDITION with msg. */
@@ -152,10 +153,6 @@ int fosd_region_check_now(const fosd_region *r, uint64_t off, uint64_t len, char
 int fosd_shm_copy(void *dst, const void *src, size_t n);
 
 /* ---- per request (shm_req.c) ------------------------------------------------------------------ */
-
-struct fosd_server;
-struct fosd_slot;
-struct fosd_outs;
 
 /* Starts the request's shm state (pipe from the message, op, tenant: NULL for anonymous) and its
  * device state (dm: the device mapping table). */
@@ -188,33 +185,17 @@ int fosd_shm_output_index(const Fos__Request *rq, const char *result);
 
 /* Copies a received tensor (inline or in a region) into backend memory through be (the request's
  * lane). */
-int fosd_tensor_h2d(fos_backend *be, struct fosd_server *srv, fosd_devmaps *dm, void *dst, const fosw_tensor *t,
+int fosd_tensor_h2d(fos_backend *be, const fosd_regions *rg, fosd_devmaps *dm, void *dst, const fosw_tensor *t,
 		    fos_err *e);
-/* Before a reply is built: moves the outputs the request asked for into their regions (the
- * reply's tensors get shm references) and places the others again. Returns 0 or a gRPC code with
- * msg (OUT_OF_RANGE: a result larger than its capacity). */
-int fosd_shm_outs_place(struct fosd_slot *s, ProtobufCMessage *resp, struct fosd_outs *o, char *msg, size_t msgsz);
+/* Before a reply is built: moves the outputs the request asked for (the n tensors t of resp) into
+ * their regions (the reply's tensors get shm references) and places the others again (*placer,
+ * set only when something was asked for). Returns 0 or a gRPC code with msg (OUT_OF_RANGE: a
+ * result larger than its capacity). */
+int fosd_shm_outs_place(fosd_shm_req *q, ProtobufCMessage *resp, Fos__Tensor *t, int n, fosw_placer *placer,
+			char *msg, size_t msgsz);
 /* Writes output i (len bytes at backend pointer dev, read through be) into its region. Returns 0
  * or a gRPC code with msg. */
-int fosd_shm_out_write(fos_backend *be, struct fosd_server *srv, struct fosd_slot *s, int i, const void *dev,
+int fosd_shm_out_write(fos_backend *be, const fosd_regions *rg, fosd_shm_req *q, int i, const void *dev,
 		       size_t len, char *msg, size_t msgsz);
-
-/* ---- the region operations (shm_ops.c) -------------------------------------------------------- */
-
-/* Checks RegisterRegion / UnregisterRegion / ListRegions requests. Returns 0 or a code. */
-int fosd_shm_validate_op(const Fos__Request *rq, char *msg, size_t msgsz);
-/* The handlers of their rows in the op table (optable.h) */
-struct fosd_opctx;
-nng_msg *fosd_op_register_region(struct fosd_opctx *c, int *code);
-nng_msg *fosd_op_unregister_region(struct fosd_opctx *c, int *code);
-nng_msg *fosd_op_list_regions(struct fosd_opctx *c, int *code);
-
-/* alloc_tune.c: keeps large freed blocks in the heap (no mmap/munmap and page faults per large
- * message); FOSD_MALLOC_DEFAULT=1 in the environment keeps glibc's defaults. */
-void fosd_tune_malloc(void);
-/* Gives the heap's free pages back to the system (malloc_trim): the control loop calls it once
- * fosd has been idle for a while (control.c), so a warm heap is kept only while it is used.
- * Returns the resident bytes it gave back (0 when unknown). */
-uint64_t fosd_alloc_idle_trim(void);
 
 #endif

@@ -2,8 +2,11 @@
  * region, checking Request.shm_outputs against the op's result message (by field name, through
  * the protobuf descriptors, so every op with Tensor results supports them), copying region bytes
  * into backend memory and results back out, and the references held meanwhile. */
-#include "ops.h"
+#include "shm.h"
 #include "log.h"
+#include "optable.h"
+#include "rc_code.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,7 +256,7 @@ int fosd_shm_output_named(const Fos__Request *rq, const char *result)
  * regions on a device backend go by DMA (the pages stay valid even if the object shrinks); host
  * backends copy directly; otherwise through a bounce buffer. Every CPU touch of the mapping is a
  * guarded copy. Returns 0 or a gRPC code with msg. */
-static int region_move(fos_backend *be, fosd_server *srv, fosd_region *r, uint64_t off, void *dev, size_t len,
+static int region_move(fos_backend *be, const fosd_regions *rg, fosd_region *r, uint64_t off, void *dev, size_t len,
 		       int to_region, char *msg, size_t msgsz)
 {
 	int rc = fosd_region_check_now(r, off, len, msg, msgsz);
@@ -262,7 +265,7 @@ static int region_move(fos_backend *be, fosd_server *srv, fosd_region *r, uint64
 	uint8_t *p = fosd_region_base(r) + off;
 	fos_err e;
 	memset(&e, 0, sizeof e);
-	if (srv->regions.host_backend) {
+	if (rg->host_backend) {
 		if (to_region ? fosd_shm_copy(p, dev, len) : fosd_shm_copy(dev, p, len)) {
 			snprintf(msg, msgsz, "shm region '%s' shrank while it was %s", fosd_region_name(r),
 				 to_region ? "written" : "read");
@@ -310,7 +313,7 @@ static int region_move(fos_backend *be, fosd_server *srv, fosd_region *r, uint64
 	return 0;
 }
 
-int fosd_tensor_h2d(fos_backend *be, fosd_server *srv, fosd_devmaps *dm, void *dst, const fosw_tensor *t, fos_err *e)
+int fosd_tensor_h2d(fos_backend *be, const fosd_regions *rg, fosd_devmaps *dm, void *dst, const fosw_tensor *t, fos_err *e)
 {
 	if (t->cuda) { /* in the client's GPU memory: a copy on the GPU */
 		int rc = be->d2d(be, dst, t->ptr, t->len, e);
@@ -322,19 +325,19 @@ int fosd_tensor_h2d(fos_backend *be, fosd_server *srv, fosd_devmaps *dm, void *d
 		return be->h2d(be, dst, t->ptr, t->len, e);
 	fosd_region *r = t->shm;
 	char msg[FOSD_MSG_MAX];
-	int code = region_move(be, srv, r, (uint64_t)(t->ptr - fosd_region_base(r)), dst, t->len, 0, msg, sizeof msg);
+	int code = region_move(be, rg, r, (uint64_t)(t->ptr - fosd_region_base(r)), dst, t->len, 0, msg, sizeof msg);
 	if (code)
 		return fos_seterr(e, code == FOS__CODE__FAILED_PRECONDITION ? FOSD_RC_PRECONDITION : FOS_EINTERNAL, "%s",
 				  msg);
 	return FOS_OK;
 }
 
-int fosd_shm_outs_place(fosd_slot *s, ProtobufCMessage *resp, fosd_outs *o, char *msg, size_t msgsz)
+int fosd_shm_outs_place(fosd_shm_req *q, ProtobufCMessage *resp, Fos__Tensor *t, int n, fosw_placer *placer,
+			char *msg, size_t msgsz)
 {
-	fosd_shm_req *q = &s->shm;
 	for (int i = 0; i < FOSW_MAX_TENSORS; i++)
 		q->out_of_t[i] = -1;
-	if (!q->n_out || !o || !o->n)
+	if (!q->n_out || !n)
 		return 0;
 	/* the result message: the Response field named by its result oneof */
 	const Fos__Response *R = (const Fos__Response *)resp;
@@ -350,58 +353,57 @@ int fosd_shm_outs_place(fosd_slot *s, ProtobufCMessage *resp, fosd_outs *o, char
 		if (!f)
 			continue;
 		const Fos__Tensor *tp = *(Fos__Tensor *const *)((const char *)sub + f->offset);
-		for (int i = 0; tp && i < o->n; i++) {
-			if (&o->t[i] != tp)
+		for (int i = 0; tp && i < n; i++) {
+			if (&t[i] != tp)
 				continue;
 			const fosd_dev_target *dout = &q->dev.out[j];
 			uint64_t cap = dout->m ? dout->cap : q->out[j].cap;
-			if (o->t[i].length > cap) {
+			if (t[i].length > cap) {
 				if (dout->m)
 					snprintf(msg, msgsz, "result %s is %llu bytes, its device target has room for %llu",
-						 q->outs[j]->result, (unsigned long long)o->t[i].length,
+						 q->outs[j]->result, (unsigned long long)t[i].length,
 						 (unsigned long long)cap);
 				else
 					snprintf(msg, msgsz,
 						 "result %s is %llu bytes, its shm target in region '%s' has room for %llu",
-						 q->outs[j]->result, (unsigned long long)o->t[i].length,
+						 q->outs[j]->result, (unsigned long long)t[i].length,
 						 fosd_region_name(q->out[j].r), (unsigned long long)cap);
 				return FOS__CODE__OUT_OF_RANGE;
 			}
 			q->out_of_t[i] = j;
 			q->out[j].used = 1;
 			if (dout->m) {
-				o->t[i].cuda = fosd_dev_out_ref(&q->dev, i, q->outs[j]->cuda);
+				t[i].cuda = fosd_dev_out_ref(&q->dev, i, q->outs[j]->cuda);
 				continue;
 			}
 			fos__shm_ref__init(&q->out_ref[i]);
 			q->out_ref[i].region = (char *)fosd_region_name(q->out[j].r);
 			q->out_ref[i].offset = q->out[j].off;
-			o->t[i].shm = &q->out_ref[i];
+			t[i].shm = &q->out_ref[i];
 		}
 	}
 	/* place the inline outputs again, without the ones that went to regions */
 	fosw_placer pl;
 	memset(&pl, 0, sizeof pl);
-	for (int i = 0; i < o->n; i++) {
+	for (int i = 0; i < n; i++) {
 		if (q->out_of_t[i] >= 0) {
-			o->t[i].offset = 0;
+			t[i].offset = 0;
 			continue;
 		}
-		o->t[i].offset = pl.cursor;
-		uint64_t end = pl.cursor + o->t[i].length;
+		t[i].offset = pl.cursor;
+		uint64_t end = pl.cursor + t[i].length;
 		pl.cursor = fosw_align(end);
 		pl.gap_at[pl.n] = end;
 		pl.gap_len[pl.n] = pl.cursor - end;
 		pl.n++;
 	}
-	o->pl = pl;
+	*placer = pl;
 	return 0;
 }
 
-int fosd_shm_out_write(fos_backend *be, fosd_server *srv, fosd_slot *s, int i, const void *dev, size_t len, char *msg,
-		       size_t msgsz)
+int fosd_shm_out_write(fos_backend *be, const fosd_regions *rg, fosd_shm_req *q, int i, const void *dev, size_t len,
+		       char *msg, size_t msgsz)
 {
-	fosd_shm_req *q = &s->shm;
 	int j = q->out_of_t[i];
 	if (j < 0) {
 		snprintf(msg, msgsz, "output %d has no shm target", i);
@@ -410,7 +412,7 @@ int fosd_shm_out_write(fos_backend *be, fosd_server *srv, fosd_slot *s, int i, c
 	if (q->dev.out[j].m)
 		return fosd_dev_out_write(&q->dev, be, j, dev, len, msg, msgsz);
 	fosd_region *r = q->out[j].r;
-	int code = region_move(be, srv, r, q->out[j].off, (void *)dev, len, 1, msg, msgsz);
+	int code = region_move(be, rg, r, q->out[j].off, (void *)dev, len, 1, msg, msgsz);
 	if (!code)
 		fosd_region_count_use(r);
 	return code;

@@ -172,7 +172,7 @@ static void *chan_main(void *arg)
 	st32(&c->ctl->state, FOS_CHAN_CLOSED);
 	futex_wake_all(&c->ctl->rep_seq);
 	fosd_debug("channel '%s' of connection %u closed", fosd_region_name(c->r), (unsigned)c->pipe_id);
-	fosd_region_set_chan(&srv->regions, c->r, NULL);
+	fosd_region_set_chan(&srv->regions, c->r, NULL, NULL);
 	fosd_regions_release(&srv->regions, c->r);
 	pthread_mutex_lock(&srv->chans.mu);
 	fosd_chan **pp = &srv->chans.head;
@@ -248,7 +248,7 @@ int fosd_chan_start(fosd_server *srv, fosd_slot *s, struct fosd_region *r, uint3
 		snprintf(msg, msgsz, "too many channels (%d on this connection, at most %d; %d in all, at most %d)", mine,
 			 FOSD_CHAN_MAX_PER_PIPE, cs->count, cs->max_total);
 		code = FOS__CODE__RESOURCE_EXHAUSTED;
-	} else if (fosd_region_set_chan(&srv->regions, r, c)) {
+	} else if (fosd_region_set_chan(&srv->regions, r, c, fosd_chan_signal)) {
 		snprintf(msg, msgsz, "region '%s' is gone or already a channel", fosd_region_name(r));
 		code = FOS__CODE__FAILED_PRECONDITION;
 	} else {
@@ -262,7 +262,7 @@ int fosd_chan_start(fosd_server *srv, fosd_slot *s, struct fosd_region *r, uint3
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&c->th, &at, chan_main, c)) {
 			st32(&ctl->state, FOS_CHAN_CLOSED);
-			fosd_region_set_chan(&srv->regions, r, NULL);
+			fosd_region_set_chan(&srv->regions, r, NULL, NULL);
 			snprintf(msg, msgsz, "cannot start the channel's thread");
 			code = FOS__CODE__RESOURCE_EXHAUSTED;
 		} else {

@@ -30,7 +30,7 @@ def test_struct_layouts(tmp_path):
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "layout"
-    inc = ["-I", os.path.join(REPO, "client", "libfos"), "-I", os.path.join(REPO, "kernels")]  # fos.h includes fos_version.h
+    inc = ["-I", os.path.join(REPO, "client", "libfos"), "-I", os.path.join(REPO, "proto")]  # fos.h includes fos_version.h
     subprocess.run([cc, "-std=c11"] + inc + [str(src), "-o", str(exe)], check=True)
     got = {}
     for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines():
@@ -54,7 +54,7 @@ def test_library_search_order(monkeypatch):
 
 
 def test_soversion_matches_header():
-    with open(os.path.join(REPO, "kernels", "fos_version.h")) as f:
+    with open(os.path.join(REPO, "proto", "fos_version.h")) as f:
         assert "#define FOS_SOVERSION %d\n" % _lib.SOVERSION in f.read()
 
 

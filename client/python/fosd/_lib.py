@@ -195,7 +195,7 @@ LAYOUTS = {
 # ---- finding and loading the library --------------------------------------------------------
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOVERSION = 1  # FOS_SOVERSION of kernels/fos_version.h: the SONAME libfos.so.1
+SOVERSION = 1  # FOS_SOVERSION of proto/fos_version.h: the SONAME libfos.so.1
 
 
 def candidates():

@@ -1,4 +1,4 @@
-/* dev_ops.c: the CloseDeviceMemory operation (its row in the op table): closes the request's
+/* ops_devmem.c: the CloseDeviceMemory operation (its row in the op table): closes the request's
  * connection and tenant's mapping of a client GPU allocation (devmaps.c of the device it was opened
  * on), at once or when the last request using it is answered. */
 #include "ops.h"

@@ -1,10 +1,11 @@
-/* cuda_selftest.cu: exhaustive GPU proofs that each fast replacement of an exact operation used by
- * the quantize kernels (cuda_q46.cuh) equals the exact operation on every 32-bit input
- * (fos_cuda_selftest in cuda_backend.h). Each kernel walks all 2^32 bit patterns and counts the
- * inputs where the two differ (two NaNs count as equal: NaN payloads carry no meaning here). The
+/* support_cuda_selftest.cu: exhaustive GPU proofs that each fast replacement of an exact operation
+ * used by the quantize kernels (cuda_q46.cuh) equals the exact operation on every 32-bit input
+ * (fos_cuda_selftest in support_cuda_selftest.h: test code, in the GPU tests' library only). Each
+ * kernel walks all 2^32 bit patterns and counts the inputs where the two differ (two NaNs count as equal: NaN payloads carry no meaning here). The
  * gradient quantizer's cheaper helpers (cuda_q46.cuh / cuda_qblock.cuh) are proven the same way:
  * the e2m1 code by one FMA on every float, the decode by byte permutes on every scale byte and
  * every 4-code chunk, the sign bits by byte permutes on every sign pattern. */
+#include "support_cuda_selftest.h"
 #include "cuda_internal.cuh"
 #include "cuda_q46.cuh"
 #include "cuda_qblock.cuh"

@@ -1,4 +1,4 @@
-/* shm_ops.c: the region operations RegisterRegion, UnregisterRegion and ListRegions (see shm.h and
+/* ops_shm.c: the region operations RegisterRegion, UnregisterRegion and ListRegions (see shm.h and
  * PROTOCOL.md "Shared memory"): request checks, the peer's credentials from its ipc connection,
  * and the replies. */
 #include "ops.h"
