@@ -117,6 +117,26 @@ static int device_list(const fosd_config *cfg, const fos_backend *be0, int *ids,
 	return n;
 }
 
+/* Sets srv->mps from its devices (mps.h) and logs each device's state with the evidence (and, when
+ * off, what it costs and how to turn MPS on). */
+static void mps_detect(fosd_server *srv)
+{
+	int st[FOSD_MAX_DEVICES];
+	fosd_nvml *nvml = NULL;
+	for (int i = 0; i < srv->n_devs; i++) {
+		char how[768];
+		st[i] = fosd_mps_device(srv->devs[i].be, srv->devs[i].ordinal, &nvml, how, sizeof how);
+		if (st[i] != FOS_MPS_NOT_APPLICABLE)
+			fosd_info("mps: %s on %s (%s)", fosd_mps_name(st[i]), srv->devs[i].name, how);
+	}
+	fosd_nvml_close(nvml);
+	srv->mps = fosd_mps_combine(st, srv->n_devs);
+	if (srv->mps == FOS_MPS_OFF)
+		fosd_info("mps: off: trainers on this GPU hand work to fosd through a switch of CUDA contexts, "
+			  "~0.14 ms of GPU time each (bench/BENCHMARKS.md session 7); start an MPS control daemon "
+			  "before fosd and the trainers (README.md \"Sharing a GPU with trainers: MPS\")");
+}
+
 int main(int argc, char **argv)
 {
 	if (fosd_check_config_wanted(argc, argv)) /* --check-config: parse, open nothing (config_report.c) */
@@ -220,7 +240,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv.tenants = tenants;
-	fosd_mps_detect(&srv); /* Health's mps, /metrics' fosd_mps */
+	mps_detect(&srv); /* Health's mps, /metrics' fosd_mps */
 	if (cfg.weights_dir && fosd_weights_repo_load(&srv, cfg.weights_dir, msg, sizeof msg)) { /* before serving */
 		fosd_error("%s", msg);
 		fosd_server_destroy(&srv);

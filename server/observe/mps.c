@@ -12,7 +12,7 @@
  * Builds without CUDA have only cpu devices (not applicable). */
 #include "mps.h"
 #include "log.h"
-#include "server.h"
+#include "fos.pb-c.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -96,22 +96,4 @@ const char *fosd_mps_name(int state)
 	case FOS_MPS_NOT_APPLICABLE: return "not applicable";
 	default: return "unknown";
 	}
-}
-
-void fosd_mps_detect(fosd_server *srv)
-{
-	int st[FOSD_MAX_DEVICES];
-	fosd_nvml *nvml = NULL;
-	for (int i = 0; i < srv->n_devs; i++) {
-		char how[768];
-		st[i] = fosd_mps_device(srv->devs[i].be, srv->devs[i].ordinal, &nvml, how, sizeof how);
-		if (st[i] != FOS_MPS_NOT_APPLICABLE)
-			fosd_info("mps: %s on %s (%s)", fosd_mps_name(st[i]), srv->devs[i].name, how);
-	}
-	fosd_nvml_close(nvml);
-	srv->mps = fosd_mps_combine(st, srv->n_devs);
-	if (srv->mps == FOS_MPS_OFF)
-		fosd_info("mps: off: trainers on this GPU hand work to fosd through a switch of CUDA contexts, "
-			  "~0.14 ms of GPU time each (bench/BENCHMARKS.md session 7); start an MPS control daemon "
-			  "before fosd and the trainers (README.md \"Sharing a GPU with trainers: MPS\")");
 }

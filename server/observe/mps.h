@@ -10,8 +10,6 @@
 #include "fos_wire_enums.h"
 #include "nvml.h"
 
-struct fosd_server;
-
 /* One device's state: be its backend, ordinal its CUDA ordinal. The cpu backend is not
  * applicable; a cuda one asks the CUDA driver (cudaDevAttrMpsEnabled), then, where the driver does
  * not know that attribute, NVML (fosd_nvml_mps for this process's pid, *nvml opened on first use
@@ -22,8 +20,5 @@ int fosd_mps_device(const fos_backend *be, int ordinal, fosd_nvml **nvml, char *
 int fosd_mps_combine(const int *states, int n);
 /* "on", "off", "not applicable", "unknown" (what `fos health` prints). */
 const char *fosd_mps_name(int state);
-/* Sets srv->mps from its devices and logs each device's state with the evidence (and, when off,
- * what it costs and how to turn MPS on). */
-void fosd_mps_detect(struct fosd_server *srv);
 
 #endif
