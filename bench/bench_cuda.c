@@ -110,8 +110,9 @@ static double time_us(op_fn fn, void *ctx)
 }
 
 /* Medians of 11 alternating timed runs of a and b (after warm-ups of both), so that both see the
- * same clock and power state: a GEMM-heavy run drifts by several percent over seconds. */
-static void time_pair_us(op_fn a, void *ca, op_fn b, void *cb, double *ta, double *tb)
+ * same clock and power state: a GEMM-heavy run drifts by several percent over seconds. flush (may
+ * be NULL) runs before each timed op, outside its timing (bench_smallm.h: L2 flushed). */
+static void time_pair_us_with(op_fn a, void *ca, op_fn b, void *cb, double *ta, double *tb, void (*flush)(void))
 {
 	for (int i = 0; i < 2; i++) {
 		a(ca);
@@ -120,18 +121,28 @@ static void time_pair_us(op_fn a, void *ca, op_fn b, void *cb, double *ta, doubl
 	CK(be->sync(be, &err));
 	float x[11], y[11];
 	for (int i = 0; i < 11; i++) {
+		if (flush)
+			flush();
 		CK(fos_cuda_mark(be, 0, &err));
 		a(ca);
 		CK(fos_cuda_mark(be, 1, &err));
-		b(cb);
+		if (flush)
+			flush();
 		CK(fos_cuda_mark(be, 2, &err));
+		b(cb);
+		CK(fos_cuda_mark(be, 3, &err));
 		CK(fos_cuda_elapsed_ms(be, 0, 1, &x[i], &err));
-		CK(fos_cuda_elapsed_ms(be, 1, 2, &y[i], &err));
+		CK(fos_cuda_elapsed_ms(be, 2, 3, &y[i], &err));
 	}
 	qsort(x, 11, sizeof x[0], cmpf);
 	qsort(y, 11, sizeof y[0], cmpf);
 	*ta = x[5] * 1000.0;
 	*tb = y[5] * 1000.0;
+}
+
+static void time_pair_us(op_fn a, void *ca, op_fn b, void *cb, double *ta, double *tb)
+{
+	time_pair_us_with(a, ca, b, cb, ta, tb, NULL);
 }
 
 /* ---- ops ------------------------------------------------------------------------------------- */

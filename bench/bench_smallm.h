@@ -21,37 +21,10 @@ static void sm_flush(void)
 	CK(be->zero(be, sm_flush_buf, (size_t)256 << 20, &err));
 }
 
-/* time_pair_us with L2 flushed before each of the timed ops. */
-static void sm_time_pair_flushed(op_fn a, void *ca, op_fn b, void *cb, double *ta, double *tb)
-{
-	for (int i = 0; i < 2; i++) {
-		a(ca);
-		b(cb);
-	}
-	CK(be->sync(be, &err));
-	float x[11], y[11];
-	for (int i = 0; i < 11; i++) {
-		sm_flush();
-		CK(fos_cuda_mark(be, 0, &err));
-		a(ca);
-		CK(fos_cuda_mark(be, 1, &err));
-		sm_flush();
-		CK(fos_cuda_mark(be, 2, &err));
-		b(cb);
-		CK(fos_cuda_mark(be, 3, &err));
-		CK(fos_cuda_elapsed_ms(be, 0, 1, &x[i], &err));
-		CK(fos_cuda_elapsed_ms(be, 2, 3, &y[i], &err));
-	}
-	qsort(x, 11, sizeof x[0], cmpf);
-	qsort(y, 11, sizeof y[0], cmpf);
-	*ta = x[5] * 1000.0;
-	*tb = y[5] * 1000.0;
-}
-
 static void sm_row(const char *what, const char *shape, op_fn f, void *c, op_fn bf, void *bc)
 {
 	double t, tb;
-	sm_time_pair_flushed(f, c, bf, bc, &t, &tb);
+	time_pair_us_with(f, c, bf, bc, &t, &tb, sm_flush); /* L2 flushed before each */
 	row(what, shape, t, "plain bf16 GEMM (L2 flushed)", tb);
 }
 
