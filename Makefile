@@ -247,6 +247,10 @@ $(BUILD)/bench/bench_nvfp4_gemm: $(BUILD)/obj/bench/bench_nvfp4_gemm.cu.o $(LIBN
 $(BUILD)/bench/bench_ctx_switch: bench/bench_ctx_switch.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcudart
+# bench/bench_mma_chain.cu (issue 28): the dependent mma.sync / wgmma chain's step time (sm_90a)
+$(BUILD)/bench/bench_mma_chain: bench/bench_mma_chain.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -gencode=%,$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a $< -o $@ -lcudart
 # bench/bench_nvfp4_wgmma.cu (issue 19, step 2): likewise, for sm_90a (wgmma): make BUILD=build-x build-x/bench/bench_nvfp4_wgmma
 $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o: bench/bench_nvfp4_wgmma.cu
 	@mkdir -p $(dir $@)
