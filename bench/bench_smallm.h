@@ -9,7 +9,8 @@
  *     the plain bf16 cuBLASLt GEMM of the same shape (32 MiB workspace, heuristic's first choice);
  *   - the same forward with be->gemm_w4 switched off (the path before: decode W + cuBLASLt);
  *   - the forward with row-scaled X, and the forward saving a context (quantized override);
- *   - be->gemm_w4 alone on the decoded X (the GEMM without the X quantize);
+ *   - be->gemm_w4 alone on the decoded X (the GEMM without the X quantize), and the X quantize alone
+ *     (be->quantize, 4/6 per tensor with the decoded operand, launched directly);
  * and, with `smallm variants`, gemm_w4 alone for every kernel variant (fos_cuda_smallm_variant). */
 #ifndef FOS_BENCH_SMALLM_H
 #define FOS_BENCH_SMALLM_H
@@ -55,6 +56,19 @@ static void sm_fwd_save(void *c)
 }
 
 typedef struct {
+	const uint16_t *x;
+	int64_t m, k;
+	fos_qtensor *xq;
+	uint16_t *xdec;
+} sm_xq_ctx;
+static void sm_xq(void *c) /* the forward's X quantize alone (4/6, per tensor, decoded operand) */
+{
+	sm_xq_ctx *s = c;
+	fos_qcfg qc = fos_qcfg_default();
+	CK(be->quantize(be, s->x, FOS_BF16, s->m, s->k, &qc, NULL, s->xq, s->xdec, &err));
+}
+
+typedef struct {
 	const uint16_t *xdec;
 	const fos_qtensor *w;
 	int64_t m;
@@ -91,6 +105,9 @@ static void bench_smallm(int variants)
 		CK(fos_qtensor_alloc(be, &xq, 128, k, 0, &err));
 		fos_qcfg qc = fos_qcfg_default();
 		CK(be->quantize(be, x, FOS_BF16, 128, k, &qc, NULL, &xq, xdec, &err));
+		fos_qtensor xq2; /* sm_xq's output: xq and xdec stay gemm_w4's input */
+		CK(fos_qtensor_alloc(be, &xq2, 128, k, 0, &err));
+		uint16_t *xdec2 = be->alloc(be, (size_t)(128 * k) * 2);
 		for (int i = 0; i < 5; i++) {
 			const int64_t m = ms[i];
 			char shape[64];
@@ -112,6 +129,8 @@ static void bench_smallm(int variants)
 			sm_row("smallm: forward, gemm_w4 (codes read by the GEMM)", shape, sm_fwd_w4, &l, op_gemm, &g);
 			sm_row("smallm: forward, decode W + cuBLASLt (gemm_w4 off)", shape, sm_fwd_old, &l, op_gemm, &g);
 			sm_row("smallm: gemm_w4 alone (X decoded beforehand)", shape, sm_w4, &sc, op_gemm, &g);
+			sm_xq_ctx xc = {x, m, k, &xq2, xdec2};
+			sm_row("smallm: X quantize alone (be->quantize, no replay)", shape, sm_xq, &xc, op_gemm, &g);
 			l.o.row_scaled = 1;
 			sm_row("smallm: forward, row-scaled X", shape, op_fwd, &l, op_gemm, &g);
 			l.o.row_scaled = 0;
@@ -119,9 +138,10 @@ static void bench_smallm(int variants)
 			sm_row("smallm: forward + saved context (quantized)", shape, sm_fwd_save, &l, op_gemm, &g);
 		}
 		fos_qtensor_free(be, &xq);
+		fos_qtensor_free(be, &xq2);
 		fos_qweight_free(be, &qw);
-		uint16_t *bufs[] = {w, x, y, xdec};
-		for (int i = 0; i < 4; i++)
+		uint16_t *bufs[] = {w, x, y, xdec, xdec2};
+		for (int i = 0; i < 5; i++)
 			be->free(be, bufs[i]);
 		CK(be->sync(be, &err));
 	}

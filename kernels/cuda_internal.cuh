@@ -280,6 +280,11 @@ __device__ __forceinline__ uint16_t fcu_epi1(float acc, float alpha, float rs, i
 
 /* cuda_smallm.cu: sets be's gemm_w4_takes and gemm_w4. */
 void fcu_smallm_install(fos_backend *be);
+/* cuda_smallm_xq.cu: the quantize op's one-launch path for small per-tensor bf16 1x16 inputs (amax
+ * and quantize in one cluster launch, the general path's bytes); fcu_quantize asks fcu_xq_takes. */
+int fcu_xq_takes(const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg, const float *amax_in);
+int fcu_xq_small(fos_backend *be, const void *x, int64_t rows, int64_t cols, const fos_qcfg *cfg, fos_qtensor *q,
+		 uint16_t *dec, fos_err *err);
 /* cuda_ipc.cu: sets be's uuid and its ipc_* and read_sync ops. */
 void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16]);
 

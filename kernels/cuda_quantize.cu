@@ -227,6 +227,8 @@ int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 		return fos_seterr(err, FOS_EINVAL, "quantize: input, codes or decoded pointer not 16/8/16-byte aligned");
 	if ((rc = fcu_enter(be, err)))
 		return rc;
+	if (fcu_xq_takes(x, dtype, rows, cols, cfg, amax_in)) /* small: amax and quantize in one launch */
+		return fcu_xq_small(be, x, rows, cols, cfg, q, decoded, err);
 	const float *asrc = q->amax; /* where the kernel reads the amax */
 	float *adst = 0;	     /* where it copies a given per-tensor amax */
 	if (amax_in && !cfg->row_scaled) {
