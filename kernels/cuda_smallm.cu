@@ -309,6 +309,165 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 		}
 }
 
+/* The shared-memory decode form (variants with sdec): 16 warps per CTA, RN = 32 W rows (4 n8 tiles),
+ * RM = 16 MT x rows. Every thread decodes 8 consecutive k of one W row per chunk (one code word, one
+ * scale byte, one table entry, two w4_decode, one 16-byte store) into a double-buffered bf16 tile
+ * [row][k] in shared memory; warps 0..3 (one per scheduler) each own one n8 tile and run its chain:
+ * per 2 k16 steps one ldmatrix.x4 of W (b0, b1 of both steps) and per step and m16 tile one
+ * ldmatrix.x4 of x, then the mma. So the owner's instruction stream holds little besides the chain,
+ * and 12 more warps per SM hide the decode's latencies. Same chain per output as k_w4: same bits. */
+#define W4S_NTH 512
+#define W4S_RN 32
+template <int MT>
+__global__ void __launch_bounds__(W4S_NTH, 1) k_w4s(const w4_args A)
+{
+	constexpr int NTH = W4S_NTH, RN = W4S_RN, RM = 16 * MT;
+	constexpr int SB = w4_stage_bytes(RN, RM), DB = RN * W4_XP * 2; /* decoded tile bytes */
+	constexpr int PX = (RM * 16 + NTH - 1) / NTH;
+	extern __shared__ __align__(16) uint8_t w4_smem[];
+	uint4 *tab = reinterpret_cast<uint4 *>(w4_smem); /* 256 entries */
+	uint8_t *dtile = w4_smem + 256 * 16;		 /* 2 decoded tiles */
+	uint8_t *ring = dtile + 2 * DB;
+	const int S = A.stages;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+	const int64_t n0 = (int64_t)blockIdx.x * RN;
+	const int m0 = blockIdx.y * RM;
+	const int k = A.k, nch = k / W4_KC;
+	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+	const uint32_t dt_s = (uint32_t)__cvta_generic_to_shared(dtile);
+
+	/* copies: thread tid < 128 one 16-byte code piece, tid < 32 one row's 8 scale bytes, and x */
+	const int cr = tid >> 2, cq = tid & 3;
+	const int con = tid < RN * 4 && n0 + cr < A.n ? 16 : 0;
+	const uint8_t *csrc = A.codes + (con ? (n0 + cr) * (k / 2) + 16 * cq : 0);
+	const uint32_t cdst = (uint32_t)(cr * W4_CP + 16 * cq);
+	const int son = tid < RN && n0 + tid < A.n ? 8 : 0;
+	const uint8_t *ssrc = A.scales + (son ? (n0 + tid) * (k / 16) : 0);
+	const uint32_t sdst = (uint32_t)(RN * W4_CP + 8 * tid);
+	const uint16_t *xsrc[PX];
+	uint32_t xdst[PX];
+	int xon[PX];
+#pragma unroll
+	for (int i = 0; i < PX; i++) {
+		const int p = tid + i * NTH, r = p >> 4, q = p & 15;
+		xon[i] = p < RM * 16 && m0 + r < A.m ? 16 : 0;
+		xsrc[i] = A.x + (xon[i] ? (int64_t)(m0 + r) * k + 8 * q : 0);
+		xdst[i] = (uint32_t)(RN * (W4_CP + 8) + r * (W4_XP * 2) + 16 * q);
+	}
+	auto issue = [&](int c, int b) {
+		const uint32_t base = ring_s + (uint32_t)(b * SB);
+		if (tid < RN * 4)
+			w4_cp16(base + cdst, csrc + (size_t)c * (size_t)(con ? W4_KC / 2 : 0), con);
+		if (tid < RN)
+			w4_cp8(base + sdst, ssrc + (size_t)c * (size_t)(son ? W4_KC / 16 : 0), son);
+#pragma unroll
+		for (int i = 0; i < PX; i++)
+			if (tid + i * NTH < RM * 16)
+				w4_cp16(base + xdst[i], xsrc[i] + (size_t)c * (size_t)(xon[i] ? W4_KC : 0), xon[i]);
+	};
+	for (int s = 0; s < S - 2; s++) {
+		if (s < nch)
+			issue(s, s);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+	}
+	for (int i = tid; i < 256; i += NTH) {
+		const float sf = fos_e4m3_to_f32((uint32_t)i);
+		uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const uint32_t b = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)c), sf));
+			lo[c >> 2] |= (b & 0xFFu) << (8 * (c & 3));
+			hi[c >> 2] |= (b >> 8) << (8 * (c & 3));
+		}
+		tab[i] = make_uint4(lo[0], lo[1], hi[0], hi[1]);
+	}
+
+	/* this thread's decode piece: W row dr, k 8 dq .. 8 dq + 7 of the chunk */
+	const int dr = tid >> 4, dq = tid & 15;
+	auto decode = [&](int b, int db) {
+		const uint8_t *st = ring + b * SB;
+		const uint32_t v = *reinterpret_cast<const uint32_t *>(st + dr * W4_CP + 4 * dq);
+		const uint32_t sf = st[RN * W4_CP + 8 * dr + (dq >> 1)];
+		const uint4 tb = tab[sf];
+		uint32_t o0, o1, o2, o3;
+		w4_decode(v, tb, o0, o1);
+		w4_decode(v >> 16, tb, o2, o3);
+		*reinterpret_cast<uint4 *>(dtile + db * DB + dr * (W4_XP * 2) + 16 * dq) = make_uint4(o0, o1, o2, o3);
+	};
+
+	const bool owner = warp < 4;
+	float acc[MT][4];
+#pragma unroll
+	for (int i = 0; i < MT; i++)
+#pragma unroll
+		for (int r = 0; r < 4; r++)
+			acc[i][r] = 0.0f;
+	const uint32_t xoff = (uint32_t)(RN * (W4_CP + 8)) + (uint32_t)(lane & 15) * (W4_XP * 2) + (uint32_t)(lane >> 4) * 16;
+	const uint32_t woff = (uint32_t)(warp * 8 + (lane & 7)) * (W4_XP * 2) + (uint32_t)(lane >> 3) * 16;
+	/* the owner's 8 mma steps of a chunk: x from ring buffer bm, W from decoded tile db */
+	auto steps = [&](int bm, int db) {
+		const uint32_t xs = ring_s + (uint32_t)(bm * SB) + xoff, ws = dt_s + (uint32_t)(db * DB) + woff;
+#pragma unroll
+		for (int s = 0; s < W4_KC / 16; s += 2) {
+			uint32_t bw[4];
+			w4_ldsm4(bw, ws + (uint32_t)(s * 32));
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+#pragma unroll
+				for (int i = 0; i < MT; i++) {
+					uint32_t a[4];
+					w4_ldsm4(a, xs + (uint32_t)(i * 16 * W4_XP * 2 + (s + h) * 32));
+					w4_mma(acc[i], a, bw[2 * h], bw[2 * h + 1]);
+				}
+		}
+	};
+
+	/* iteration c: chunk c decoded into tile c % 2 while the owners run chunk c - 1's steps (x of
+	 * chunk c - 1 still in its ring buffer, W in tile (c - 1) % 2); the barrier at each iteration's
+	 * start orders the previous iteration's decode before these reads and its reads before the
+	 * overwrites */
+	for (int c = 0, b = 0; c < nch; c++) {
+		w4_wait(S - 1); /* at most S - 3 pending: chunk c landed (this thread's copies) */
+		__syncthreads();
+		if (c + S - 2 < nch)
+			issue(c + S - 2, b >= 2 ? b - 2 : b + S - 2);
+		asm volatile("cp.async.commit_group;\n" ::: "memory");
+		decode(b, c & 1);
+		if (owner && c > 0)
+			steps(b == 0 ? S - 1 : b - 1, (c - 1) & 1);
+		b = b + 1 == S ? 0 : b + 1;
+	}
+	__syncthreads();
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+	if (!owner)
+		return;
+	if (nch > 0)
+		steps((nch - 1) % S, (nch - 1) & 1);
+
+	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
+	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
+	const float alpha = FOS_MUL(ga, gb);
+	const int64_t col = n0 + warp * 8 + 2 * t;
+	if (col >= A.n)
+		return;
+	uint32_t bb = 0;
+	if (A.bias)
+		bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
+#pragma unroll
+	for (int i = 0; i < MT; i++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = m0 + 16 * i + g + 8 * h;
+			if (row >= A.m)
+				continue;
+			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
+			const uint16_t y0 = fcu_epi1(acc[i][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb, A.bias != 0);
+			const uint16_t y1 =
+				fcu_epi1(acc[i][2 * h + 1], alpha, rs, A.row_scale != 0, (uint16_t)(bb >> 16), A.bias != 0);
+			*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
+		}
+}
+
 /* ---- variants and the launcher ---------------------------------------------------------------- */
 
 typedef void (*w4_kern)(const w4_args);
@@ -317,6 +476,7 @@ struct w4_variant {
 	w4_kern fn;
 	int mt, nt, wn, wm;
 	const char *name;
+	int sdec; /* 1: k_w4s (W decoded into shared memory by all 16 warps; nt 1, wn 4, wm 1) */
 };
 
 static const struct w4_variant w4_variants[] = {
@@ -334,6 +494,9 @@ static const struct w4_variant w4_variants[] = {
 	{k_w4<2, 1, 4, 4>, 2, 1, 4, 4, "MT2 NT1 WN4 WM4"},
 	{k_w4<1, 2, 2, 1>, 1, 2, 2, 1, "MT1 NT2 WN2 WM1"},
 	{k_w4<1, 1, 2, 1>, 1, 1, 2, 1, "MT1 NT1 WN2 WM1"},
+	{k_w4s<1>, 1, 1, 4, 1, "SDEC MT1", 1},
+	{k_w4s<2>, 2, 1, 4, 1, "SDEC MT2", 1},
+	{k_w4s<4>, 4, 1, 4, 1, "SDEC MT4", 1},
 };
 #define W4_NVAR ((int)(sizeof w4_variants / sizeof w4_variants[0]))
 
@@ -391,17 +554,17 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	const int vi = im->w4_variant > 0 ? im->w4_variant - 1 : w4_pick(m, n);
 	const struct w4_variant *v = &w4_variants[vi];
 	const int rn = 8 * v->nt * v->wn, rm = 16 * v->mt * v->wm;
-	const int nth = 32 * v->wn * v->wm;
-	const int sb = w4_stage_bytes(rn, rm);
+	const int nth = v->sdec ? W4S_NTH : 32 * v->wn * v->wm;
+	const int sb = w4_stage_bytes(rn, rm), fixed = 256 * 16 + (v->sdec ? 2 * rn * W4_XP * 2 : 0);
 	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
 	/* stages: up to 8, as many as let every CTA of the grid be resident at once (at least 4) */
 	const int64_t ctas = (int64_t)gx * gy, per_sm = (ctas + im->sms - 1) / im->sms;
-	const int64_t budget = (int64_t)220 * 1024 / (per_sm < 1 ? 1 : per_sm) - 256 * 16 - 1024;
+	const int64_t budget = (int64_t)220 * 1024 / (per_sm < 1 ? 1 : per_sm) - fixed - 1024;
 	int S = (int)(budget / sb);
 	S = S > 8 ? 8 : S < 4 ? 4 : S;
 	if (im->w4_stages)
 		S = im->w4_stages;
-	const int smem = 256 * 16 + S * sb;
+	const int smem = fixed + S * sb;
 	rc = fcu_check(cudaFuncSetAttribute((const void *)v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err,
 		       "cudaFuncSetAttribute (gemm_w4 shared memory)");
 	if (rc)
