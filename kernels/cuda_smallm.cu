@@ -309,19 +309,19 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 		}
 }
 
-/* The shared-memory decode form (variants with sdec): 16 warps per CTA, RN = 32 W rows (4 n8 tiles),
- * RM = 16 MT x rows. Every thread decodes 8 consecutive k of one W row per chunk (one code word, one
- * scale byte, one table entry, two w4_decode, one 16-byte store) into a double-buffered bf16 tile
+/* The shared-memory decode form (variants with sdec): NTH = 512 or 256 threads (16 or 8 warps) per CTA,
+ * RN = 32 W rows (4 n8 tiles), RM = 16 MT x rows. Every thread decodes 512 / NTH pieces of 8
+ * consecutive k of one W row per chunk (one code word, one scale byte, one table entry, two
+ * w4_decode, one 16-byte store each) into a double-buffered bf16 tile
  * [row][k] in shared memory; warps 0..3 (one per scheduler) each own one n8 tile and run its chain:
  * per 2 k16 steps one ldmatrix.x4 of W (b0, b1 of both steps) and per step and m16 tile one
  * ldmatrix.x4 of x, then the mma. So the owner's instruction stream holds little besides the chain,
- * and 12 more warps per SM hide the decode's latencies. Same chain per output as k_w4: same bits. */
-#define W4S_NTH 512
+ * and the other warps hide the decode's latencies. Same chain per output as k_w4: same bits. */
 #define W4S_RN 32
-template <int MT>
-__global__ void __launch_bounds__(W4S_NTH, 1) k_w4s(const w4_args A)
+template <int MT, int NTH>
+__global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
 {
-	constexpr int NTH = W4S_NTH, RN = W4S_RN, RM = 16 * MT;
+	constexpr int RN = W4S_RN, RM = 16 * MT, PD = RN * 16 / NTH;
 	constexpr int SB = w4_stage_bytes(RN, RM), DB = RN * W4_XP * 2; /* decoded tile bytes */
 	constexpr int PX = (RM * 16 + NTH - 1) / NTH;
 	extern __shared__ __align__(16) uint8_t w4_smem[];
@@ -382,17 +382,20 @@ __global__ void __launch_bounds__(W4S_NTH, 1) k_w4s(const w4_args A)
 		tab[i] = make_uint4(lo[0], lo[1], hi[0], hi[1]);
 	}
 
-	/* this thread's decode piece: W row dr, k 8 dq .. 8 dq + 7 of the chunk */
-	const int dr = tid >> 4, dq = tid & 15;
+	/* this thread's decode pieces p = tid + i NTH: W row p / 16, k 8 (p % 16) .. + 7 of the chunk */
 	auto decode = [&](int b, int db) {
 		const uint8_t *st = ring + b * SB;
-		const uint32_t v = *reinterpret_cast<const uint32_t *>(st + dr * W4_CP + 4 * dq);
-		const uint32_t sf = st[RN * W4_CP + 8 * dr + (dq >> 1)];
-		const uint4 tb = tab[sf];
-		uint32_t o0, o1, o2, o3;
-		w4_decode(v, tb, o0, o1);
-		w4_decode(v >> 16, tb, o2, o3);
-		*reinterpret_cast<uint4 *>(dtile + db * DB + dr * (W4_XP * 2) + 16 * dq) = make_uint4(o0, o1, o2, o3);
+#pragma unroll
+		for (int i = 0; i < PD; i++) {
+			const int p = tid + i * NTH, dr = p >> 4, dq = p & 15;
+			const uint32_t v = *reinterpret_cast<const uint32_t *>(st + dr * W4_CP + 4 * dq);
+			const uint32_t sf = st[RN * W4_CP + 8 * dr + (dq >> 1)];
+			const uint4 tb = tab[sf];
+			uint32_t o0, o1, o2, o3;
+			w4_decode(v, tb, o0, o1);
+			w4_decode(v >> 16, tb, o2, o3);
+			*reinterpret_cast<uint4 *>(dtile + db * DB + dr * (W4_XP * 2) + 16 * dq) = make_uint4(o0, o1, o2, o3);
+		}
 	};
 
 	const bool owner = warp < 4;
@@ -476,7 +479,7 @@ struct w4_variant {
 	w4_kern fn;
 	int mt, nt, wn, wm;
 	const char *name;
-	int sdec; /* 1: k_w4s (W decoded into shared memory by all 16 warps; nt 1, wn 4, wm 1) */
+	int sdec; /* k_w4s's threads (W decoded into shared memory by all warps; nt 1, wn 4, wm 1), else 0 */
 };
 
 static const struct w4_variant w4_variants[] = {
@@ -494,9 +497,11 @@ static const struct w4_variant w4_variants[] = {
 	{k_w4<2, 1, 4, 4>, 2, 1, 4, 4, "MT2 NT1 WN4 WM4"},
 	{k_w4<1, 2, 2, 1>, 1, 2, 2, 1, "MT1 NT2 WN2 WM1"},
 	{k_w4<1, 1, 2, 1>, 1, 1, 2, 1, "MT1 NT1 WN2 WM1"},
-	{k_w4s<1>, 1, 1, 4, 1, "SDEC MT1", 1},
-	{k_w4s<2>, 2, 1, 4, 1, "SDEC MT2", 1},
-	{k_w4s<4>, 4, 1, 4, 1, "SDEC MT4", 1},
+	{k_w4s<1, 512>, 1, 1, 4, 1, "SDEC MT1 T512", 512},
+	{k_w4s<1, 256>, 1, 1, 4, 1, "SDEC MT1 T256", 256},
+	{k_w4s<2, 256>, 2, 1, 4, 1, "SDEC MT2 T256", 256},
+	{k_w4s<4, 256>, 4, 1, 4, 1, "SDEC MT4 T256", 256},
+	{k_w4s<2, 512>, 2, 1, 4, 1, "SDEC MT2 T512", 512},
 };
 #define W4_NVAR ((int)(sizeof w4_variants / sizeof w4_variants[0]))
 
@@ -554,7 +559,7 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	const int vi = im->w4_variant > 0 ? im->w4_variant - 1 : w4_pick(m, n);
 	const struct w4_variant *v = &w4_variants[vi];
 	const int rn = 8 * v->nt * v->wn, rm = 16 * v->mt * v->wm;
-	const int nth = v->sdec ? W4S_NTH : 32 * v->wn * v->wm;
+	const int nth = v->sdec ? v->sdec : 32 * v->wn * v->wm;
 	const int sb = w4_stage_bytes(rn, rm), fixed = 256 * 16 + (v->sdec ? 2 * rn * W4_XP * 2 : 0);
 	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
 	/* stages: up to 8, as many as let every CTA of the grid be resident at once (at least 4) */
