@@ -122,6 +122,15 @@ static void bench_smallm(int variants)
 					snprintf(what, sizeof what, "gemm_w4 variant %d (%s)", v, name);
 					sm_row(what, shape, sm_w4, &sc, op_gemm, &g);
 				}
+				/* the ring's depth: chunks in flight hide the HBM latency */
+				const int sv[] = {0, 14}, st[] = {4, 6, 8, 12, 16};
+				for (int i = 0; i < 2; i++)
+					for (int j = 0; j < 5; j++) {
+						char name[64], what[128];
+						CK(fos_cuda_smallm_variant(be, sv[i], st[j], name, sizeof name, &err));
+						snprintf(what, sizeof what, "gemm_w4 variant %d (%s) stages %d", sv[i], name, st[j]);
+						sm_row(what, shape, sm_w4, &sc, op_gemm, &g);
+					}
 				CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
 				continue;
 			}

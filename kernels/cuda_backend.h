@@ -62,7 +62,7 @@ int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans_b, int64_t
  * lets the launcher pick the tile shape by M, 0 .. fos_cuda_smallm_variants() - 1 forces one (each
  * gives the same bits); -2 picks by M too. With a forced variant or -2, be->gemm_w4_takes answers 1
  * wherever the kernel runs (M <= 128), so the forward uses it there. stages 0 lets the launcher size
- * the cp.async ring, 4..8 forces it. name (may be NULL) gets the variant's tile shape. */
+ * the cp.async ring, 4..16 forces it. name (may be NULL) gets the variant's tile shape. */
 int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err);
 int fos_cuda_smallm_variants(void);
 

@@ -33,6 +33,7 @@
 #define W4_CP (W4_KC / 2 + 16)	  /* code bytes per W row in a stage (64 + 16 against bank conflicts) */
 #define W4_XP (W4_KC + 8)	  /* bf16 per x row in a stage (128 + 8 against bank conflicts) */
 #define W4_MAXM 128		  /* the most rows the kernel runs */
+#define W4_MAXS 16		  /* the deepest ring (w4_wait's cases) */
 
 struct w4_args {
 	const uint16_t *x;
@@ -76,7 +77,7 @@ __device__ __forceinline__ void w4_cp8(uint32_t dst, const void *src, int bytes)
 	asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
-/* Waits until at most S - 2 commit groups of this thread are pending (S 2..8; the kernel passes its
+/* Waits until at most S - 2 commit groups of this thread are pending (S 2..16; the kernel passes its
  * ring depth + 1, so S - 3 of its chunks stay pending). */
 __device__ __forceinline__ void w4_wait(int S)
 {
@@ -87,7 +88,15 @@ __device__ __forceinline__ void w4_wait(int S)
 	case 5: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
 	case 6: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
 	case 7: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-	default: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+	case 8: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+	case 9: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+	case 10: asm volatile("cp.async.wait_group 8;\n" ::: "memory"); break;
+	case 11: asm volatile("cp.async.wait_group 9;\n" ::: "memory"); break;
+	case 12: asm volatile("cp.async.wait_group 10;\n" ::: "memory"); break;
+	case 13: asm volatile("cp.async.wait_group 11;\n" ::: "memory"); break;
+	case 14: asm volatile("cp.async.wait_group 12;\n" ::: "memory"); break;
+	case 15: asm volatile("cp.async.wait_group 13;\n" ::: "memory"); break;
+	default: asm volatile("cp.async.wait_group 14;\n" ::: "memory"); break;
 	}
 }
 
@@ -562,11 +571,12 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	const int nth = v->sdec ? v->sdec : 32 * v->wn * v->wm;
 	const int sb = w4_stage_bytes(rn, rm), fixed = 256 * 16 + (v->sdec ? 2 * rn * W4_XP * 2 : 0);
 	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
-	/* stages: up to 8, as many as let every CTA of the grid be resident at once (at least 4) */
+	/* stages: up to W4_MAXS, as many as let every CTA of the grid be resident at once (at least 4):
+	 * the chunks in flight (S - 2) are what hides the HBM latency */
 	const int64_t ctas = (int64_t)gx * gy, per_sm = (ctas + im->sms - 1) / im->sms;
 	const int64_t budget = (int64_t)220 * 1024 / (per_sm < 1 ? 1 : per_sm) - fixed - 1024;
 	int S = (int)(budget / sb);
-	S = S > 8 ? 8 : S < 4 ? 4 : S;
+	S = S > W4_MAXS ? W4_MAXS : S < 4 ? 4 : S;
 	if (im->w4_stages)
 		S = im->w4_stages;
 	const int smem = fixed + S * sb;
@@ -606,8 +616,9 @@ extern "C" int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages,
 				  "small-M variant %d: there are %d (0..%d; -1: the shape rule; -2: the shape rule's tile "
 				  "wherever the kernel runs)",
 				  variant, W4_NVAR, W4_NVAR - 1);
-	if (stages != 0 && (stages < 4 || stages > 8))
-		return fos_seterr(err, FOS_EINVAL, "small-M stages %d: 4..8, or 0 for the launcher's choice", stages);
+	if (stages != 0 && (stages < 4 || stages > W4_MAXS))
+		return fos_seterr(err, FOS_EINVAL, "small-M stages %d: 4..%d, or 0 for the launcher's choice", stages,
+				  W4_MAXS);
 	fcu(be)->w4_variant = variant + 1; /* -2 -> -1: taken wherever it runs, tile by w4_pick */
 	fcu(be)->w4_stages = stages;
 	if (name && len)
