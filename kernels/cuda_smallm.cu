@@ -576,7 +576,8 @@ static int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w,
 	const int64_t ctas = (int64_t)gx * gy, per_sm = (ctas + im->sms - 1) / im->sms;
 	const int64_t budget = (int64_t)220 * 1024 / (per_sm < 1 ? 1 : per_sm) - fixed - 1024;
 	int S = (int)(budget / sb);
-	S = S > W4_MAXS ? W4_MAXS : S < 4 ? 4 : S;
+	const int maxs = m <= 32 ? W4_MAXS : 8; /* deeper rings were slower at M >= 64 (session 9, run 2) */
+	S = S > maxs ? maxs : S < 4 ? 4 : S;
 	if (im->w4_stages)
 		S = im->w4_stages;
 	const int smem = fixed + S * sb;
