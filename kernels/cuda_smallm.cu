@@ -20,8 +20,9 @@
  * memory), decoded W its B operand. K is streamed in chunks of 128 through an S-stage ring of
  * 16-byte (codes, x) and 8-byte (scales) cp.async copies, S - 2 chunks in flight; a warp decodes
  * chunk c into registers in the same straight block as chunk c - 1's 8 mma steps (whose x stays in
- * the ring), so the decode fills the waits of the mma chain. The floor is that chain: K / 16
- * dependent mma steps per output (about 60 ns each on an H200, BENCHMARKS.md session 8).
+ * the ring), so the decode fills the waits of the mma chain. The chain itself is K / 16 dependent
+ * mma steps per output at 24 cycles each on an H200 (bench_mma_chain, BENCHMARKS.md session 9); the
+ * kernel runs about 140 cycles per step: its per-step decode and copies, not the chain, are the limit.
  * Runs 1 <= M <= 128, K % 128 == 0, N % 8 == 0; be->gemm_w4_takes answers 1 for the shapes where
  * it is faster than decode + cuBLASLt (fcu_w4_takes); linear.c asks before using it. */
 #include "cuda_internal.cuh"
@@ -325,7 +326,10 @@ __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
  * [row][k] in shared memory; warps 0..3 (one per scheduler) each own one n8 tile and run its chain:
  * per 2 k16 steps one ldmatrix.x4 of W (b0, b1 of both steps) and per step and m16 tile one
  * ldmatrix.x4 of x, then the mma. So the owner's instruction stream holds little besides the chain,
- * and the other warps hide the decode's latencies. Same chain per output as k_w4: same bits. */
+ * and the other warps hide the decode's latencies. Same chain per output as k_w4: same bits. Measured
+ * slower than k_w4 at every shape (BENCHMARKS.md session 9: the per-chunk barrier serialises the
+ * decode's shared-memory round trips with the chain); kept as variants for that comparison, never
+ * picked by w4_pick. */
 #define W4S_RN 32
 template <int MT, int NTH>
 __global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
