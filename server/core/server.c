@@ -3,6 +3,7 @@
  * budgets (cache_bytes, context_bytes) are per device. */
 #include "server.h"
 #include "msg_pool.h"
+#include "stats.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -47,6 +48,7 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const
 	memset(srv, 0, sizeof *srv);
 	srv->cfg = cfg;
 	srv->start_ns = fosd_now_ns();
+	srv->stats_result = fosd_stats_result;
 	srv->devs = calloc((size_t)(n > 0 ? n : 1), sizeof *srv->devs);
 	int ok = srv->devs && n > 0 && n <= FOSD_MAX_DEVICES;
 	for (int i = 0; ok && i < n; i++) {

@@ -152,6 +152,10 @@ struct fosd_server {
 	struct fosd_deadlines *deadlines; /* the deadline reaper (deadline.c) */
 	uint64_t start_ns;
 	int mps;               /* FOS_MPS_*: whether its GPU work runs under MPS (mps.c, set at start) */
+	/* Stats: the result of one snapshot taken now, *st pointing into the returned block (free()
+	 * it); NULL: out of memory. observe/stats.c's fosd_stats_result, set by fosd_server_init: the
+	 * Stats op (ops_info.c) sits below observe and reads the snapshot through this. */
+	void *(*stats_result)(struct fosd_server *srv, Fos__StatsResult **st);
 
 	/* transport */
 	nng_socket sock;

@@ -322,3 +322,17 @@ void fosd_stats_to_pb(const fosd_stats *s, fosd_stats_pb *out)
 		}
 	}
 }
+
+void *fosd_stats_result(fosd_server *srv, Fos__StatsResult **st)
+{
+	struct stats_result {
+		fosd_stats snap;   /* the strings of pb point into it */
+		fosd_stats_pb pb;
+	} *b = malloc(sizeof *b);
+	if (!b)
+		return NULL;
+	fosd_stats_take(srv, &b->snap);
+	fosd_stats_to_pb(&b->snap, &b->pb);
+	*st = &b->pb.st;
+	return b;
+}

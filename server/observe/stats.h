@@ -96,5 +96,9 @@ typedef struct fosd_stats_pb {
 } fosd_stats_pb;
 /* Fills out from s (which must outlive out: strings point into it). */
 void fosd_stats_to_pb(const fosd_stats *s, fosd_stats_pb *out);
+/* The Stats op's result of a snapshot taken now: *st points into the returned block, to free()
+ * after use; NULL when out of memory. The server's stats_result hook (server.h), so that the op
+ * answering Stats reads the snapshot without including this header. */
+void *fosd_stats_result(struct fosd_server *srv, Fos__StatsResult **st);
 
 #endif

@@ -2,7 +2,6 @@
  * ListWeights. They read the caches (and the message pool's counters) under their own locks,
  * never the backend. */
 #include "ops.h"
-#include "stats.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -53,21 +52,19 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 
 nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 {
-	/* one snapshot, the same /metrics shows (stats.h) */
-	fosd_stats *snap = malloc(sizeof *snap);
-	fosd_stats_pb *pb = malloc(sizeof *pb);
+	/* one snapshot, the same /metrics shows, taken by the hook the server was made with
+	 * (observe/stats.c's fosd_stats_result) */
+	Fos__StatsResult *st = NULL;
+	void *own = srv->stats_result ? srv->stats_result(srv, &st) : NULL;
 	nng_msg *m = NULL;
-	if (snap && pb) {
-		fosd_stats_take(srv, snap);
-		fosd_stats_to_pb(snap, pb);
+	if (own) {
 		Fos__Response resp = FOS__RESPONSE__INIT;
 		resp.id = s->req_id;
 		resp.result_case = FOS__RESPONSE__RESULT_STATS;
-		resp.stats = &pb->st;
+		resp.stats = st;
 		m = fosd_build_reply(&resp, NULL, NULL);
 	}
-	free(pb);
-	free(snap);
+	free(own);
 	return m;
 }
 
