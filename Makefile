@@ -37,7 +37,10 @@ INC_SERVER  = $(patsubst %/,-I%,$(SERVER_DIRS)) $(INC_FORMATS) -I$(BUILD)/gen
 INC_LIBFOS  = -Iclient/libfos $(INC_PROTO)
 INC_CLI     = -Iclient/cli -Iclient/libfos $(INC_FORMATS) -I$(BUILD)/gen
 INCLUDES = -Ikernels -Iproto -Iformats -Iclient/libfos -Iclient/cli $(patsubst %/,-I%,$(SERVER_DIRS)) -I$(BUILD)/gen
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
+# -fms-extensions: a struct may embed another unnamed (`struct b { struct a; int y; }`), whose
+# fields it then has by name: how each stage of fosd's state begins with the part of the stage
+# below it (server/core/server.h). GCC and clang both have it.
+CFLAGS  += -std=c11 -fms-extensions -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
            $(INCLUDES) $(SAN)
 LDFLAGS += -pthread $(SAN)
 # nng, protobuf-c, libuv, http-parser and jansson are linked statically so the same binaries run on machines

@@ -7,6 +7,7 @@
 #include "weights_repo.h"
 #include "server.h"
 #include "ops.h"
+#include "validate.h"
 #include "log.h"
 #include "fos_wire.h"
 #include "fos_format.h"
@@ -345,12 +346,11 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
 	rq.put_weight = &pw;
 
-	fosd_slot *s = calloc(1, sizeof *s);
+	fosd_job *s = calloc(1, sizeof *s); /* a request of no connection: what placement and the op see */
 	if (!s) {
 		snprintf(why, whysz, "out of memory");
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
-	s->srv = srv;
 	s->rq = &rq;
 	s->tenant = tenant;
 	s->op = fosd_request_op(&rq);
@@ -359,11 +359,11 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 	s->dlen = (size_t)t.length;
 	int code = fosd_validate(&rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->args, why, whysz);
 	if (!code)
-		code = fosd_place(srv, s, why, whysz); /* its device(s), as for a PutWeight request */
+		code = fosd_place(fosd_srv_exec(srv), s, why, whysz); /* its device(s), as for a PutWeight request */
 	if (!code) {
 		for (;;) { /* each device it goes to (placement.c), with that device's backend gate */
 			fosd_device *d = &srv->devs[s->dev];
-			fosd_opctx c = {srv, s, d->be, -1, NULL, d, NULL, 0, 0};
+			fosd_opctx c = {fosd_srv_ops(srv), fosd_job_op(s), d->be, -1, NULL, fosd_device_res(d), NULL, 0, 0};
 			s->bound_dev = s->dev;
 			pthread_mutex_lock(&d->be_mu);
 			nng_msg *reply = fosd_op_run(&c, &code);

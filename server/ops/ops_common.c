@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
+nng_msg *fosd_fail(fosd_opreq *s, int *code, int c, const char *fmt, ...)
 {
 	char msg[FOSD_MSG_MAX];
 	va_list ap;
@@ -20,7 +20,7 @@ nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
 	return fosd_error_reply(s->req_id, c, msg);
 }
 
-nng_msg *fosd_fail_be(fosd_slot *s, int *code, int rc, const char *what, const fos_err *e)
+nng_msg *fosd_fail_be(fosd_opreq *s, int *code, int rc, const char *what, const fos_err *e)
 {
 	if (what)
 		return fosd_fail(s, code, fosd_code_of_rc(rc), "%s: %s", what, e->msg);
@@ -107,8 +107,8 @@ Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, 
 
 nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	uint64_t t0 = fosd_now_ns(); /* the output copy part of the request's time (metrics.h) */
 	resp->id = s->req_id;
 	resp->device = c->dev ? (uint32_t)c->dev->index : 0;
@@ -210,4 +210,24 @@ void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos_
 	out->columnwise_bytes = in->parts.columnwise;
 	out->master_bytes = in->parts.master;
 	out->decoded_tier_bytes = in->tier_bytes;
+}
+
+int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > 128) {
+		snprintf(msg, msgsz, "%s must be 1 to 128 bytes long (got %zu)", what, n);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+			 c == '_' || c == ':' || c == '/' || c == '-';
+		if (!ok) {
+			snprintf(msg, msgsz, "%s has a byte 0x%02x at %zu outside [A-Za-z0-9._:/-]", what,
+				 (unsigned char)c, i);
+			return -1;
+		}
+	}
+	return 0;
 }

@@ -5,13 +5,13 @@
 
 nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	const Fos__CloseDeviceMemoryRequest *r = s->rq->close_device_memory;
 	char msg[FOSD_MSG_MAX];
 	/* the mapping is in the table of the device it was opened on: the first that has it */
 	int rc = FOS__CODE__NOT_FOUND;
 	for (int i = 0; rc == FOS__CODE__NOT_FOUND && i < c->srv->n_devs; i++)
-		rc = fosd_devmaps_close(&c->srv->devs[i].devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data,
+		rc = fosd_devmaps_close(&c->srv->res[i]->devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data,
 					r->ipc_handle.len, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(s, code, rc, "%s", msg);

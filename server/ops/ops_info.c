@@ -12,9 +12,9 @@
 
 nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
-	fos_backend *be0 = srv->devs[0].be;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
+	fos_backend *be0 = srv->res[0]->be;
 	*code = 0;
 	Fos__Response resp = FOS__RESPONSE__INIT;
 	Fos__HealthResult h = FOS__HEALTH_RESULT__INIT;
@@ -30,11 +30,11 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	}
 	Fos__DeviceInfo di[FOSD_MAX_DEVICES], *dp[FOSD_MAX_DEVICES];
 	for (int i = 0; i < srv->n_devs; i++) {
-		fos_backend *be = srv->devs[i].be;
+		fos_backend *be = srv->res[i]->be;
 		fos__device_info__init(&di[i]);
 		di[i].index = (uint32_t)i;
 		di[i].backend = (char *)be->name;
-		di[i].device = srv->devs[i].name;
+		di[i].device = srv->res[i]->name;
 		if (be->has_uuid) {
 			di[i].gpu_uuid.data = be->uuid;
 			di[i].gpu_uuid.len = sizeof be->uuid;
@@ -50,8 +50,10 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	return fosd_build_reply(&resp, NULL, NULL);
 }
 
-nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
+nng_msg *fosd_op_stats(fosd_opctx *c, int *code)
 {
+	fosd_opsrv *srv = c->srv;
+	*code = 0;
 	/* one snapshot, the same /metrics shows, taken by the hook the server was made with
 	 * (observe/stats.c's fosd_stats_result) */
 	Fos__StatsResult *st = NULL;
@@ -59,7 +61,7 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 	nng_msg *m = NULL;
 	if (own) {
 		Fos__Response resp = FOS__RESPONSE__INIT;
-		resp.id = s->req_id;
+		resp.id = c->s->req_id;
 		resp.result_case = FOS__RESPONSE__RESULT_STATS;
 		resp.stats = st;
 		m = fosd_build_reply(&resp, NULL, NULL);
@@ -79,7 +81,7 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 
 /* The bytes a page's WeightInfo entries may take: the reply must fit in max_message_bytes and in
  * the largest header a peer accepts (FOSW_MAX_HEADER), with room for the rest of the Response. */
-static size_t list_page_budget(const fosd_server *srv)
+static size_t list_page_budget(const fosd_opsrv *srv)
 {
 	uint64_t lim = srv->cfg->max_message_bytes < FOSW_MAX_HEADER ? srv->cfg->max_message_bytes : FOSW_MAX_HEADER;
 	return (size_t)(lim - 1024); /* max_message_bytes is at least 4096 (config.c) */
@@ -88,7 +90,7 @@ static size_t list_page_budget(const fosd_server *srv)
 /* One page of owner's weights over every device, in name order: a name once, with the devices
  * holding it in *devs (bit i: device i) and the first holder's entry (its bytes: one copy's; uses
  * summed, idle_ms the least over the copies). *more: names after the page exist. */
-static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *after, size_t max,
+static int list_merged(fosd_opsrv *srv, const fosd_tenant *owner, const char *after, size_t max,
 		       fosd_weight_info **out, uint32_t **devs, size_t *count, int *more)
 {
 	fosd_weight_info *per[FOSD_MAX_DEVICES] = {0};
@@ -100,7 +102,7 @@ static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *a
 	*count = 0;
 	for (int i = 0; i < srv->n_devs && !rc; i++) {
 		int m = 0;
-		rc = fosd_wcache_list_page(&srv->devs[i].wc, owner, after, max, &per[i], &pn[i], &m);
+		rc = fosd_wcache_list_page(&srv->res[i]->wc, owner, after, max, &per[i], &pn[i], &m);
 		*more |= m;
 	}
 	fosd_weight_info *a = rc ? NULL : calloc(max ? max : 1, sizeof *a);
@@ -154,8 +156,8 @@ static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *a
 
 nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	const Fos__ListWeightsRequest *rq = s->rq ? s->rq->list_weights : NULL;
 	const char *token = rq && rq->page_token ? rq->page_token : "";
 	const char *after = "";

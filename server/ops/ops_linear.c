@@ -32,7 +32,7 @@ static int past_deadline(const fosd_opctx *c)
 static int check_compare(fosd_opctx *c, const fosw_tensor *ex, const void *y, size_t count, fos_cmp *r, char *msg,
 			 size_t msgsz)
 {
-	fosd_server *srv = c->srv;
+	fosd_opsrv *srv = c->srv;
 	fos_backend *be = c->be;
 	const int host = srv->regions.host_backend; /* Y is in host memory already */
 	size_t chunk = count < CHECK_CHUNK ? count : CHECK_CHUNK;
@@ -123,8 +123,8 @@ static void check_result(const fos_cmp *r, const fos_cmp_criterion *crit, int64_
 
 nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	fosd_fwd_args *a = &s->args.u.fwd;
 	fos_backend *be = c->be;
 	char msg[FOSD_MSG_MAX];
@@ -328,8 +328,8 @@ static void grads_out(fosd_outs *o, int64_t m, int64_t n, int64_t k, const void 
 
 nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 {
-	fosd_server *srv = oc->srv;
-	fosd_slot *s = oc->s;
+	fosd_opsrv *srv = oc->srv;
+	fosd_opreq *s = oc->s;
 	fosd_bwd_args *a = &s->args.u.bwd;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
@@ -395,7 +395,7 @@ out:
 
 nng_msg *fosd_op_release(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_contexts_release_in(&c->dev->cx, s->tenant, s->args.u.release_id, msg, sizeof msg);
 	if (rc)
@@ -406,7 +406,7 @@ nng_msg *fosd_op_release(fosd_opctx *c, int *code)
 
 nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_lin_args *a = &s->args.u.lin;
 	fos_backend *be = c->be;
 	fos_err e;

@@ -31,7 +31,7 @@ static void q_free(fosd_opctx *c, fos_qtensor *q)
 
 nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_quant_args *a = &s->args.u.quant;
 	fos_backend *be = c->be;
 	fos_err e;
@@ -67,7 +67,7 @@ out:
 
 nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_deq_args *a = &s->args.u.deq;
 	fos_backend *be = c->be;
 	fos_err e;

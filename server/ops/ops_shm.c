@@ -66,8 +66,8 @@ static void region_info_msg(const fosd_region_info *in, Fos__RegionInfo *out)
 
 nng_msg *fosd_op_register_region(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	const Fos__RegisterRegionRequest *r = s->rq->register_region;
 	char msg[FOSD_MSG_MAX];
 	nng_pipe p = nng_msg_get_pipe(s->msg);
@@ -86,7 +86,7 @@ nng_msg *fosd_op_register_region(fosd_opctx *c, int *code)
 		fosd_region *reg = fosd_regions_acquire(&srv->regions, s->shm.pipe, s->shm.tenant, r->name, &rc, msg,
 							sizeof msg);
 		if (!rc)
-			rc = fosd_chan_start(srv, s, reg, r->spin_us, &info.channel_bytes, msg, sizeof msg);
+			rc = srv->chan_start(srv, s, reg, r->spin_us, &info.channel_bytes, msg, sizeof msg);
 		if (rc) {
 			char m2[FOSD_MSG_MAX];
 			fosd_regions_unregister(&srv->regions, s->shm.pipe, s->shm.tenant, r->name, m2, sizeof m2);
@@ -102,8 +102,8 @@ nng_msg *fosd_op_register_region(fosd_opctx *c, int *code)
 
 nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_regions_unregister(&srv->regions, s->shm.pipe, s->shm.tenant, s->rq->unregister_region->name, msg,
 					 sizeof msg);
@@ -115,8 +115,8 @@ nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code)
 
 nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	fosd_region_info *infos;
 	size_t n;
 	if (fosd_regions_list(&srv->regions, s->shm.pipe, s->shm.tenant, &infos, &n))

@@ -42,7 +42,7 @@ static int put_uses(const Fos__PutWeightRequest *r, int drop_master, int *uses, 
  * reply is the one its last put stage made. */
 static nng_msg *put_leave(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	if (!fosd_wcache_drop_in(&c->dev->wc, s->tenant, s->args.u.put.name, msg, sizeof msg))
 		fosd_info("cache: weight '%s' left device %d", s->args.u.put.name, c->dev->index);
@@ -57,7 +57,7 @@ static nng_msg *put_leave(fosd_opctx *c, int *code)
 /* A put stage failed after others succeeded: says where the new version already is. */
 static nng_msg *put_stage_fail(fosd_opctx *c, int *code, int rc, const char *what)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	if (!s->stages_done)
 		return fosd_fail(s, code, rc, "%s", what);
 	return fosd_fail(s, code, rc, "device %d: %s (device%s before it in put_weight's placement already hold the new version)",
@@ -66,7 +66,7 @@ static nng_msg *put_stage_fail(fosd_opctx *c, int *code, int rc, const char *wha
 
 nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_put_args *a = &s->args.u.put;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
@@ -128,7 +128,7 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 
 nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_wcache_drop_in(&c->dev->wc, s->tenant, s->args.u.drop_name, msg, sizeof msg);
 	if (rc == FOS__CODE__NOT_FOUND && s->stages_done) /* a copy of several, dropped meanwhile */

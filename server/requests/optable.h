@@ -52,8 +52,9 @@ enum {
 	FOSD_OPF_NO_TOKEN = 1u << 3,
 };
 
-struct fosd_server;
-struct fosd_slot;
+struct fosd_opsrv;
+struct fosd_opreq;
+struct fosd_devres;
 struct fosd_args;
 struct fosd_vctx;
 struct fos_backend;
@@ -70,12 +71,12 @@ typedef struct fosd_lane_buf {
  * of the op goes to be; lane is -1 (and buf NULL) for an op answered without a lane
  * (FOSD_OPF_INLINE). */
 typedef struct fosd_opctx {
-	struct fosd_server *srv;
-	struct fosd_slot *s;
+	struct fosd_opsrv *srv;  /* what an op sees of the server (ops.h) */
+	struct fosd_opreq *s;    /* ... of its request (ops.h) */
 	struct fos_backend *be;
 	int lane;
 	fosd_lane_buf *buf; /* the lane's small-operand buffers (NULL: none) */
-	struct fosd_device *dev; /* the device it runs on: its caches; be is one of its lanes */
+	struct fosd_devres *dev; /* the device it runs on: its caches; be is one of its lanes */
 	/* The lane's done-event handle when the request may be answered before its GPU work ends
 	 * (executor.c; NULL: it may not). fosd_outs_reply puts it in a reply whose results are all in
 	 * the client's GPU memory, records the event after the op's work and sets early. */
