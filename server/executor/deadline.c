@@ -2,6 +2,7 @@
  * the expired ones, fosd_executor_reap, and sleeps until the next deadline), the deadline queries
  * (see deadline.h). The queue and the backend lock are the executor's. */
 #include "deadline.h"
+#include "response.h"
 #include "log.h"
 #include "util.h"
 

@@ -27,6 +27,7 @@
 #include "executor.h"
 #include "deadline.h"
 #include "ops.h"
+#include "response.h"
 #include "log.h"
 #include "util.h"
 #ifdef FOS_HAVE_CUDA
@@ -266,6 +267,24 @@ static void lane_settle(fos_backend *be, fosd_job *s, nng_msg **r, int *code)
 	*r = fosd_error_reply(s->req_id, *code, e.msg);
 }
 
+/* The reply of an op that ended with code (fosd_op_run): its result's (c->reply), or the error
+ * Response of c->msg; an op with no result of its own answers with its earlier stage's
+ * (stage_reply: a PutWeight's drop stages). *code = code. */
+static nng_msg *op_reply(fosd_job *s, fosd_opctx *c, int code, int *out)
+{
+	*out = code;
+	if (code) {
+		if (c->reply)
+			nng_msg_free(c->reply);
+		return fosd_error_reply(s->req_id, code, c->msg);
+	}
+	if (!c->reply && s->stage_reply) {
+		c->reply = s->stage_reply;
+		s->stage_reply = NULL;
+	}
+	return c->reply;
+}
+
 /* A request's lane is settled: gives it back and counts the request and its busy time on d. */
 static void lane_end(fosd_device *d, int lane, int parallel, uint64_t busy_ns)
 {
@@ -332,17 +351,17 @@ static void run_early(fosd_device *d, fosd_job *s, nng_msg *r, int lane, int par
 static void run_on_lane(fosd_device *d, fosd_job *s, int lane, int parallel, atomic_int *gate)
 {
 	fosd_exec *srv = d->srv;
-	int code = 0;
+	int code;
 	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
 	fosd_opctx c = {fosd_exec_ops(srv), fosd_job_op(s), be, d->lanes ? lane : -1, NULL, fosd_device_res(d), NULL, 0,
-			fosd_deadline_of(s)};
+			fosd_deadline_of(s), fosd_response_result, NULL, ""};
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
 	unsigned char done_h[64];
 	c.done_event = early_event(d, s, be, done_h);
 	atomic_fetch_add(&d->running, 1);
 	s->t_lane_ns = fosd_now_ns();
-	nng_msg *r = fosd_op_run(&c, &code);
+	nng_msg *r = op_reply(s, &c, fosd_op_run(&c), &code);
 	if (!code && c.early && r) {
 		run_early(d, s, r, lane, parallel, gate);
 		return;

@@ -1,12 +1,13 @@
 /* ops.h: the op handlers (one per row of the op table, optable.c), what they see of a request and
  * of the server, and the helpers they share: backend error codes to gRPC codes, backend buffers on
- * the request's lane, and replies whose tensors are copied from backend memory straight into the
- * message.
+ * the request's lane, and the description of a result's output tensors (copied from backend memory
+ * straight into the reply by the executor).
  *
  * A handler gets an op context (optable.h): what it sees of the server (fosd_opsrv), of its
  * request (fosd_opreq), of its device (fosd_devres), and the lane's backend, to which every backend
- * call of the request goes. It returns the reply (NULL if none could be made) and sets *code; it
- * never sends: the executor answers with the reply.
+ * call of the request goes. It returns its status and hands its typed result (the op's
+ * Fos__*Result and its output tensors) to fosd_result; it builds no reply and sends nothing: the
+ * executor makes the Response of that result (executor/response.c) and answers.
  *
  * These structs are the ops layer's part of the state the stages above share: the executor's
  * (executor.h), the requests stage's (dispatch.h) and the transport's (transport.h) each begin with
@@ -34,7 +35,6 @@
 #include "tenants.h"
 #include "wcache.h"
 #include "optable.h"
-#include "response.h"
 #include "fos.pb-c.h"
 
 /* ---- the typed request: what validate.c makes of a Request's fields ------------------------- */
@@ -158,19 +158,20 @@ typedef struct fosd_opreq {
 				     * drop stages (freed when the request ends, if still here) */
 } fosd_opreq;
 
-/* Runs the handler of the request's row (c->s->def); UNIMPLEMENTED for a row without one. */
-nng_msg *fosd_op_run(fosd_opctx *c, int *code);
+/* Runs the handler of the request's row (c->s->def); UNIMPLEMENTED for a row without one. 0, or a
+ * gRPC code with c->msg; the result the op handed fosd_result is c->reply (the caller answers). */
+int fosd_op_run(fosd_opctx *c);
 
-/* A failed op: sets *code and returns the error reply. */
-nng_msg *fosd_fail(fosd_opreq *s, int *code, int c, const char *fmt, ...)
+/* A failed op: c->msg from fmt; returns code (logged when INTERNAL). */
+int fosd_fail(fosd_opctx *c, int code, const char *fmt, ...)
 #if defined(__GNUC__)
-	__attribute__((format(printf, 4, 5)))
+	__attribute__((format(printf, 3, 4)))
 #endif
 	;
 
-/* A failed backend step: *code from the backend's rc (fosd_code_of_rc), the message e->msg, after
+/* A failed backend step: the code of the backend's rc (fosd_code_of_rc), the message e->msg, after
  * "what: " when what is not NULL. */
-nng_msg *fosd_fail_be(fosd_opreq *s, int *code, int rc, const char *what, const fos_err *e);
+int fosd_fail_be(fosd_opctx *c, int rc, const char *what, const fos_err *e);
 
 /* Backend buffer (on c's lane) holding a copy of a received tensor, or the tensor itself when it
  * lies aligned in the client's GPU memory (devmem.h); NULL (with e) on failure. Read only. */
@@ -203,38 +204,40 @@ typedef struct fosd_outs {
 void fosd_outs_init(fosd_outs *o);
 /* Adds an output of wire dtype and shape (d1 <= 0: 1-D) read from backend pointer dev. */
 Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, const void *dev);
-/* Packs resp (with id set here), allocates the message and copies every output in (through c's
- * lane; o NULL: none). On failure returns an error reply and sets *code. */
-nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *code);
-/* fosd_outs_reply of a Response whose result is `result`, the member of the result oneof whose
- * case is `which` (a Fos__*Result of that member's type; INTERNAL if it is not). */
-nng_msg *fosd_result_reply(fosd_opctx *c, Fos__Response__ResultCase which, void *result, fosd_outs *o, int *code);
+/* The op's result: `result` is the Fos__*Result of the Response's result oneof member whose case is
+ * which, o its output tensors (NULL: none), read from backend memory before this returns (so the
+ * op frees them after). 0, or a gRPC code with c->msg (then the op undoes what the result
+ * reported, if anything). The reply is made by whoever runs the op (c->result). */
+static inline int fosd_result(fosd_opctx *c, Fos__Response__ResultCase which, void *result, fosd_outs *o)
+{
+	return c->result(c, (int)which, result, o);
+}
 
 /* ops_weights.c */
-nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code);
-nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code);
+int fosd_op_put_weight(fosd_opctx *c);
+int fosd_op_drop_weight(fosd_opctx *c);
 /* ops_linear.c */
-nng_msg *fosd_op_forward(fosd_opctx *c, int *code);
-nng_msg *fosd_op_backward(fosd_opctx *c, int *code);
-nng_msg *fosd_op_release(fosd_opctx *c, int *code);
-nng_msg *fosd_op_linear(fosd_opctx *c, int *code);
+int fosd_op_forward(fosd_opctx *c);
+int fosd_op_backward(fosd_opctx *c);
+int fosd_op_release(fosd_opctx *c);
+int fosd_op_linear(fosd_opctx *c);
 /* ops_quant.c */
-nng_msg *fosd_op_quantize(fosd_opctx *c, int *code);
-nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code);
+int fosd_op_quantize(fosd_opctx *c);
+int fosd_op_dequantize(fosd_opctx *c);
 /* ops_info.c: the inline ops (FOSD_OPF_INLINE), read-only, no backend calls */
-nng_msg *fosd_op_health(fosd_opctx *c, int *code);
-nng_msg *fosd_op_stats(fosd_opctx *c, int *code);
-nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code);
+int fosd_op_health(fosd_opctx *c);
+int fosd_op_stats(fosd_opctx *c);
+int fosd_op_list_weights(fosd_opctx *c);
 /* ops_shm.c: RegisterRegion, UnregisterRegion, ListRegions; their requests' checks (0 or a code).
  * A channel's thread polls for spin_us after each reply (default, most: transport/chan.c). */
 #define FOSD_CHAN_SPIN_DEFAULT_US 50u
 #define FOSD_CHAN_SPIN_MAX_US 1000000u
 int fosd_shm_validate_op(const Fos__Request *rq, char *msg, size_t msgsz);
-nng_msg *fosd_op_register_region(fosd_opctx *c, int *code);
-nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code);
-nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code);
+int fosd_op_register_region(fosd_opctx *c);
+int fosd_op_unregister_region(fosd_opctx *c);
+int fosd_op_list_regions(fosd_opctx *c);
 /* ops_devmem.c */
-nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code);
+int fosd_op_close_device_memory(fosd_opctx *c);
 
 /* Weight and region names: 1..128 bytes of [A-Za-z0-9._:/-]. Returns 0 or -1 with msg. */
 int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz);

@@ -10,13 +10,10 @@
 
 #include "fos_version.h"
 
-nng_msg *fosd_op_health(fosd_opctx *c, int *code)
+int fosd_op_health(fosd_opctx *c)
 {
 	fosd_opsrv *srv = c->srv;
-	fosd_opreq *s = c->s;
 	fos_backend *be0 = srv->res[0]->be;
-	*code = 0;
-	Fos__Response resp = FOS__RESPONSE__INIT;
 	Fos__HealthResult h = FOS__HEALTH_RESULT__INIT;
 	h.version = (char *)FOS_VERSION;
 	h.backend = (char *)be0->name;
@@ -44,30 +41,21 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	h.n_devices = (size_t)srv->n_devs;
 	h.devices = dp;
 	h.mps = (Fos__HealthResult__Mps)srv->mps; /* the same numbers (fos_wire_enums.h) */
-	resp.id = s->req_id;
-	resp.result_case = FOS__RESPONSE__RESULT_HEALTH;
-	resp.health = &h;
-	return fosd_build_reply(&resp, NULL, NULL);
+	return fosd_result(c, FOS__RESPONSE__RESULT_HEALTH, &h, NULL);
 }
 
-nng_msg *fosd_op_stats(fosd_opctx *c, int *code)
+int fosd_op_stats(fosd_opctx *c)
 {
 	fosd_opsrv *srv = c->srv;
-	*code = 0;
 	/* one snapshot, the same /metrics shows, taken by the hook the server was made with
 	 * (observe/stats.c's fosd_stats_result) */
 	Fos__StatsResult *st = NULL;
 	void *own = srv->stats_result ? srv->stats_result(srv, &st) : NULL;
-	nng_msg *m = NULL;
-	if (own) {
-		Fos__Response resp = FOS__RESPONSE__INIT;
-		resp.id = c->s->req_id;
-		resp.result_case = FOS__RESPONSE__RESULT_STATS;
-		resp.stats = st;
-		m = fosd_build_reply(&resp, NULL, NULL);
-	}
+	if (!own)
+		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory building the reply");
+	int rc = fosd_result(c, FOS__RESPONSE__RESULT_STATS, st, NULL);
 	free(own);
-	return m;
+	return rc;
 }
 
 /* ---- ListWeights: pages in name order ----------------------------------------------------- */
@@ -154,7 +142,7 @@ static int list_merged(fosd_opsrv *srv, const fosd_tenant *owner, const char *af
 	return 0;
 }
 
-nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
+int fosd_op_list_weights(fosd_opctx *c)
 {
 	fosd_opsrv *srv = c->srv;
 	fosd_opreq *s = c->s;
@@ -162,11 +150,10 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	const char *token = rq && rq->page_token ? rq->page_token : "";
 	const char *after = "";
 	char why[FOSD_MSG_MAX];
-	*code = 0;
 	if (token[0]) {
 		size_t pl = strlen(LIST_TOKEN_PREFIX);
 		if (strncmp(token, LIST_TOKEN_PREFIX, pl) || fosd_check_name(token + pl, "its name", why, sizeof why))
-			return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+			return fosd_fail(c, FOS__CODE__INVALID_ARGUMENT,
 					 "page_token (%zu bytes) is not a next_page_token of ListWeights; pass \"\" for "
 					 "the first page",
 					 strlen(token));
@@ -180,13 +167,13 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	size_t n;
 	int more;
 	if (list_merged(srv, s->tenant, after, max, &infos, &devs, &n, &more))
-		return NULL;
+		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory building the reply");
 	Fos__WeightInfo *wi = calloc(n ? n : 1, sizeof *wi);
 	Fos__WeightConfig *wc = calloc(n ? n : 1, sizeof *wc);
 	Fos__WeightInfo **wp = calloc(n ? n : 1, sizeof *wp);
 	uint32_t *dl = calloc((n ? n : 1) * FOSD_MAX_DEVICES, sizeof *dl);
 	char next[sizeof LIST_TOKEN_PREFIX + FOSD_NAME_MAX];
-	nng_msg *m = NULL;
+	int rc = fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory building the reply");
 	if (wi && wc && wp && dl) {
 		/* as many as fit: a page never outgrows the message limit, however long the names */
 		size_t budget = list_page_budget(srv), used = 0, k = 0;
@@ -211,11 +198,7 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 		if (k && (more || k < n))
 			snprintf(next, sizeof next, "%s%s", LIST_TOKEN_PREFIX, infos[k - 1].name);
 		lr.next_page_token = next;
-		Fos__Response resp = FOS__RESPONSE__INIT;
-		resp.id = s->req_id;
-		resp.result_case = FOS__RESPONSE__RESULT_LIST_WEIGHTS;
-		resp.list_weights = &lr;
-		m = fosd_build_reply(&resp, NULL, NULL);
+		rc = fosd_result(c, FOS__RESPONSE__RESULT_LIST_WEIGHTS, &lr, NULL);
 	}
 	free(wi);
 	free(wc);
@@ -223,5 +206,5 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	free(dl);
 	free(infos);
 	free(devs);
-	return m;
+	return rc;
 }

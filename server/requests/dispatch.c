@@ -47,10 +47,14 @@ static void conn_refusal(const fosd_rqsrv *srv, int verdict, char *msg, size_t m
 static void run_inline(fosd_rqsrv *srv, fosd_request *s)
 {
 	fosd_opctx c = {fosd_exec_ops(fosd_rq_exec(srv)), fosd_job_op(fosd_request_job(s)), srv->devs[0].be, -1, NULL,
-			fosd_device_res(&srv->devs[0]), NULL, 0, 0};
-	int code = 0;
-	nng_msg *r = fosd_op_run(&c, &code);
-	if (!r) {
+			fosd_device_res(&srv->devs[0]), NULL, 0, 0, fosd_response_result, NULL, ""};
+	int code = fosd_op_run(&c);
+	nng_msg *r = c.reply;
+	if (code) {
+		if (r)
+			nng_msg_free(r);
+		r = fosd_error_reply(s->req_id, code, c.msg);
+	} else if (!r) {
 		code = FOS__CODE__RESOURCE_EXHAUSTED;
 		r = fosd_error_reply(s->rq->id, code, "out of memory building the reply");
 	}

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h" /* FOSD_MSG_MAX */
+
 /* The ops, in the order of the rows (and of the per-op metrics arrays, metrics.h). */
 enum fosd_op {
 	FOSD_OP_HEALTH = 0,
@@ -55,6 +57,7 @@ enum {
 struct fosd_opsrv;
 struct fosd_opreq;
 struct fosd_devres;
+struct fosd_outs;
 struct fosd_args;
 struct fosd_vctx;
 struct fos_backend;
@@ -84,10 +87,16 @@ typedef struct fosd_opctx {
 	int early;
 	uint64_t deadline_ns; /* the request's deadline on the monotonic clock (fosd_now_ns), 0: none;
 			       * set by the executor, for an op that checks it between its steps */
+	/* Where the op's result goes (ops.h fosd_result): set by whoever runs the op (the executor;
+	 * dispatch.c for inline ops), executor/response.c's fosd_response_result, which makes reply
+	 * of it while the op still holds its output buffers. */
+	int (*result)(struct fosd_opctx *c, int which, void *result, struct fosd_outs *o);
+	struct nng_msg *reply; /* made by result (NULL: none yet); the runner takes it */
+	char msg[FOSD_MSG_MAX]; /* a failed op's message (fosd_fail) */
 } fosd_opctx;
 
-/* Returns the reply (NULL if none could be made) and sets *code. */
-typedef struct nng_msg *(*fosd_op_handler)(fosd_opctx *c, int *code);
+/* Runs the op: 0, or a gRPC code with c->msg. Its result, handed to c->result, is c->reply. */
+typedef int (*fosd_op_handler)(fosd_opctx *c);
 /* Checks the request's fields of this op and fills a (validate.c); 0 or a gRPC code with the
  * message in v. */
 typedef int (*fosd_op_validator)(struct fosd_vctx *v, const struct Fos__Request *rq, struct fosd_args *a,

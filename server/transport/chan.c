@@ -4,6 +4,7 @@
  * send function, chan_send). */
 #include "chan.h"
 #include "transport.h"
+#include "response.h"
 #include "log.h"
 #include "util.h"
 #include "fos_chan.h"
