@@ -34,7 +34,7 @@ typedef struct fosd_stats {
 	uint64_t uptime_ms;
 	int draining;                   /* drains (SIGTERM/SIGINT, or a backend failed for good) */
 	int failed;                     /* the backend failed for good */
-	int mps;                        /* 1: its GPU work runs under MPS (server.h mps is FOS_MPS_ON) */
+	int mps;                        /* 1: its GPU work runs under MPS (ops.h fosd_opsrv.mps is FOS_MPS_ON) */
 	fosd_op_snap ops[FOSD_NUM_OPS];
 	uint64_t duplicates, bad_messages;
 	fosd_wcache_stats cache;

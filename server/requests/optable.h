@@ -1,7 +1,7 @@
 /* optable.h: the op table, one row per operation of the protocol: its name (in logs, Stats and
  * /metrics), the Request oneof case it answers, its validator, its handler and the flags that tell
  * dispatch.c, executor.c and auth.c how to run it. Those stages know an op only through its row
- * (dispatch.c puts the row on the slot, fosd_slot.def); the per-op metrics are indexed by the op.
+ * (dispatch.c puts the row on the request, fosd_opreq.def); the per-op metrics are indexed by the op.
  *
  * Adding an op (once its request and result are in proto/fos.proto's oneofs): a value in enum
  * fosd_op (before FOSD_OP_INVALID), one row in optable.c, its handler (ops_*.c, declared in
@@ -81,7 +81,7 @@ typedef struct fosd_opctx {
 	fosd_lane_buf *buf; /* the lane's small-operand buffers (NULL: none) */
 	struct fosd_devres *dev; /* the device it runs on: its caches; be is one of its lanes */
 	/* The lane's done-event handle when the request may be answered before its GPU work ends
-	 * (executor.c; NULL: it may not). fosd_outs_reply puts it in a reply whose results are all in
+	 * (executor.c; NULL: it may not). response.c puts it in a reply whose results are all in
 	 * the client's GPU memory, records the event after the op's work and sets early. */
 	const unsigned char *done_event;
 	int early;

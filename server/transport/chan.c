@@ -114,7 +114,7 @@ static void publish(fosd_chan *c, nng_msg *reply)
 		nng_msg_free(own);
 }
 
-/* The channel's reply function (fosd_slot.send, reply.h): the reply goes back into the region. */
+/* The channel's reply function (fosd_request.send, dispatch.h): the reply goes back into the region. */
 static void chan_send(fosd_request *r, nng_msg *reply)
 {
 	fosd_slot *s = fosd_slot_of(r);

@@ -108,7 +108,7 @@ static void slot_cb(void *arg)
 	}
 }
 
-/* The socket's reply function (fosd_slot.send, reply.h): sends reply on the slot's nng context,
+/* The socket's reply function (fosd_request.send, dispatch.h): sends reply on the slot's nng context,
  * waiting at most send_timeout for the client to read it; slot_cb frees the slot once it left. */
 static void socket_send(fosd_request *r, nng_msg *reply)
 {
