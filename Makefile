@@ -37,7 +37,10 @@ INC_SERVER  = $(patsubst %/,-I%,$(SERVER_DIRS)) $(INC_FORMATS) -I$(BUILD)/gen
 INC_LIBFOS  = -Iclient/libfos $(INC_PROTO)
 INC_CLI     = -Iclient/cli -Iclient/libfos $(INC_FORMATS) -I$(BUILD)/gen
 INCLUDES = -Ikernels -Iproto -Iformats -Iclient/libfos -Iclient/cli $(patsubst %/,-I%,$(SERVER_DIRS)) -I$(BUILD)/gen
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
+# -fms-extensions: a struct may embed another unnamed (`struct b { struct a; int y; }`), whose
+# fields it then has by name: how each stage of fosd's state begins with the part of the stage
+# below it (server/core/server.h). GCC and clang both have it.
+CFLAGS  += -std=c11 -fms-extensions -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -pthread -fPIC \
            $(INCLUDES) $(SAN)
 LDFLAGS += -pthread $(SAN)
 # nng, protobuf-c, libuv, http-parser and jansson are linked statically so the same binaries run on machines
@@ -72,6 +75,7 @@ GPUTEST_C  := $(wildcard tests/gpu_*.c)
 BENCH_C    := $(wildcard bench/bench_*.c)
 TESTLIB_C  := $(wildcard tests/support_*.c)
 TESTLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard tests/support_*.cu))
+BENCHLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard bench/support_*.cu))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
@@ -84,6 +88,8 @@ LIBFOSSO = $(BUILD)/libfos.so
 LIBCLI   = $(BUILD)/libfoscli.a
 LIBFMT   = $(BUILD)/libfosformats.a
 LIBTEST  = $(BUILD)/libfostest.a
+# the benchmarks' CUDA support code (bench/support_*.cu: the baseline GEMM), with CUDA=1 only
+LIBBENCH = $(if $(BENCHLIB_CU),$(BUILD)/libfosbench.a)
 
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))
 GPUTESTS = $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPUTEST_C))
@@ -187,6 +193,9 @@ $(LIBCLI): $(call obj,$(CLI_C))
 $(LIBTEST): $(call obj,$(TESTLIB_C)) $(call cuobj,$(TESTLIB_CU))
 	@rm -f $@; ar rcs $@ $^
 
+$(BUILD)/libfosbench.a: $(call cuobj,$(BENCHLIB_CU))
+	@rm -f $@; ar rcs $@ $^
+
 # fosd links no client code; the tests and benchmarks link everything
 FOSD_LIBS = $(LIBFOSD) $(LIBFMT) $(LIBPROTO) $(LIBNUM)
 ALL_LIBS = $(LIBFOSD) $(LIBCLI) $(LIBFOS) $(LIBFMT) $(LIBPROTO) $(LIBNUM)
@@ -234,15 +243,15 @@ $(BUILD)/lib/libcmocka.so.0:
 $(GPUTESTS): $(BUILD)/tests/gpu_%: $(BUILD)/obj/tests/gpu_%.o $(LIBTEST) $(ALL_LIBS) $(BUILD)/lib/libcmocka.so.0
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIBTEST) $(ALL_LIBS) -L$(BUILD)/lib -l:libcmocka.so.0 -Wl,-rpath,'$$ORIGIN/../lib' $(LINK)
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBBENCH) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(ALL_LIBS) $(LINK)
+	$(CC) -o $@ $< $(LIBBENCH) $(ALL_LIBS) $(LINK)
 # bench/bench_nvfp4_gemm.cu: a CUDA program of its own (an experiment of issue 19), built on request
 # and only with CUDA=1: make BUILD=build-x build-x/bench/bench_nvfp4_gemm
 ifeq ($(CUDA),1)
-$(BUILD)/bench/bench_nvfp4_gemm: $(BUILD)/obj/bench/bench_nvfp4_gemm.cu.o $(LIBNUM)
+$(BUILD)/bench/bench_nvfp4_gemm: $(BUILD)/obj/bench/bench_nvfp4_gemm.cu.o $(LIBBENCH) $(LIBNUM)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+	$(CC) -o $@ $< $(LIBBENCH) $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
 # bench/bench_ctx_switch.cu (issue 16): two processes taking turns on the GPU against two threads
 $(BUILD)/bench/bench_ctx_switch: bench/bench_ctx_switch.cu
 	@mkdir -p $(dir $@)
@@ -255,9 +264,9 @@ $(BUILD)/bench/bench_mma_chain: bench/bench_mma_chain.cu
 $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o: bench/bench_nvfp4_wgmma.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -gencode=%,$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a -MMD -MP -c $< -o $@
-$(BUILD)/bench/bench_nvfp4_wgmma: $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o $(LIBNUM)
+$(BUILD)/bench/bench_nvfp4_wgmma: $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o $(LIBBENCH) $(LIBNUM)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
+	$(CC) -o $@ $< $(LIBBENCH) $(LIBNUM) $(CUDA_LIBS) $(LDFLAGS) $(SYS_LIBS)
 endif
 
 tests: all $(TESTS)

@@ -42,6 +42,7 @@
 #include "fos_format.h"
 #ifdef FOS_HAVE_CUDA
 #include "cuda_backend.h"
+#include "support_cuda_baseline.h"
 #endif
 
 #include <stdio.h>

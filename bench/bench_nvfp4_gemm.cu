@@ -42,6 +42,7 @@
 #include "backend.h"
 #include "bench_util.h"
 #include "cuda_backend.h"
+#include "support_cuda_baseline.h"
 #include "cuda_internal.cuh"
 #include "cuda_q46.cuh"
 #include "fos_format.h"

@@ -26,6 +26,7 @@
 #include "shm.h"
 #ifdef FOS_HAVE_CUDA
 #include "cuda_backend.h"
+#include "support_cuda_baseline.h"
 #endif
 
 #include <pthread.h>

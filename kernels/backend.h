@@ -284,12 +284,17 @@ fos_backend *fos_backend_cuda(int device, fos_err *err);
 /* "cpu", "cuda" or "auto" (cuda if usable, else cpu). */
 fos_backend *fos_backend_open(const char *name, fos_err *err);
 
-/* ---- quantized-tensor helpers (linear.c) ---- */
+/* ---- quantized-tensor helpers (qtensor.c) ---- */
 /* Allocates codes/scales/amax for a (rows, cols) tensor in backend memory. */
 int fos_qtensor_alloc(fos_backend *be, fos_qtensor *q, int64_t rows, int64_t cols, int row_scaled,
 		      fos_err *err);
 void fos_qtensor_free(fos_backend *be, fos_qtensor *q);
 size_t fos_qtensor_bytes(int64_t rows, int64_t cols, int row_scaled);
+/* Quantizes bf16 x (rows, cols) into a fresh q under cfg (amax_in: the tensor amax given, else
+ * NULL), and into *dec a fresh bf16 decoding of q when dec is not NULL; trans: x is stored
+ * transposed, (cols, rows). On failure nothing stays allocated. */
+int fos_qtensor_quantize_new(fos_backend *be, const void *x, int trans, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+			     const float *amax_in, fos_qtensor *q, uint16_t **dec, fos_err *err);
 
 /* ---- the linear layer (linear.c), all pointers in backend memory ---- */
 

@@ -350,17 +350,7 @@ extern "C" int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos
 	return rc;
 }
 
-extern "C" int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err)
-{
-	return fcu_set_switch(be, &fcu_impl::force_f32, on, err);
-}
-
 extern "C" int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err)
 {
 	return fcu_set_switch(be, &fcu_impl::h2d_nowait, on, err);
-}
-
-extern "C" int fos_cuda_set_one_cta(fos_backend *be, int on, fos_err *err)
-{
-	return fcu_set_switch(be, &fcu_impl::one_cta, on, err);
 }

@@ -1,10 +1,12 @@
-/* cuda_backend.h: CUDA-only extras of the CUDA backend (kernels/cuda_*.cu), for its GPU tests and
- * benchmarks: stream-event timing, the GEMM path and grid switches, a baseline cuBLASLt GEMM, the
- * chosen GEMM algorithm's description (per operand layout), and exhaustive self-tests of every fast
- * replacement of an exact operation used by the kernels. Every function returns FOS_OK or an error
- * code with err set. fosd calls none of the switches: they default to the shipped paths. The
- * backend itself is made with fos_backend_cuda (backend.h). Only defined in builds with CUDA
- * (FOS_HAVE_CUDA); callers guard their uses with #ifdef FOS_HAVE_CUDA. */
+/* cuda_backend.h: CUDA-only extras of the CUDA backend (kernels/cuda_*.cu): stream-event timing,
+ * the h2d and CUDA-graph switches fosd sets, the chosen GEMM algorithm's description (per operand
+ * layout) and the small-M GEMM's variants. Every function returns FOS_OK or an error code with err
+ * set. What only tests and benchmarks use lives with them: the GEMM path and grid the GPU tests
+ * force (tests/support_cuda_hooks.h), the baseline cuBLASLt GEMM of the benchmarks
+ * (bench/support_cuda_baseline.h), the self-tests of the kernels' fast forms
+ * (tests/support_cuda_selftest.h). The backend itself is made with fos_backend_cuda (backend.h).
+ * Only defined in builds with CUDA (FOS_HAVE_CUDA); callers guard their uses with
+ * #ifdef FOS_HAVE_CUDA. */
 #ifndef FOS_CUDA_BACKEND_H
 #define FOS_CUDA_BACKEND_H
 
@@ -18,16 +20,6 @@ extern "C" {
 int fos_cuda_mark(fos_backend *be, int slot, fos_err *err);
 /* Waits for event b and gives the milliseconds between events a and b. */
 int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos_err *err);
-
-/* 1: every GEMM writes FP32 and runs the backend's own epilogue kernel; 0 (default): GEMMs whose
- * epilogue is only alpha write bf16 straight from cuBLASLt (alpha applied by cuBLASLt), those with
- * a row scale use the FP32 path, and a bias is added by a separate kernel in both. */
-int fos_cuda_set_gemm_f32(fos_backend *be, int on, fos_err *err);
-
-/* 1: every quantize, quantize_t and grad_pair launch runs on one CTA (tests: a persistent kernel
- * then walks every work item itself, so each cp.async ring buffer is refilled many times at small
- * shapes); 0 (default): grids sized by occupancy. Same bytes either way. */
-int fos_cuda_set_one_cta(fos_backend *be, int on, fos_err *err);
 
 /* 1: be->h2d queues the copy and returns without waiting for it (the caller then keeps src unchanged
  * and mapped until its next d2h or sync on this instance; fosd's executor does: its sources live
@@ -43,11 +35,6 @@ int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err);
 int fos_cuda_set_graphs(fos_backend *be, int on, fos_err *err);
 int fos_cuda_graph_stats(fos_backend *be, unsigned long long *recorded, unsigned long long *launched,
 			 unsigned long long *failed, fos_err *err);
-
-/* A plain cuBLASLt bf16 GEMM y = a b^T (bf16 out, alpha 1) with cuBLASLt's first heuristic choice
- * under a workspace of ws_bytes: the baseline the benchmarks compare against. */
-int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
-			   int64_t k, uint16_t *y, size_t ws_bytes, fos_err *err);
 
 /* Describes the algorithm the backend's gemm uses for (m, n, k) with a plain epilogue
  * (e.g. "algo 66 tile 18 splitK 1 stages 22"), choosing it if not yet chosen. */

@@ -1,6 +1,6 @@
 /* cuda_gemm.cu: the CUDA backend's GEMM (y = a b^T through cuBLASLt, bf16 x bf16 -> FP32
  * accumulation, NUMERICS.md section 7 epilogue), the grad-bias column sum, and the GEMM extras of
- * cuda_backend.h (baseline GEMM, algorithm description).
+ * cuda_backend.h (the algorithm description).
  *
  * Row-major y (M, N) = a (M, K) b (N, K)^T is column-major y^T (N, M) = b^T a: cuBLASLt's "A" is b
  * (K x N column-major, op T), "B" is a (K x M, op N), D is N x M with ld N. gemm_ex's stored-
@@ -17,8 +17,8 @@
  * get another algorithm); gpu_linear's test_gemm_ex_layouts reports whether they do.
  *
  * Epilogue: alpha = rn(ga * gb) (computed on the device when an amax is involved). Without a row
- * scale, cuBLASLt writes bf16 = RNE(rn(acc * alpha)) itself (fos_cuda_set_gemm_f32 switches this
- * off; the GPU test gpu_linear proves both paths equal bit for bit). With a row scale, cuBLASLt writes
+ * scale, cuBLASLt writes bf16 = RNE(rn(acc * alpha)) itself (fcu_gemm_path with f32 1 takes the FP32
+ * path instead: the GPU test gpu_linear proves both paths equal bit for bit). With a row scale, cuBLASLt writes
  * FP32 acc and k_epilogue applies alpha, the row scale and the cast. A bias is added afterwards,
  * after the bf16 cast, exactly as specified: y = bf16(float(y) + float(bias)). */
 #include "cuda_internal.cuh"
@@ -168,21 +168,18 @@ void fcu_gemm_release(fos_backend *be)
 	im->nplans = 0;
 	if (im->acc)
 		cudaFreeAsync(im->acc, im->st);
-	if (im->ws)
-		cudaFreeAsync(im->ws, im->st);
 	if (im->scal)
 		cudaFreeAsync(im->scal, im->st);
 	im->acc = 0;
-	im->ws = 0;
 	im->scal = 0;
-	im->acc_bytes = im->ws_bytes = 0;
+	im->acc_bytes = 0;
 	cudaStreamSynchronize(im->st);
 	cudaGetLastError();
 }
 
 /* The algorithm of each plan key, shared by every instance of the process (see the top). */
 struct fcu_algo_entry {
-	int64_t m, n, k, ws;
+	int64_t m, n, k;
 	int ta, tb, out_f32, dev_alpha;
 	cublasLtMatmulAlgo_t algo;
 	int splitk;
@@ -196,17 +193,17 @@ static struct fcu_algo_entry *fcu_algo_find(const struct fcu_plan *p)
 {
 	for (int i = 0; i < fcu_nalgos; i++) {
 		struct fcu_algo_entry *e = &fcu_algos[i];
-		if (e->m == p->m && e->n == p->n && e->k == p->k && e->ws == p->ws && e->ta == p->ta && e->tb == p->tb &&
+		if (e->m == p->m && e->n == p->n && e->k == p->k && e->ta == p->ta && e->tb == p->tb &&
 		    e->out_f32 == p->out_f32 && e->dev_alpha == p->dev_alpha)
 			return e;
 	}
 	return 0;
 }
 
-/* Builds a plan: descriptors and the first heuristic algorithm (with split-K 1 unless ws > 0), or
+/* Builds a plan: descriptors and the first heuristic algorithm with split-K 1 and no workspace, or
  * the algorithm another instance already chose for the same key. */
 static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int64_t n, int64_t k, int lta, int ltb,
-			 int out_f32, int dev_alpha, int64_t ws, fos_err *err)
+			 int out_f32, int dev_alpha, fos_err *err)
 {
 	memset(p, 0, sizeof *p);
 	p->m = m;
@@ -216,7 +213,6 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 	p->tb = ltb;
 	p->out_f32 = out_f32;
 	p->dev_alpha = dev_alpha;
-	p->ws = ws;
 	/* cuBLASLt's A is our b, its B our a (see the top of the file). */
 	cublasOperation_t ta = ltb ? CUBLAS_OP_N : CUBLAS_OP_T, tb = lta ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasLtPointerMode_t pm = dev_alpha ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
@@ -259,7 +255,7 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 	cublasLtMatmulPreference_t pref = 0;
 	if (!rc)
 		rc = fcu_lt_check(cublasLtMatmulPreferenceCreate(&pref), err, "cublasLtMatmulPreferenceCreate");
-	size_t wsz = (size_t)ws;
+	size_t wsz = 0;
 	if (!rc)
 		rc = fcu_lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz,
 								       sizeof wsz),
@@ -285,7 +281,7 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 			if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk,
 								 &wr) != CUBLAS_STATUS_SUCCESS)
 				sk = 1;
-			if (ws > 0 || sk <= 1) {
+			if (sk <= 1) {
 				pick = i;
 				p->splitk = sk;
 			}
@@ -302,7 +298,6 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 		e->m = p->m;
 		e->n = p->n;
 		e->k = p->k;
-		e->ws = p->ws;
 		e->ta = p->ta;
 		e->tb = p->tb;
 		e->out_f32 = p->out_f32;
@@ -318,14 +313,14 @@ static int fcu_plan_make(struct fcu_impl *im, struct fcu_plan *p, int64_t m, int
 
 /* Finds or makes the plan; returns with im->mu held on success. */
 static int fcu_plan_get(struct fcu_impl *im, int64_t m, int64_t n, int64_t k, int ta, int tb, int out_f32, int dev_alpha,
-			int64_t ws, struct fcu_plan **out, fos_err *err)
+			struct fcu_plan **out, fos_err *err)
 {
 	pthread_mutex_lock(&im->mu);
 	im->tick++;
 	for (int i = 0; i < im->nplans; i++) {
 		struct fcu_plan *p = &im->plans[i];
 		if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->out_f32 == out_f32 &&
-		    p->dev_alpha == dev_alpha && p->ws == ws) {
+		    p->dev_alpha == dev_alpha) {
 			p->use = im->tick;
 			*out = p;
 			return FOS_OK;
@@ -339,7 +334,7 @@ static int fcu_plan_get(struct fcu_impl *im, int64_t m, int64_t n, int64_t k, in
 				slot = i;
 		fcu_plan_destroy(&im->plans[slot]);
 	}
-	int rc = fcu_plan_make(im, &im->plans[slot], m, n, k, ta, tb, out_f32, dev_alpha, ws, err);
+	int rc = fcu_plan_make(im, &im->plans[slot], m, n, k, ta, tb, out_f32, dev_alpha, err);
 	if (rc) {
 		if (slot < im->nplans) { /* keep the array dense */
 			im->plans[slot] = im->plans[im->nplans - 1];
@@ -361,7 +356,7 @@ static int fcu_plan_run(struct fcu_impl *im, struct fcu_plan *p, const void *alp
 			const uint16_t *b, void *d, fos_err *err)
 {
 	cublasStatus_t s = cublasLtMatmul(im->lt, p->op, alpha, b, p->la, a, p->lb, beta, d, p->ld, d, p->ld, &p->algo,
-					  p->ws ? im->ws : 0, (size_t)p->ws, im->st);
+					  0, 0, im->st);
 	pthread_mutex_unlock(&im->mu);
 	return fcu_lt_check(s, err, "cublasLtMatmul");
 }
@@ -385,8 +380,8 @@ static int fcu_grow(fos_backend *be, void **buf, size_t *have, size_t need, fos_
 /* ---- ops ------------------------------------------------------------------------------------- */
 
 /* gemm and gemm_ex: ta / tb select the stored-transposed layouts (0, 0 for gemm). */
-static int fcu_gemm_any(fos_backend *be, const uint16_t *a, int ta, const uint16_t *b, int tb, int64_t m, int64_t n,
-			int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
+int fcu_gemm_path(fos_backend *be, const uint16_t *a, int ta, const uint16_t *b, int tb, int64_t m, int64_t n,
+		  int64_t k, const fos_gemm_epi *epi, uint16_t *y, int f32, fos_err *err)
 {
 	if (m <= 0 || n <= 0 || k <= 0)
 		return fos_seterr(err, FOS_EINVAL, "gemm shape M=%lld N=%lld K=%lld must be positive", (long long)m,
@@ -415,10 +410,10 @@ static int fcu_gemm_any(fos_backend *be, const uint16_t *a, int ta, const uint16
 	const float one = 1.0f, zero = 0.0f;
 	struct fcu_plan *p;
 	const unsigned eg = fcu_grid(be, m * n / 8 + 1, ET, 8);
-	if (epi->row_scale || im->force_f32) {
+	if (epi->row_scale || f32) {
 		if ((rc = fcu_grow(be, (void **)&im->acc, &im->acc_bytes, (size_t)(m * n) * sizeof(float), err)))
 			return rc;
-		if ((rc = fcu_plan_get(im, m, n, k, ta, tb, 1, 0, 0, &p, err)))
+		if ((rc = fcu_plan_get(im, m, n, k, ta, tb, 1, 0, &p, err)))
 			return rc;
 		if ((rc = fcu_plan_run(im, p, &one, &zero, a, b, im->acc, err)))
 			return rc;
@@ -426,7 +421,7 @@ static int fcu_gemm_any(fos_backend *be, const uint16_t *a, int ta, const uint16
 						  epi->bias, y, n % 4 == 0);
 		return fcu_launched(err, "GEMM epilogue kernel launch");
 	}
-	if ((rc = fcu_plan_get(im, m, n, k, ta, tb, 0, dev_alpha, 0, &p, err)))
+	if ((rc = fcu_plan_get(im, m, n, k, ta, tb, 0, dev_alpha, &p, err)))
 		return rc;
 	if (dev_alpha)
 		rc = fcu_plan_run(im, p, im->scal, im->scal + 1, a, b, y, err);
@@ -442,13 +437,13 @@ static int fcu_gemm_any(fos_backend *be, const uint16_t *a, int ta, const uint16
 int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
 {
-	return fcu_gemm_any(be, a, 0, b, 0, m, n, k, epi, y, err);
+	return fcu_gemm_path(be, a, 0, b, 0, m, n, k, epi, y, 0, err);
 }
 
 int fcu_gemm_ex(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t *b, int trans_b, int64_t m, int64_t n,
 		int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err)
 {
-	return fcu_gemm_any(be, a, trans_a, b, trans_b, m, n, k, epi, y, err);
+	return fcu_gemm_path(be, a, trans_a, b, trans_b, m, n, k, epi, y, 0, err);
 }
 
 int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err)
@@ -468,25 +463,6 @@ int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16
 
 /* ---- cuda_backend.h extras ------------------------------------------------------------------- */
 
-extern "C" int fos_cuda_gemm_baseline(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
-				      int64_t k, uint16_t *y, size_t ws_bytes, fos_err *err)
-{
-	if (m <= 0 || n <= 0 || k <= 0)
-		return fos_seterr(err, FOS_EINVAL, "gemm shape M=%lld N=%lld K=%lld must be positive", (long long)m,
-				  (long long)n, (long long)k);
-	int rc = fcu_enter(be, err);
-	if (rc)
-		return rc;
-	struct fcu_impl *im = fcu(be);
-	if (ws_bytes && (rc = fcu_grow(be, &im->ws, &im->ws_bytes, ws_bytes, err)))
-		return rc;
-	struct fcu_plan *p;
-	if ((rc = fcu_plan_get(im, m, n, k, 0, 0, 0, 0, (int64_t)ws_bytes, &p, err)))
-		return rc;
-	const float one = 1.0f, zero = 0.0f;
-	return fcu_plan_run(im, p, &one, &zero, a, b, y, err);
-}
-
 extern "C" int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, char *buf, size_t len,
 				      fos_err *err)
 {
@@ -504,7 +480,7 @@ extern "C" int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans
 		return rc;
 	struct fcu_impl *im = fcu(be);
 	struct fcu_plan *p;
-	if ((rc = fcu_plan_get(im, m, n, k, trans_a, trans_b, 0, 0, 0, &p, err)))
+	if ((rc = fcu_plan_get(im, m, n, k, trans_a, trans_b, 0, 0, &p, err)))
 		return rc;
 	int32_t v[6] = {0, 0, 0, 0, 0, 0};
 	const cublasLtMatmulAlgoConfigAttributes_t at[6] = {

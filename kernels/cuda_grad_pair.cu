@@ -116,6 +116,12 @@ __global__ void __launch_bounds__(GP_T, 4)
 int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
 		  uint16_t *dec_cols_t, fos_err *err)
 {
+	return fcu_grad_pair_cta(be, dy, m, n, amax, dec_rows, dec_cols_t, 0, err);
+}
+
+int fcu_grad_pair_cta(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
+		      uint16_t *dec_cols_t, int one_cta, fos_err *err)
+{
 	struct fcu_impl *im = fcu(be);
 	if (m <= 0 || n <= 0 || m % 16 || n % 16)
 		return fos_seterr(err, FOS_EINVAL,
@@ -132,7 +138,7 @@ int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, con
 	if (rc)
 		return rc;
 	/* the quantize launchers' choices (fcu_qargs): from the end when the last amax pass read dy */
-	const fcu_qa A = fcu_qargs(be, dy, 1, amax, 0);
+	const fcu_qa A = fcu_qargs(be, dy, 1, amax, 0, one_cta);
 	const int ntr = (int)((m + GP_R - 1) / GP_R), ntc = (int)((n + GP_C - 1) / GP_C);
 	const int ntiles = ntr * ntc;
 	const int occ = fcu_occupancy((const void *)k_grad_pair, GP_T, 1);

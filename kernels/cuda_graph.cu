@@ -29,7 +29,6 @@
 struct fcu_graph {
 	unsigned char key[FCU_KEY_MAX];
 	size_t keylen;
-	int one_cta, force_f32;
 	int seen, never;
 	cudaGraphExec_t exec;
 	unsigned long long use;
@@ -56,8 +55,7 @@ static struct fcu_graph *fcu_graph_find(struct fcu_impl *im, const void *key, si
 	struct fcu_graphs *gs = (struct fcu_graphs *)im->graphs;
 	for (int i = 0; i < gs->n; i++) {
 		struct fcu_graph *e = &gs->g[i];
-		if (e->keylen == keylen && e->one_cta == im->one_cta && e->force_f32 == im->force_f32 &&
-		    !memcmp(e->key, key, keylen))
+		if (e->keylen == keylen && !memcmp(e->key, key, keylen))
 			return e;
 	}
 	return 0;
@@ -161,8 +159,6 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 		e = fcu_graph_slot(im);
 		memcpy(e->key, key, keylen);
 		e->keylen = keylen;
-		e->one_cta = im->one_cta;
-		e->force_f32 = im->force_f32;
 	}
 	e->use = ++gs->tick;
 	if (!e->exec) {

@@ -22,7 +22,6 @@ struct fcu_plan {
 	int ta, tb;   /* operand a stored (K, M) / b stored (K, N) (gemm_ex); 0, 0 for gemm */
 	int out_f32;  /* 1: FP32 D (own epilogue), 0: bf16 D with cuBLASLt alpha */
 	int dev_alpha; /* alpha read from device memory */
-	int64_t ws;    /* workspace the plan was chosen with (0: deterministic plans) */
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t la, lb, ld;
 	cublasLtMatmulAlgo_t algo;
@@ -46,11 +45,7 @@ struct fcu_impl {
 	float *scal;    /* device: [0] alpha, [1] beta = 0 */
 	float *acc;     /* device FP32 GEMM output scratch */
 	size_t acc_bytes;
-	void *ws;       /* cuBLASLt workspace for the baseline GEMM only */
-	size_t ws_bytes;
-	int force_f32;  /* every GEMM through the FP32 output + own epilogue (fos_cuda_set_gemm_f32) */
 	int h2d_nowait; /* h2d returns without waiting for the copy (fos_cuda_set_h2d_nowait) */
-	int one_cta;    /* every quantize and grad_pair launch on one CTA (fos_cuda_set_one_cta) */
 	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
 	void *graphs;       /* recorded work by key (cuda_graph.cu), made on first use */
 	void *recording;    /* the entry being recorded: be->alloc/free give and keep its memory */
@@ -145,10 +140,11 @@ struct fcu_qa {
 	float *amax_out;
 	int hw;      /* 1: the hardware e4m3 conversion (equal to the software encode: self-test 2) */
 	int rev;     /* walk from the end */
-	int one_cta; /* one CTA per launch */
+	int one_cta; /* one CTA per launch (a grid the tests ask for: fcu_quantize_cta) */
 };
 
-static inline fcu_qa fcu_qargs(fos_backend *be, const void *x, int amax_given, const float *amax, float *amax_out)
+static inline fcu_qa fcu_qargs(fos_backend *be, const void *x, int amax_given, const float *amax, float *amax_out,
+			       int one_cta)
 {
 	struct fcu_impl *im = fcu(be);
 	fcu_qa A;
@@ -159,7 +155,7 @@ static inline fcu_qa fcu_qargs(fos_backend *be, const void *x, int amax_given, c
 	 * amax(x) just before, as the quantized backward does): its tail is still in L2. Only a
 	 * direction: every walk gives the same bytes. */
 	A.rev = !amax_given || x == __atomic_load_n(&im->amax_x, __ATOMIC_RELAXED);
-	A.one_cta = im->one_cta;
+	A.one_cta = one_cta;
 	return A;
 }
 
@@ -240,6 +236,14 @@ int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
 int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err);
+/* The same with the grid chosen: one_cta 1 runs each launch on one CTA (a persistent kernel then
+ * walks every work item itself, so each cp.async ring buffer is refilled many times at small
+ * shapes: what the GPU tests ask for, tests/support_cuda_hooks.cu), 0 sizes it by occupancy (the
+ * backend's ops). Same bytes either way. */
+int fcu_quantize_cta(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		     const float *amax_in, fos_qtensor *q, uint16_t *decoded, int one_cta, fos_err *err);
+int fcu_quantize_t_cta(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		       const float *amax_in, fos_qtensor *q, uint16_t *decoded, int one_cta, fos_err *err);
 int fcu_dequantize(fos_backend *be, const fos_qtensor *q, int out_dtype, void *out, fos_err *err);
 int fcu_decode(fos_backend *be, const fos_qtensor *q, uint16_t *out, fos_err *err);
 /* the rowwise plain NVFP4 quantize of fcu_quantize (cuda_gradient.cu): x (rows, cols = 16 bpr;
@@ -251,11 +255,18 @@ void fcu_grad_rows(fos_backend *be, const void *x, int dtype, int64_t rows, int 
 /* ops (cuda_grad_pair.cu) */
 int fcu_grad_pair(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
 		  uint16_t *dec_cols_t, fos_err *err);
+int fcu_grad_pair_cta(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, const float *amax, uint16_t *dec_rows,
+		      uint16_t *dec_cols_t, int one_cta, fos_err *err);
 /* ops (cuda_gemm.cu) */
 int fcu_gemm(fos_backend *be, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k,
 	     const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
 int fcu_gemm_ex(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t *b, int trans_b, int64_t m,
 		int64_t n, int64_t k, const fos_gemm_epi *epi, uint16_t *y, fos_err *err);
+/* gemm_ex with the path chosen: f32 1 writes FP32 and runs the backend's own epilogue kernel for
+ * every GEMM (what the GPU tests compare the bf16 path with, tests/support_cuda_hooks.cu), 0 only
+ * for a row-scaled epilogue (the backend's ops). */
+int fcu_gemm_path(fos_backend *be, const uint16_t *a, int trans_a, const uint16_t *b, int trans_b, int64_t m,
+		  int64_t n, int64_t k, const fos_gemm_epi *epi, uint16_t *y, int f32, fos_err *err);
 int fcu_colsum(fos_backend *be, const uint16_t *dy, int64_t m, int64_t n, uint16_t *db, fos_err *err);
 void fcu_gemm_release(fos_backend *be);
 /* replay (cuda_graph.cu) */

@@ -217,6 +217,12 @@ static void fcu_quant_typed(fos_backend *be, const void *x, int64_t rows, int nb
 int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		 const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
 {
+	return fcu_quantize_cta(be, x, dtype, rows, cols, cfg, amax_in, q, decoded, 0, err);
+}
+
+int fcu_quantize_cta(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		     const float *amax_in, fos_qtensor *q, uint16_t *decoded, int one_cta, fos_err *err)
+{
 	int rc = fcu_qcheck(cfg, dtype, rows, cols, err);
 	if (rc)
 		return rc;
@@ -244,7 +250,7 @@ int fcu_quantize(fos_backend *be, const void *x, int dtype, int64_t rows, int64_
 	}
 	fcu_qset(q, rows, cols, cfg);
 	const int nblk = (int)(rows * cols / 16), bpr = (int)(cols / 16);
-	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst);
+	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst, one_cta);
 	if (cfg->recipe == FOS_RECIPE_NVFP4)
 		fcu_grad_rows(be, x, dtype, rows, nblk, bpr, cfg, A, q, decoded);
 	else

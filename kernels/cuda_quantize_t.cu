@@ -170,6 +170,12 @@ static void fcu_qt_mode(fos_backend *be, const void *x, int rows, int cols, cons
 int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
 		   const float *amax_in, fos_qtensor *q, uint16_t *decoded, fos_err *err)
 {
+	return fcu_quantize_t_cta(be, x, dtype, rows, cols, cfg, amax_in, q, decoded, 0, err);
+}
+
+int fcu_quantize_t_cta(fos_backend *be, const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg,
+		       const float *amax_in, fos_qtensor *q, uint16_t *decoded, int one_cta, fos_err *err)
+{
 	int rc = fcu_qcheck(cfg, dtype, rows, cols, err);
 	if (rc)
 		return rc;
@@ -190,7 +196,7 @@ int fcu_quantize_t(fos_backend *be, const void *x, int dtype, int64_t rows, int6
 	fcu_qset(q, rows, cols, cfg);
 	const size_t es = dtype == FOS_F32 ? 4 : 2;
 	const int vec = fcu_aligned(x, 16) && ((size_t)rows * es) % 16 == 0;
-	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst);
+	const fcu_qa A = fcu_qargs(be, x, amax_in != 0, asrc, adst, one_cta);
 	const bool mse = cfg->err_mode == FOS_ERR_MSE && cfg->recipe != FOS_RECIPE_NVFP4;
 	fcu_qdispatch(dtype, mse, decoded != 0, [&](auto t, auto m, auto dec) {
 		fcu_qt_mode<typename decltype(t)::type, decltype(m)::value, decltype(dec)::value>(be, x, (int)rows, (int)cols,

@@ -1,6 +1,6 @@
-/* linear.c: quantized tensors and weights, and the linear layer (forward, and backward under each
- * override, NUMERICS.md sections 4, 7 and 8), composed from the backend ops so every backend gets
- * the same data flow. All buffers live in backend memory.
+/* linear.c: the linear layer (forward, and backward under each override, NUMERICS.md sections 4, 7
+ * and 8), composed from the backend ops and the quantized tensors and weights of qtensor.c, so every
+ * backend gets the same data flow. All buffers live in backend memory.
  *
  * Shapes: M is any value >= 1, N and K positive multiples of 16, and the outputs are defined as the
  * slices of the same layer on inputs zero-padded to multiples of 128. Zero padding is exact (no
@@ -46,86 +46,6 @@ static void scr_free(scratch *s)
 	for (int i = 0; i < s->n; i++)
 		s->be->free(s->be, s->p[i]);
 	s->n = 0;
-}
-
-/* ---- quantized tensors --------------------------------------------------------------------- */
-
-size_t fos_qtensor_bytes(int64_t rows, int64_t cols, int row_scaled)
-{
-	return (size_t)(rows * cols / 2 + rows * cols / 16) + sizeof(float) * (size_t)(row_scaled ? rows : 1);
-}
-
-int fos_qtensor_alloc(fos_backend *be, fos_qtensor *q, int64_t rows, int64_t cols, int row_scaled, fos_err *err)
-{
-	memset(q, 0, sizeof *q);
-	q->rows = rows;
-	q->cols = cols;
-	q->row_scaled = row_scaled;
-	q->bound = 256;
-	q->codes = be->alloc(be, (size_t)(rows * cols / 2));
-	q->scales = be->alloc(be, (size_t)(rows * cols / 16));
-	q->amax = be->alloc(be, sizeof(float) * (size_t)(row_scaled ? rows : 1));
-	if (!q->codes || !q->scales || !q->amax) {
-		fos_qtensor_free(be, q);
-		return fos_seterr(err, FOS_ENOMEM, "out of backend memory for a quantized (%lld, %lld) tensor",
-				  (long long)rows, (long long)cols);
-	}
-	return FOS_OK;
-}
-
-void fos_qtensor_free(fos_backend *be, fos_qtensor *q)
-{
-	if (q->codes)
-		be->free(be, q->codes);
-	if (q->scales)
-		be->free(be, q->scales);
-	if (q->amax)
-		be->free(be, q->amax);
-	q->codes = q->scales = 0;
-	q->amax = 0;
-}
-
-/* Quantizes x (rows, cols) into a fresh q (+ its bf16 decoding when dec is non-NULL). trans: x is
- * stored transposed, (cols, rows): the backend's quantize_t reads it in place when it has one,
- * else a transposed copy is made here. */
-static int quantize_new(fos_backend *be, const void *x, int trans, int64_t rows, int64_t cols, const fos_qcfg *cfg,
-			const float *amax_in, fos_qtensor *q, uint16_t **dec, fos_err *err)
-{
-	int rc = fos_qtensor_alloc(be, q, rows, cols, cfg->row_scaled, err);
-	if (rc)
-		return rc;
-	if (dec) {
-		*dec = be->alloc(be, (size_t)(rows * cols) * 2);
-		if (!*dec) {
-			fos_qtensor_free(be, q);
-			return fos_seterr(err, FOS_ENOMEM, "out of backend memory for a (%lld, %lld) bf16 operand",
-					  (long long)rows, (long long)cols);
-		}
-	}
-	if (!trans) {
-		rc = be->quantize(be, x, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
-	} else if (be->quantize_t) {
-		rc = be->quantize_t(be, x, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
-	} else {
-		uint16_t *xt = be->alloc(be, (size_t)(rows * cols) * 2);
-		rc = xt ? be->transpose(be, x, xt, cols, rows, 2, err)
-			: fos_seterr(err, FOS_ENOMEM, "out of backend memory for a transposed (%lld, %lld) operand",
-				     (long long)rows, (long long)cols);
-		if (!rc)
-			rc = be->quantize(be, xt, FOS_BF16, rows, cols, cfg, amax_in, q, dec ? *dec : 0, err);
-		if (!rc)
-			rc = be->sync(be, err); /* xt is freed next */
-		if (xt)
-			be->free(be, xt);
-	}
-	if (rc) {
-		fos_qtensor_free(be, q);
-		if (dec) {
-			be->free(be, *dec);
-			*dec = 0;
-		}
-	}
-	return rc;
 }
 
 /* 256-byte alignment of the parts carved from one allocation (quantize_once). */
@@ -190,145 +110,6 @@ static int pad_rows(fos_backend *be, const uint16_t *src, int64_t rows, int64_t 
 static float q_dinv(const fos_qtensor *q)
 {
 	return 1.0f / fos_bound_d(q->bound);
-}
-
-/* ---- weights ------------------------------------------------------------------------------- */
-
-const char *fos_use_name(int use)
-{
-	switch (use) {
-	case FOS_USE_FORWARD:
-		return "forward";
-	case FOS_USE_QUANTIZED:
-		return "quantized";
-	case FOS_USE_HIGH_PRECISION:
-		return "high_precision";
-	case FOS_USE_DEQUANTIZED:
-		return "dequantized";
-	default:
-		return "?";
-	}
-}
-
-char *fos_uses_str(int uses, char *buf, size_t bufsz)
-{
-	static const int order[] = {FOS_USE_FORWARD, FOS_USE_QUANTIZED, FOS_USE_HIGH_PRECISION, FOS_USE_DEQUANTIZED};
-	size_t at = 0;
-	if (bufsz)
-		buf[0] = 0;
-	for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-		if (!(uses & order[i]) || !bufsz)
-			continue;
-		int w = snprintf(buf + at, bufsz - at, "%s%s", at ? "," : "", fos_use_name(order[i]));
-		if (w < 0 || (size_t)w >= bufsz - at)
-			break;
-		at += (size_t)w;
-	}
-	return buf;
-}
-
-size_t fos_qweight_bytes_for(int64_t n, int64_t k, int uses, fos_qweight_parts *p)
-{
-	fos_qweight_parts q;
-	q.codes = fos_qtensor_bytes(n, k, 0);
-	q.columnwise = (uses & FOS_USE_QUANTIZED) ? fos_qtensor_bytes(k, n, 0) : 0;
-	q.master = (uses & FOS_USE_HIGH_PRECISION) ? (size_t)(n * k) * 2 : 0;
-	if (p)
-		*p = q;
-	return q.codes + q.columnwise + q.master;
-}
-
-size_t fos_qweight_bytes(const fos_qweight *qw)
-{
-	return fos_qweight_bytes_for(qw->n, qw->k, qw->uses, NULL);
-}
-
-/* The columnwise copy: W's recipe (4/6 or plain) on W^T (K x N), w_amax, weight_block, from w. */
-static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w, fos_err *err)
-{
-	fos_qcfg c = fos_linear_wcfg(&qw->opts);
-	int rc = quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, NULL, err);
-	return rc ? rc : be->sync(be, err);
-}
-
-int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
-			  int uses, fos_qweight *qw, fos_err *err)
-{
-	memset(qw, 0, sizeof *qw);
-	if (uses <= 0 || (uses & ~FOS_USES_ALL))
-		return fos_seterr(err, FOS_EINVAL, "weight uses 0x%x: give one or more of forward, quantized, "
-				  "high_precision, dequantized", (unsigned)uses);
-	int rc = fos_linear_check(o, 1, n, k, 0, err); /* any M: only N and K matter here */
-	if (rc)
-		return rc;
-	qw->n = n;
-	qw->k = k;
-	qw->opts = *o;
-	qw->opts.override = FOS_OVR_DEFAULT;
-	qw->opts.row_scaled = 0;
-	qw->uses = uses;
-	fos_qcfg c = fos_linear_wcfg(o);
-	rc = quantize_new(be, w, 0, n, k, &c, 0, &qw->q, NULL, err);
-	if (!rc && (uses & FOS_USE_HIGH_PRECISION)) {
-		qw->master = be->alloc(be, (size_t)(n * k) * 2);
-		rc = qw->master ? be->d2d(be, qw->master, w, (size_t)(n * k) * 2, err)
-				: fos_seterr(err, FOS_ENOMEM, "out of backend memory for the weight master copy");
-	}
-	if (!rc && (uses & FOS_USE_QUANTIZED))
-		rc = qweight_make_col(be, qw, w, err);
-	if (!rc)
-		rc = be->sync(be, err);
-	if (rc)
-		fos_qweight_free(be, qw);
-	return rc;
-}
-
-int fos_qweight_make(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
-		     int keep_master, int want_col, fos_qweight *qw, fos_err *err)
-{
-	int uses = FOS_USE_FORWARD | FOS_USE_DEQUANTIZED;
-	if (keep_master)
-		uses |= FOS_USE_HIGH_PRECISION | FOS_USE_QUANTIZED;
-	if (want_col)
-		uses |= FOS_USE_QUANTIZED;
-	return fos_qweight_make_uses(be, w, n, k, o, uses, qw, err);
-}
-
-void fos_qweight_free(fos_backend *be, fos_qweight *qw)
-{
-	fos_qtensor_free(be, &qw->q);
-	fos_qtensor_free(be, &qw->qcol);
-	if (qw->master)
-		be->free(be, qw->master);
-	qw->master = 0;
-}
-
-int fos_qweight_decode(fos_backend *be, const fos_qweight *qw, int col, uint16_t *out, fos_err *err)
-{
-	if (col && !qw->qcol.codes)
-		return fos_seterr(err, FOS_EINVAL, "the weight was not made for the quantized use: no columnwise codes");
-	return be->decode(be, col ? &qw->qcol : &qw->q, out, err);
-}
-
-void *fos_wscratch_get(fos_backend *be, fos_wscratch *ws, size_t n, fos_err *err)
-{
-	if (ws->cap < n) {
-		if (ws->p)
-			be->free(be, ws->p); /* stream-ordered: after the work queued on it */
-		ws->p = be->alloc(be, n);
-		ws->cap = ws->p ? n : 0;
-		if (!ws->p)
-			fos_seterr(err, FOS_ENOMEM, "out of backend memory for a %zu-byte decode buffer", n);
-	}
-	return ws->p;
-}
-
-void fos_wscratch_free(fos_backend *be, fos_wscratch *ws)
-{
-	if (ws->p)
-		be->free(be, ws->p);
-	ws->p = 0;
-	ws->cap = 0;
 }
 
 /* A decoded weight operand for one GEMM: the caller's (have), else decoded now into wo's scratch
@@ -593,7 +374,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 	}
 	fos_qcfg c = fos_linear_xcfg(o, o->row_scaled);
 	if (ovr == FOS_OVR_DEQUANTIZED)
-		rc = quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
+		rc = fos_qtensor_quantize_new(be, x, 0, m, k, &c, 0, &xq, &xdec, err);
 	else
 		rc = quantize_once(be, x, m, k, &c, &xq, &xdec, &xblk, err);
 	rc = wop_join(be, side, rc, err);
@@ -643,7 +424,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 			}
 			fos_qcfg cc = fos_linear_xcfg(o, 0);
 			if (!rc)
-				rc = quantize_new(be, xp ? xp : x, 1, k, mp, &cc, xq.amax, &saved->xcol,
+				rc = fos_qtensor_quantize_new(be, xp ? xp : x, 1, k, mp, &cc, xq.amax, &saved->xcol,
 						  &saved->xcol_decoded, err);
 			if (!rc)
 				rc = be->sync(be, err);
@@ -728,7 +509,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qw
 	uint16_t *ddec = 0;
 	/* dX = dY W: A = std-quantize(dY) along N, B = w_col */
 	if (dx) {
-		if ((rc = quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
+		if ((rc = fos_qtensor_quantize_new(be, dy, 0, m, n, &g, dy_amax, &dq, &ddec, err)))
 			return rc;
 		rc = be->gemm(be, ddec, wcol, m, k, n, &e1, dx, err);
 		fos_qtensor_free(be, &dq);
@@ -739,7 +520,7 @@ static int backward_quantized(fos_backend *be, const fos_saved *sv, const fos_qw
 	if (!dw)
 		return FOS_OK;
 	/* dW = dY^T X: A = std-quantize(dY^T) along M (same dy amax), B = x_col */
-	if ((rc = quantize_new(be, dyp, 1, n, mp, &g, dy_amax, &dq, &ddec, err)))
+	if ((rc = fos_qtensor_quantize_new(be, dyp, 1, n, mp, &g, dy_amax, &dq, &ddec, err)))
 		return rc;
 	rc = be->gemm(be, ddec, sv->xcol_decoded, n, k, mp, &e2, dw, err);
 	fos_qtensor_free(be, &dq);

@@ -11,7 +11,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_DIR      = $(BUILD)/fuzz
 FUZZ_SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS   = -O1 -g -std=c11 -D_GNU_SOURCE -pthread -ffp-contract=off $(filter-out -I$(BUILD)/gen,$(INCLUDES)) -Itests \
+FUZZ_CFLAGS   = -O1 -g -std=c11 -fms-extensions -Wno-microsoft-anon-tag -D_GNU_SOURCE -pthread -ffp-contract=off $(filter-out -I$(BUILD)/gen,$(INCLUDES)) -Itests \
                 -I$(BUILD)/gen -Wno-unused-command-line-argument $(FUZZ_SANFLAGS)
 FUZZ_LIB_SRC  = $(KERNEL_C) $(SERVER_C) $(LIBFOS_C) $(filter-out proto/nng_fix.c,$(WIRE_C)) tests/support_fuzz.c $(PROTO_C)
 FUZZ_LIB_OBJ  = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRC))

@@ -26,6 +26,7 @@
 #include "support_ref.h"
 #ifdef FOS_HAVE_CUDA
 #include "cuda_backend.h"
+#include "support_cuda_hooks.h"
 #include "support_cuda_selftest.h"
 #endif
 

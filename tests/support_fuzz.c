@@ -11,6 +11,7 @@
 #include "log.h"
 #include "server.h"
 #include "shm.h"
+#include "validate.h"
 
 static fosd_tenants *tf_tenants;
 static fosd_regions tf_regions;
@@ -90,9 +91,9 @@ int tf_request_one(const uint8_t *data, size_t size)
 	uint8_t *body = buf + 4;
 	if (size)
 		memcpy(body, data, size);
-	static fosd_server srv; /* what auth reads: the tenants */
+	static fosd_rqsrv srv; /* what auth reads: the tenants */
 	srv.tenants = tf_tenants;
-	fosd_slot *s = calloc(1, sizeof *s);
+	fosd_request *s = calloc(1, sizeof *s);
 	if (!s) {
 		free(buf);
 		return -1;

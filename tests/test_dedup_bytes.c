@@ -18,9 +18,9 @@
 
 #define KIB 1024u
 
-static struct fosd_slot *slot(void)
+static struct fosd_request *slot(void)
 {
-	return (struct fosd_slot *)calloc(1, 4096);
+	return (struct fosd_request *)calloc(1, 4096);
 }
 
 static void test_capacity_from_bytes(void **state)
@@ -52,7 +52,7 @@ static void test_bound_under_many_requests(void **state)
 	fosd_dedup dd;
 	fosd_dedup_stats st;
 	assert_int_equal(fosd_dedup_init(&dd, 600000, 64 * KIB), 0);
-	struct fosd_slot *s = slot();
+	struct fosd_request *s = slot();
 	int reg;
 	const uint64_t total = 200000;
 	for (uint64_t id = 1; id <= total; id++) {
@@ -92,7 +92,7 @@ static void test_running_not_evicted(void **state)
 	fosd_dedup dd;
 	fosd_dedup_stats st;
 	assert_int_equal(fosd_dedup_init(&dd, 600000, 64 * KIB), 0);
-	struct fosd_slot *s = slot(), *w = slot();
+	struct fosd_request *s = slot(), *w = slot();
 	int reg;
 	for (uint64_t id = 0; id < 1024; id++) {
 		assert_int_equal(fosd_dedup_begin(&dd, 1, id, s, &reg), FOSD_DEDUP_NEW);
@@ -128,7 +128,7 @@ static void test_window_frees_entries(void **state)
 	fosd_dedup dd;
 	fosd_dedup_stats st;
 	assert_int_equal(fosd_dedup_init(&dd, 1000, 64 * KIB), 0);
-	struct fosd_slot *s = slot();
+	struct fosd_request *s = slot();
 	int reg;
 	uint64_t past = fosd_now_ns() - 10000000000ull;
 	for (uint64_t id = 0; id < 500; id++)

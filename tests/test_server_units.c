@@ -599,7 +599,7 @@ static void test_dedup(void **state)
 	(void)state;
 	fosd_dedup dd;
 	assert_int_equal(fosd_dedup_init(&dd, 60000, FOSD_DEDUP_MIN_BYTES), 0); /* 1024 ids */
-	struct fosd_slot *s1 = (struct fosd_slot *)calloc(1, 4096), *s2 = (struct fosd_slot *)calloc(1, 4096);
+	struct fosd_request *s1 = (struct fosd_request *)calloc(1, 4096), *s2 = (struct fosd_request *)calloc(1, 4096);
 	int reg;
 	assert_int_equal(fosd_dedup_begin(&dd, 1, 10, s1, &reg), FOSD_DEDUP_NEW);
 	assert_int_equal(reg, 1);

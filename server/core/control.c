@@ -40,7 +40,7 @@ typedef struct control {
 static void on_sweep(uv_timer_t *t)
 {
 	control *c = t->data;
-	fosd_executor_request_sweep(c->srv);
+	fosd_executor_request_sweep(fosd_srv_exec(c->srv));
 }
 
 /* requests run on every device since start: a change (or one in flight) is use */

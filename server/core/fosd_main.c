@@ -261,8 +261,8 @@ int main(int argc, char **argv)
 		  srv.regions.pin ? "pinned for device DMA" : "not pinned (no device)");
 	fosd_http_metrics *http = NULL; /* GET /metrics and /healthz (metrics_listen) */
 	if (fosd_fdlimit_setup(&srv, msg, sizeof msg) || /* the caps below (fdlimit.h) */
-	    fosd_executor_start(&srv, msg, sizeof msg) || fosd_transport_start(&srv, msg, sizeof msg) ||
-	    (cfg.metrics_listen && fosd_http_metrics_start(&srv, cfg.metrics_listen, &http, msg, sizeof msg))) {
+	    fosd_executor_start(fosd_srv_exec(&srv), msg, sizeof msg) || fosd_transport_start(fosd_srv_tp(&srv), msg, sizeof msg) ||
+	    (cfg.metrics_listen && fosd_http_metrics_start(fosd_srv_tp(&srv), cfg.metrics_listen, &http, msg, sizeof msg))) {
 		fosd_error("%s", msg);
 	} else {
 		fosd_info("ready");
@@ -272,9 +272,9 @@ int main(int argc, char **argv)
 	}
 	fosd_control_watchdog(code); /* the teardown below always ends */
 	fosd_http_metrics_stop(http); /* no handler reads srv after this */
-	fosd_chans_stop_all(&srv);    /* channel threads hand requests to the executor: they stop first */
-	fosd_executor_stop(&srv);
-	fosd_transport_close(&srv);
+	fosd_chans_stop_all(fosd_srv_tp(&srv));    /* channel threads hand requests to the executor: they stop first */
+	fosd_executor_stop(fosd_srv_exec(&srv));
+	fosd_transport_close(fosd_srv_tp(&srv));
 	fosd_server_destroy(&srv);
 	fosd_tenants_free(tenants);
 	fosd_info("stopped (exit %d)", code);

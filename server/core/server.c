@@ -3,11 +3,19 @@
  * budgets (cache_bytes, context_bytes) are per device. */
 #include "server.h"
 #include "msg_pool.h"
+#include "stats.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The hooks of the stages below (server.h): each gets its own part of the server, whose first
+ * part the server is. */
+static void *stats_result(fosd_opsrv *o, Fos__StatsResult **st)
+{
+	return fosd_stats_result(fosd_srv_tp((fosd_server *)o), st);
+}
 
 static int device_init(fosd_server *srv, fosd_device *d, int index, fos_backend *be, int ordinal)
 {
@@ -15,7 +23,7 @@ static int device_init(fosd_server *srv, fosd_device *d, int index, fos_backend 
 	d->index = index;
 	d->ordinal = ordinal;
 	snprintf(d->name, sizeof d->name, "%s:%d (%s)", be->name, ordinal, be->device);
-	d->srv = srv;
+	d->srv = fosd_srv_exec(srv);
 	d->be = be;
 	if (pthread_mutex_init(&d->be_mu, NULL) || pthread_mutex_init(&d->q_mu, NULL) ||
 	    pthread_cond_init(&d->q_cv, NULL) || fosd_wcache_init(&d->wc, be, cfg->cache_bytes) ||
@@ -47,10 +55,15 @@ int fosd_server_init(fosd_server *srv, fosd_config *cfg, fos_backend **be, const
 	memset(srv, 0, sizeof *srv);
 	srv->cfg = cfg;
 	srv->start_ns = fosd_now_ns();
+	srv->stats_result = stats_result;
+	srv->chan_start = fosd_chan_start_op;
+	srv->finish = fosd_finish;
+	srv->drop_if_gone = fosd_drop_if_client_gone;
 	srv->devs = calloc((size_t)(n > 0 ? n : 1), sizeof *srv->devs);
 	int ok = srv->devs && n > 0 && n <= FOSD_MAX_DEVICES;
 	for (int i = 0; ok && i < n; i++) {
 		ok = !device_init(srv, &srv->devs[i], i, be[i], ordinals[i]);
+		srv->res[i] = fosd_device_res(&srv->devs[i]); /* what ops see of it */
 		srv->n_devs = i + 1; /* destroyed with the server, even half made */
 	}
 	for (int i = srv->n_devs; i < n; i++) /* never reached a device: freed here */

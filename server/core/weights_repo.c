@@ -7,6 +7,7 @@
 #include "weights_repo.h"
 #include "server.h"
 #include "ops.h"
+#include "validate.h"
 #include "log.h"
 #include "fos_wire.h"
 #include "fos_format.h"
@@ -294,24 +295,6 @@ static void repo_opts_for(repo_conf *c, const char *name, repo_opts *o)
 
 /* ---- putting one weight ------------------------------------------------------------------------ */
 
-/* The status message of an error reply, "CODE: message". */
-static void repo_reply_why(nng_msg *m, int code, char *why, size_t whysz)
-{
-	snprintf(why, whysz, "%s", fosw_code_name(code));
-	if (!m)
-		return;
-	const uint8_t *hdr, *data;
-	size_t hlen, dlen;
-	char e[128];
-	if (fosw_split(nng_msg_body(m), nng_msg_len(m), &hdr, &hlen, &data, &dlen, e, sizeof e))
-		return;
-	Fos__Response *r = fos__response__unpack(NULL, hlen, hdr);
-	if (r && r->status && r->status->message)
-		snprintf(why, whysz, "%s: %s", fosw_code_name(code), r->status->message);
-	if (r)
-		fos__response__free_unpacked(r, NULL);
-}
-
 /* PutWeight of bf16 w (n, k) as name, run as a request of tenant would be. 0, or a gRPC code with
  * why. */
 static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, const uint16_t *w, int64_t n, int64_t k,
@@ -345,12 +328,11 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
 	rq.put_weight = &pw;
 
-	fosd_slot *s = calloc(1, sizeof *s);
+	fosd_job *s = calloc(1, sizeof *s); /* a request of no connection: what placement and the op see */
 	if (!s) {
 		snprintf(why, whysz, "out of memory");
 		return FOS__CODE__RESOURCE_EXHAUSTED;
 	}
-	s->srv = srv;
 	s->rq = &rq;
 	s->tenant = tenant;
 	s->op = fosd_request_op(&rq);
@@ -359,18 +341,24 @@ static int repo_put(fosd_server *srv, fosd_tenant *tenant, const char *name, con
 	s->dlen = (size_t)t.length;
 	int code = fosd_validate(&rq, s->data, s->dlen, srv->cfg->max_message_bytes, &s->args, why, whysz);
 	if (!code)
-		code = fosd_place(srv, s, why, whysz); /* its device(s), as for a PutWeight request */
+		code = fosd_place(fosd_srv_exec(srv), s, why, whysz); /* its device(s), as for a PutWeight request */
 	if (!code) {
 		for (;;) { /* each device it goes to (placement.c), with that device's backend gate */
 			fosd_device *d = &srv->devs[s->dev];
-			fosd_opctx c = {srv, s, d->be, -1, NULL, d, NULL, 0, 0};
+			fosd_opctx c = {fosd_srv_ops(srv), fosd_job_op(s), d->be, -1, NULL, fosd_device_res(d), NULL, 0, 0,
+					fosd_response_result, NULL, ""};
 			s->bound_dev = s->dev;
 			pthread_mutex_lock(&d->be_mu);
-			nng_msg *reply = fosd_op_run(&c, &code);
+			code = fosd_op_run(&c);
 			pthread_mutex_unlock(&d->be_mu);
+			nng_msg *reply = c.reply;
+			if (!code && !reply && s->stage_reply) { /* a drop stage answers with the put stage's */
+				reply = s->stage_reply;
+				s->stage_reply = NULL;
+			}
 			if (code || !fosd_place_next_stage(s)) {
 				if (code)
-					repo_reply_why(reply, code, why, whysz);
+					snprintf(why, whysz, "%s: %s", fosw_code_name(code), c.msg);
 				if (reply)
 					nng_msg_free(reply);
 				break;

@@ -1,8 +1,8 @@
 /* deadline.c: the deadline reaper of queued requests (a thread that asks the executor to answer
  * the expired ones, fosd_executor_reap, and sleeps until the next deadline), the deadline queries
- * and the dropping of requests whose client is gone (see deadline.h). The queue and the backend
- * lock are the executor's. */
+ * (see deadline.h). The queue and the backend lock are the executor's. */
 #include "deadline.h"
+#include "response.h"
 #include "log.h"
 #include "util.h"
 
@@ -21,23 +21,23 @@ typedef struct fosd_deadlines {
 	uint64_t reaped;
 } fosd_deadlines;
 
-uint64_t fosd_deadline_of(const fosd_slot *s)
+uint64_t fosd_deadline_of(const fosd_job *s)
 {
 	uint32_t dl = s->rq ? s->rq->deadline_ms : 0;
 	return dl ? s->t_recv_ns + (uint64_t)dl * 1000000ull : 0;
 }
 
-int fosd_past_deadline(const fosd_slot *s)
+int fosd_past_deadline(const fosd_job *s)
 {
 	uint64_t d = fosd_deadline_of(s);
 	return d && fosd_now_ns() > d;
 }
 
-void fosd_deadline_answer(fosd_slot *s)
+void fosd_deadline_answer(fosd_exec *srv, fosd_job *s)
 {
 	char msg[128];
 	snprintf(msg, sizeof msg, "the request passed its %u ms deadline before it could run", s->rq->deadline_ms);
-	fosd_finish(s, fosd_error_reply(s->req_id, FOS__CODE__DEADLINE_EXCEEDED, msg), FOS__CODE__DEADLINE_EXCEEDED);
+	srv->finish(s, fosd_error_reply(s->req_id, FOS__CODE__DEADLINE_EXCEEDED, msg), FOS__CODE__DEADLINE_EXCEEDED);
 }
 
 void fosd_deadline_abstime(struct timespec *ts, clockid_t clk, uint64_t mono_deadline_ns)
@@ -52,7 +52,7 @@ void fosd_deadline_abstime(struct timespec *ts, clockid_t clk, uint64_t mono_dea
 
 static void *dl_main(void *arg)
 {
-	fosd_server *srv = arg;
+	fosd_exec *srv = arg;
 	fosd_deadlines *d = srv->deadlines;
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
@@ -76,7 +76,7 @@ static void *dl_main(void *arg)
 	return NULL;
 }
 
-int fosd_deadline_start(fosd_server *srv, char *msg, size_t msgsz)
+int fosd_deadline_start(fosd_exec *srv, char *msg, size_t msgsz)
 {
 	fosd_deadlines *d = calloc(1, sizeof *d);
 	pthread_condattr_t ca;
@@ -107,7 +107,7 @@ int fosd_deadline_start(fosd_server *srv, char *msg, size_t msgsz)
 	return 0;
 }
 
-void fosd_deadline_stop(fosd_server *srv)
+void fosd_deadline_stop(fosd_exec *srv)
 {
 	fosd_deadlines *d = srv->deadlines;
 	if (!d)
@@ -123,7 +123,7 @@ void fosd_deadline_stop(fosd_server *srv)
 	srv->deadlines = NULL;
 }
 
-void fosd_deadline_queued(fosd_server *srv, fosd_slot *s)
+void fosd_deadline_queued(fosd_exec *srv, fosd_job *s)
 {
 	fosd_deadlines *d = srv->deadlines;
 	if (!d || !fosd_deadline_of(s))
@@ -132,21 +132,4 @@ void fosd_deadline_queued(fosd_server *srv, fosd_slot *s)
 	d->kicked = 1;
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
-}
-
-int fosd_drop_if_client_gone(fosd_server *srv, fosd_slot *s)
-{
-	nng_pipe p = s->msg ? nng_msg_get_pipe(s->msg) : (nng_pipe)NNG_PIPE_INITIALIZER;
-	nng_sockaddr sa;
-	if (nng_pipe_id(p) <= 0 || nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != NNG_ENOENT)
-		return 0; /* still connected (or unknown) */
-	if (s->dedup_owner) {
-		if (!fosd_dedup_abandon(&srv->dd, s->client_id, s->req_id))
-			return 0; /* a copy resent on a new connection waits for this one */
-		s->dedup_owner = 0;
-	}
-	fosd_debug("request %llu (%s): the client is gone; dropped before running", (unsigned long long)s->req_id,
-		   s->def->name);
-	fosd_slot_reply(s, NULL, FOS__CODE__CANCELLED);
-	return 1;
 }

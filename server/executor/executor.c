@@ -24,9 +24,10 @@
  * answer the expired queued requests (fosd_executor_reap). An op learns its lane only through the
  * op context it is run with (optable.h); which ops run side by side, and which are small enough to
  * run at once on the receiving thread, the op table says. */
-#include "server.h"
+#include "executor.h"
 #include "deadline.h"
 #include "ops.h"
+#include "response.h"
 #include "log.h"
 #include "util.h"
 #ifdef FOS_HAVE_CUDA
@@ -44,7 +45,7 @@
 #define FOSD_MAX_LANES 64
 
 /* Waits on lane_cv (lane_mu held) until woken or s's deadline; returns ETIMEDOUT once it passed. */
-static int lane_wait(fosd_device *d, const fosd_slot *s)
+static int lane_wait(fosd_device *d, const fosd_job *s)
 {
 	uint64_t t = fosd_deadline_of(s);
 	if (!t)
@@ -62,7 +63,7 @@ static int lane_wait(fosd_device *d, const fosd_slot *s)
 
 /* Takes be_mu, waiting no longer than s's deadline. Returns 0 with the lock held, or -1 (not
  * held) when the deadline passed first. */
-static int backend_lock(fosd_device *d, const fosd_slot *s)
+static int backend_lock(fosd_device *d, const fosd_job *s)
 {
 	uint64_t t = fosd_deadline_of(s);
 	if (!t) {
@@ -86,7 +87,7 @@ static int backend_lock(fosd_device *d, const fosd_slot *s)
 /* With be_mu held (backend_lock): a side-by-side op gets a free lane and lets be_mu go; an op
  * that runs alone waits until no lane runs and keeps be_mu. Returns the lane, or -1 (be_mu
  * released) when s's deadline passed while waiting. */
-static int lane_take(fosd_device *d, fosd_slot *s, int parallel)
+static int lane_take(fosd_device *d, fosd_job *s, int parallel)
 {
 	if (d->n_lanes <= 1)
 		return 0; /* one lane: be_mu alone serializes everything */
@@ -131,7 +132,7 @@ static void lane_give(fosd_device *d, int lane, int parallel)
 
 /* Opens d's lanes 1.. like d->be (lane 0): the same backend and device; on the cpu, the threads
  * shared out between the lanes (the results do not depend on the thread count). */
-static int lanes_open(fosd_server *srv, fosd_device *d, char *msg, size_t msgsz)
+static int lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 {
 	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(d->be->name, "cuda") ? 8 : 1);
 	if (n > FOSD_MAX_LANES)
@@ -239,7 +240,7 @@ static void run_sweep(fosd_device *d)
 /* After an INTERNAL error: if the backend cannot even synchronize (a sticky CUDA error such as an
  * illegal address), every later request would fail too. Stop serving: drain and exit 1, so that a
  * supervisor restarts fosd with a fresh device context. */
-static void check_backend(fosd_server *srv, fos_backend *be)
+static void check_backend(fosd_exec *srv, fos_backend *be)
 {
 	fos_err e;
 	memset(&e, 0, sizeof e);
@@ -253,7 +254,7 @@ static void check_backend(fosd_server *srv, fos_backend *be)
  * request's message or region, a forward without a saved context) is done before it is answered,
  * or, answered early (run_early), before its sources are freed and its lane is given back.
  * A failure there turns a successful reply into INTERNAL. */
-static void lane_settle(fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
+static void lane_settle(fos_backend *be, fosd_job *s, nng_msg **r, int *code)
 {
 	fos_err e;
 	memset(&e, 0, sizeof e);
@@ -264,6 +265,24 @@ static void lane_settle(fos_backend *be, fosd_slot *s, nng_msg **r, int *code)
 	*code = FOS__CODE__INTERNAL;
 	fosd_error("%s request %llu failed: %s", s->def->name, (unsigned long long)s->req_id, e.msg);
 	*r = fosd_error_reply(s->req_id, *code, e.msg);
+}
+
+/* The reply of an op that ended with code (fosd_op_run): its result's (c->reply), or the error
+ * Response of c->msg; an op with no result of its own answers with its earlier stage's
+ * (stage_reply: a PutWeight's drop stages). *code = code. */
+static nng_msg *op_reply(fosd_job *s, fosd_opctx *c, int code, int *out)
+{
+	*out = code;
+	if (code) {
+		if (c->reply)
+			nng_msg_free(c->reply);
+		return fosd_error_reply(s->req_id, code, c->msg);
+	}
+	if (!c->reply && s->stage_reply) {
+		c->reply = s->stage_reply;
+		s->stage_reply = NULL;
+	}
+	return c->reply;
 }
 
 /* A request's lane is settled: gives it back and counts the request and its busy time on d. */
@@ -280,7 +299,7 @@ static void lane_end(fosd_device *d, int lane, int parallel, uint64_t busy_ns)
  * results can all be in the client's GPU memory and that ends in one stage (a PutWeight over
  * several devices has more). The lane stays taken until the work is done (run_early), so
  * whatever runs next on the device still finds it settled. */
-static const unsigned char *early_event(fosd_device *d, fosd_slot *s, fos_backend *be, unsigned char h[64])
+static const unsigned char *early_event(fosd_device *d, fosd_job *s, fos_backend *be, unsigned char h[64])
 {
 	if (!s->rq || !s->rq->cuda_done_event || !be->done_event_handle || !be->done_event_record)
 		return NULL;
@@ -299,18 +318,18 @@ static const unsigned char *early_event(fosd_device *d, fosd_slot *s, fos_backen
 /* The end of a request answered before its GPU work ended: the answer goes out first, then the
  * lane settles, and only then are the request's sources and client mappings freed and the lane
  * given back (a failed settle after an OK answer means a broken device: check_backend). */
-static void run_early(fosd_device *d, fosd_slot *s, nng_msg *r, int lane, int parallel, atomic_int *gate)
+static void run_early(fosd_device *d, fosd_job *s, nng_msg *r, int lane, int parallel, atomic_int *gate)
 {
 	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
-	fosd_server *srv = d->srv;
+	fosd_exec *srv = d->srv;
 	uint64_t id = s->req_id, t_lane = s->t_lane_ns;
 	const char *name = s->def->name;
 	fosd_held held;
-	fosd_slot_hold(s, &held);
+	fosd_job_hold(s, &held);
 	s->t_done_ns = fosd_now_ns();
 	if (gate)
 		atomic_store(gate, 0);
-	fosd_finish(s, r, 0); /* s is the transport's again */
+	srv->finish(s, r, 0); /* s is the transport's again */
 	fos_err e;
 	memset(&e, 0, sizeof e);
 	if (be->sync(be, &e) != FOS_OK) {
@@ -329,19 +348,20 @@ static void run_early(fosd_device *d, fosd_slot *s, nng_msg *r, int lane, int pa
  * device left (placement.c), queues it there. gate: a flag to clear before the reply goes out
  * (fosd_executor_try_now's running_now), so that the client's next request finds it clear; NULL:
  * none. */
-static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, atomic_int *gate)
+static void run_on_lane(fosd_device *d, fosd_job *s, int lane, int parallel, atomic_int *gate)
 {
-	fosd_server *srv = d->srv;
-	int code = 0;
+	fosd_exec *srv = d->srv;
+	int code;
 	fos_backend *be = d->lanes ? d->lanes[lane] : d->be;
-	fosd_opctx c = {srv, s, be, d->lanes ? lane : -1, NULL, d, NULL, 0, fosd_deadline_of(s)};
+	fosd_opctx c = {fosd_exec_ops(srv), fosd_job_op(s), be, d->lanes ? lane : -1, NULL, fosd_device_res(d), NULL, 0,
+			fosd_deadline_of(s), fosd_response_result, NULL, ""};
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
 	unsigned char done_h[64];
 	c.done_event = early_event(d, s, be, done_h);
 	atomic_fetch_add(&d->running, 1);
 	s->t_lane_ns = fosd_now_ns();
-	nng_msg *r = fosd_op_run(&c, &code);
+	nng_msg *r = op_reply(s, &c, fosd_op_run(&c), &code);
 	if (!code && c.early && r) {
 		run_early(d, s, r, lane, parallel, gate);
 		return;
@@ -365,29 +385,29 @@ static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, at
 		fosd_executor_submit(srv, s);
 		return;
 	}
-	fosd_finish(s, r, code);
+	srv->finish(s, r, code);
 }
 
-static void run_one(fosd_device *d, fosd_slot *s)
+static void run_one(fosd_device *d, fosd_job *s)
 {
 	uint32_t dl = s->rq->deadline_ms;
 	if (dl && fosd_now_ns() > s->t_recv_ns + (uint64_t)dl * 1000000ull) {
 		char msg[128];
 		snprintf(msg, sizeof msg, "the request waited past its %u ms deadline", dl);
-		fosd_finish(s, fosd_error_reply(s->req_id, FOS__CODE__DEADLINE_EXCEEDED, msg),
-			    FOS__CODE__DEADLINE_EXCEEDED);
+		d->srv->finish(s, fosd_error_reply(s->req_id, FOS__CODE__DEADLINE_EXCEEDED, msg),
+			       FOS__CODE__DEADLINE_EXCEEDED);
 		return;
 	}
-	if (fosd_drop_if_client_gone(d->srv, s))
+	if (d->srv->drop_if_gone(s))
 		return;
 	if (backend_lock(d, s)) { /* the deadline passed while another request held the backend */
-		fosd_deadline_answer(s);
+		fosd_deadline_answer(d->srv, s);
 		return;
 	}
 	int parallel = fosd_def_beside(s->def, &s->args);
 	int lane = lane_take(d, s, parallel);
 	if (lane < 0) { /* the deadline passed while the lanes were busy */
-		fosd_deadline_answer(s);
+		fosd_deadline_answer(d->srv, s);
 		return;
 	}
 	run_on_lane(d, s, lane, parallel, NULL);
@@ -402,7 +422,7 @@ static int queue_idle(fosd_device *d)
 	return idle;
 }
 
-int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
+int fosd_executor_try_now(fosd_exec *srv, fosd_job *s)
 {
 	fosd_device *d = &srv->devs[s->dev];
 	/* one receiving thread of the socket at a time (they also move everyone's messages); a slot
@@ -462,7 +482,7 @@ static void *worker_main(void *arg)
 			run_sweep(d);
 			continue;
 		}
-		fosd_slot *s = d->q_head;
+		fosd_job *s = d->q_head;
 		d->q_head = s->qnext;
 		if (!d->q_head)
 			d->q_tail = NULL;
@@ -473,7 +493,7 @@ static void *worker_main(void *arg)
 	}
 }
 
-static int device_start(fosd_server *srv, fosd_device *d, char *msg, size_t msgsz)
+static int device_start(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 {
 	if (lanes_open(srv, d, msg, msgsz))
 		return -1;
@@ -494,7 +514,7 @@ static int device_start(fosd_server *srv, fosd_device *d, char *msg, size_t msgs
 	return 0;
 }
 
-int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz)
+int fosd_executor_start(fosd_exec *srv, char *msg, size_t msgsz)
 {
 	for (int i = 0; i < srv->n_devs; i++)
 		if (device_start(srv, &srv->devs[i], msg, msgsz))
@@ -502,7 +522,7 @@ int fosd_executor_start(fosd_server *srv, char *msg, size_t msgsz)
 	return fosd_deadline_start(srv, msg, msgsz);
 }
 
-void fosd_executor_submit(fosd_server *srv, fosd_slot *s)
+void fosd_executor_submit(fosd_exec *srv, fosd_job *s)
 {
 	fosd_device *d = &srv->devs[s->dev];
 	pthread_mutex_lock(&d->q_mu);
@@ -523,9 +543,9 @@ static uint64_t reap_device(fosd_device *d, uint64_t now, uint64_t *reaped)
 {
 	uint64_t next = 0;
 	pthread_mutex_lock(&d->q_mu);
-	fosd_slot *expired = NULL, **pp = &d->q_head, *prev = NULL;
+	fosd_job *expired = NULL, **pp = &d->q_head, *prev = NULL;
 	while (*pp) {
-		fosd_slot *s = *pp;
+		fosd_job *s = *pp;
 		uint64_t t = fosd_deadline_of(s);
 		if (t && t <= now) {
 			*pp = s->qnext;
@@ -543,18 +563,18 @@ static uint64_t reap_device(fosd_device *d, uint64_t now, uint64_t *reaped)
 	}
 	pthread_mutex_unlock(&d->q_mu);
 	while (expired) {
-		fosd_slot *n = expired->qnext;
+		fosd_job *n = expired->qnext;
 		expired->qnext = NULL;
 		(*reaped)++;
 		fosd_debug("request %llu (%s): deadline passed while queued", (unsigned long long)expired->req_id,
 			   expired->def->name);
-		fosd_deadline_answer(expired);
+		fosd_deadline_answer(d->srv, expired);
 		expired = n;
 	}
 	return next;
 }
 
-uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
+uint64_t fosd_executor_reap(fosd_exec *srv, uint64_t now, uint64_t *reaped)
 {
 	uint64_t next = 0;
 	for (int i = 0; i < srv->n_devs; i++) {
@@ -565,7 +585,7 @@ uint64_t fosd_executor_reap(fosd_server *srv, uint64_t now, uint64_t *reaped)
 	return next;
 }
 
-void fosd_executor_request_sweep(fosd_server *srv)
+void fosd_executor_request_sweep(fosd_exec *srv)
 {
 	for (int i = 0; i < srv->n_devs; i++) {
 		fosd_device *d = &srv->devs[i];
@@ -595,7 +615,7 @@ void fosd_device_exec_snapshot(fosd_device *d, fosd_exec_snap *out)
 	out->workers = (uint64_t)d->n_workers;
 }
 
-uint64_t fosd_executor_queued(fosd_server *srv)
+uint64_t fosd_executor_queued(fosd_exec *srv)
 {
 	uint64_t n = 0;
 	for (int i = 0; i < srv->n_devs; i++)
@@ -603,7 +623,7 @@ uint64_t fosd_executor_queued(fosd_server *srv)
 	return n;
 }
 
-void fosd_executor_stop(fosd_server *srv)
+void fosd_executor_stop(fosd_exec *srv)
 {
 	fosd_deadline_stop(srv);
 	for (int i = 0; i < srv->n_devs; i++) {
@@ -622,4 +642,24 @@ void fosd_executor_stop(fosd_server *srv)
 		d->n_workers = 0;
 		lanes_close(d);
 	}
+}
+
+void fosd_job_hold(fosd_job *s, fosd_held *h)
+{
+	h->msg = s->msg;
+	h->rq = s->rq;
+	h->shm = s->shm;
+	s->msg = NULL;
+	s->rq = NULL;
+	memset(&s->shm, 0, sizeof s->shm);
+}
+
+void fosd_held_end(fosd_held *h)
+{
+	fosd_shm_req_end(&h->shm);
+	if (h->rq)
+		fos__request__free_unpacked(h->rq, NULL);
+	if (h->msg)
+		nng_msg_free(h->msg);
+	memset(h, 0, sizeof *h);
 }

@@ -12,7 +12,7 @@
  * Invariants: s->dev < n_devs always; a staged op runs on one device at a time (a stage is one run
  * of its handler, queued on that device like any request), so no request ever holds the gates of
  * two devices. With one device every request runs on device 0 and nothing is staged. */
-#include "server.h"
+#include "executor.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +29,7 @@ static int count(uint32_t m)
 	return __builtin_popcount(m);
 }
 
-fosd_device *fosd_device_by_uuid(fosd_server *srv, const uint8_t *uuid)
+fosd_device *fosd_device_by_uuid(fosd_exec *srv, const uint8_t *uuid)
 {
 	for (int i = 0; uuid && i < srv->n_devs; i++) {
 		const fos_backend *be = srv->devs[i].be;
@@ -83,7 +83,7 @@ static const uint8_t *first_uuid(const ProtobufCMessage *m, int depth)
 }
 
 /* The devices holding the caller's weight name (and, in *same, those holding version). */
-static uint32_t holders(fosd_server *srv, const fosd_slot *s, const char *name, uint64_t version, uint32_t *same)
+static uint32_t holders(fosd_exec *srv, const fosd_job *s, const char *name, uint64_t version, uint32_t *same)
 {
 	uint32_t m = 0, v = 0;
 	for (int i = 0; name && i < srv->n_devs; i++) {
@@ -112,7 +112,7 @@ static uint64_t cached(fosd_device *d)
 }
 
 /* Of the devices in m (none: all), the one with the least of key. */
-static int least(fosd_server *srv, uint32_t m, uint64_t (*key)(fosd_device *))
+static int least(fosd_exec *srv, uint32_t m, uint64_t (*key)(fosd_device *))
 {
 	int best = -1;
 	uint64_t bk = 0;
@@ -138,7 +138,7 @@ static void list_devices(uint32_t m, char *out, size_t outsz)
 			n += (size_t)snprintf(out + n, outsz - n, "%s%d", n ? ", " : "", i);
 }
 
-static int place_put(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
+static int place_put(fosd_exec *srv, fosd_job *s, char *msg, size_t msgsz)
 {
 	const Fos__PutWeightRequest *p = s->rq->put_weight;
 	const int n = srv->n_devs;
@@ -192,7 +192,7 @@ static int place_put(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	return 0;
 }
 
-static int place_forward(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
+static int place_forward(fosd_exec *srv, fosd_job *s, char *msg, size_t msgsz)
 {
 	const char *name = s->rq->forward->weight;
 	uint32_t have = holders(srv, s, name, 0, NULL);
@@ -214,7 +214,7 @@ static int place_forward(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz
 
 /* Backward, ReleaseContext: the device that has the context, else the one that had it (its
  * NOT_FOUND says why), else device 0. */
-static int place_context(fosd_server *srv, fosd_slot *s, uint64_t id)
+static int place_context(fosd_exec *srv, fosd_job *s, uint64_t id)
 {
 	int was = -1;
 	for (int i = 0; i < srv->n_devs; i++) {
@@ -227,7 +227,7 @@ static int place_context(fosd_server *srv, fosd_slot *s, uint64_t id)
 	return was < 0 ? 0 : was;
 }
 
-int fosd_place(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
+int fosd_place(fosd_exec *srv, fosd_job *s, char *msg, size_t msgsz)
 {
 	const Fos__Request *rq = s->rq;
 	s->dev = 0;
@@ -265,7 +265,7 @@ int fosd_place(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	}
 }
 
-int fosd_place_next_stage(fosd_slot *s)
+int fosd_place_next_stage(fosd_job *s)
 {
 	s->stages_done++;
 	uint32_t *todo = s->put_todo ? &s->put_todo : s->drop_todo ? &s->drop_todo : NULL;

@@ -23,7 +23,7 @@
 #include "fos_wire.h"
 #include "log.h"
 #include "nvml.h"
-#include "server.h"
+#include "transport.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -422,7 +422,7 @@ char *fosd_prom_format(const fosd_prom_snapshot *s, size_t *len)
 /* ---- the endpoint -------------------------------------------------------------------------- */
 
 struct fosd_http_metrics {
-	fosd_server *srv;
+	fosd_tpsrv *srv;
 	fosd_http_server *hs;
 	int nvml_tried;   /* NVML is loaded at the first /metrics (on the HTTP thread) */
 	fosd_nvml *nvml;  /* NULL: no NVML on this host */
@@ -486,7 +486,7 @@ static void route(void *arg, const char *path, fosd_http_page *pg)
 		else
 			page_text(pg, 200, "ok\n");
 	} else if (!strcmp(path, "/readyz")) {
-		fosd_server *srv = hm->srv;
+		fosd_tpsrv *srv = hm->srv;
 		if (atomic_load(&srv->fatal))
 			page_text(pg, 503, "not ready: backend failed\n");
 		else if (atomic_load(&srv->draining))
@@ -511,7 +511,7 @@ static int is_loopback(const struct sockaddr_storage *sa)
 	return 0;
 }
 
-int fosd_http_metrics_start(fosd_server *srv, const char *url, fosd_http_metrics **out, char *msg, size_t msgsz)
+int fosd_http_metrics_start(fosd_tpsrv *srv, const char *url, fosd_http_metrics **out, char *msg, size_t msgsz)
 {
 	*out = NULL;
 	if (fosd_http_metrics_check_url(url, msg, msgsz))

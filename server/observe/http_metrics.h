@@ -30,13 +30,14 @@ size_t fosd_prom_escape_label(const char *in, char *out, size_t outsz);
 
 /* The metrics_listen value's check, fosd_http_metrics_check_url, is the config's (config.h). */
 
+struct fosd_tpsrv;
 typedef struct fosd_http_metrics fosd_http_metrics;
 
 /* Serves /metrics, /livez, /readyz and /healthz of srv on url (checked as above) until fosd_http_metrics_stop,
  * with at most srv->cfg->metrics_max_connections connections and srv->cfg->metrics_idle_timeout_ms.
  * Logs "metrics on http://HOST:PORT" (the bound port) and a warning for an address that is not
  * loopback. Returns 0 with *out set, or -1 with msg (e.g. the port is taken). */
-int fosd_http_metrics_start(struct fosd_server *srv, const char *url, fosd_http_metrics **out, char *msg,
+int fosd_http_metrics_start(struct fosd_tpsrv *srv, const char *url, fosd_http_metrics **out, char *msg,
 			    size_t msgsz);
 /* Closes the listener and every connection; no handler runs after it returns. NULL is fine. */
 void fosd_http_metrics_stop(fosd_http_metrics *h);

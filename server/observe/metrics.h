@@ -38,7 +38,7 @@ typedef struct fosd_hist_snap {
 
 /* The parts of an OK request an executor lane ran. queue: receipt until a lane took it; in_copy:
  * its input tensors to the device (fosd_dev_from); out_copy: the reply made and its results
- * copied out (fosd_outs_reply); compute: the rest of its time on the lane (the op, its device
+ * copied out (executor/response.c); compute: the rest of its time on the lane (the op, its device
  * synchronization); run: all of its time on the lane (in_copy + compute + out_copy). */
 #define FOSD_METRICS_OP_FIELDS(H)                                                                 \
 	uint64_t requests;                                                                        \

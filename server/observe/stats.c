@@ -3,7 +3,7 @@
  * Prometheus page is built from the same rows in http_metrics.c. Invariant: every field of
  * StatsResult but backend, device and ops, and every field of OpStats but op, is one row. */
 #include "stats.h"
-#include "server.h"
+#include "transport.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -149,7 +149,7 @@ const size_t fosd_stats_nrows = sizeof fosd_stats_rows / sizeof fosd_stats_rows[
 #undef OP
 #undef OPB
 
-void fosd_stats_take(fosd_server *srv, fosd_stats *out)
+void fosd_stats_take(fosd_tpsrv *srv, fosd_stats *out)
 {
 	memset(out, 0, sizeof *out);
 	out->version = FOS_VERSION;
@@ -321,4 +321,18 @@ void fosd_stats_to_pb(const fosd_stats *s, fosd_stats_pb *out)
 			memcpy(dst, &b, sizeof b);
 		}
 	}
+}
+
+void *fosd_stats_result(fosd_tpsrv *srv, Fos__StatsResult **st)
+{
+	struct stats_result {
+		fosd_stats snap;   /* the strings of pb point into it */
+		fosd_stats_pb pb;
+	} *b = malloc(sizeof *b);
+	if (!b)
+		return NULL;
+	fosd_stats_take(srv, &b->snap);
+	fosd_stats_to_pb(&b->snap, &b->pb);
+	*st = &b->pb.st;
+	return b;
 }

@@ -34,7 +34,7 @@ typedef struct fosd_stats {
 	uint64_t uptime_ms;
 	int draining;                   /* drains (SIGTERM/SIGINT, or a backend failed for good) */
 	int failed;                     /* the backend failed for good */
-	int mps;                        /* 1: its GPU work runs under MPS (server.h mps is FOS_MPS_ON) */
+	int mps;                        /* 1: its GPU work runs under MPS (ops.h fosd_opsrv.mps is FOS_MPS_ON) */
 	fosd_op_snap ops[FOSD_NUM_OPS];
 	uint64_t duplicates, bad_messages;
 	fosd_wcache_stats cache;
@@ -56,9 +56,9 @@ typedef struct fosd_stats {
 	fosd_gpu_stat gpus[FOSD_MAX_GPUS];
 } fosd_stats;
 
-struct fosd_server;
-/* Fills out from a running server. */
-void fosd_stats_take(struct fosd_server *srv, fosd_stats *out);
+struct fosd_tpsrv;
+/* Fills out from a running server (transport.h: the server as its top stage keeps it). */
+void fosd_stats_take(struct fosd_tpsrv *srv, fosd_stats *out);
 
 typedef enum fosd_stat_kind {
 	FOSD_STAT_U64,      /* a uint64_t of fosd_stats */
@@ -96,5 +96,9 @@ typedef struct fosd_stats_pb {
 } fosd_stats_pb;
 /* Fills out from s (which must outlive out: strings point into it). */
 void fosd_stats_to_pb(const fosd_stats *s, fosd_stats_pb *out);
+/* The Stats op's result of a snapshot taken now: *st points into the returned block, to free()
+ * after use; NULL when out of memory. The server's stats_result hook (server.h), so that the op
+ * answering Stats reads the snapshot without including this header. */
+void *fosd_stats_result(struct fosd_tpsrv *srv, Fos__StatsResult **st);
 
 #endif

@@ -1,5 +1,6 @@
-/* ops_common.c: the helpers of ops.h shared by the op handlers. Every backend call goes to the op
- * context's lane. */
+/* ops_common.c: the helpers of ops.h shared by the op handlers: failing with a code and a message,
+ * backend buffers, outputs described for the result. Every backend call goes to the op context's
+ * lane; nothing here builds a reply (response.c does, from what an op hands fosd_result). */
 #include "ops.h"
 #include "log.h"
 
@@ -7,36 +8,36 @@
 #include <stdio.h>
 #include <string.h>
 
-nng_msg *fosd_fail(fosd_slot *s, int *code, int c, const char *fmt, ...)
+int fosd_fail(fosd_opctx *c, int code, const char *fmt, ...)
 {
-	char msg[FOSD_MSG_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	vsnprintf(c->msg, sizeof c->msg, fmt, ap);
 	va_end(ap);
-	*code = c;
-	if (c == FOS__CODE__INTERNAL)
-		fosd_error("%s request %llu failed: %s", s->def->name, (unsigned long long)s->req_id, msg);
-	return fosd_error_reply(s->req_id, c, msg);
+	if (code == FOS__CODE__INTERNAL)
+		fosd_error("%s request %llu failed: %s", c->s->def->name, (unsigned long long)c->s->req_id, c->msg);
+	return code;
 }
 
-nng_msg *fosd_fail_be(fosd_slot *s, int *code, int rc, const char *what, const fos_err *e)
+int fosd_fail_be(fosd_opctx *c, int rc, const char *what, const fos_err *e)
 {
 	if (what)
-		return fosd_fail(s, code, fosd_code_of_rc(rc), "%s: %s", what, e->msg);
-	return fosd_fail(s, code, fosd_code_of_rc(rc), "%s", e->msg);
+		return fosd_fail(c, fosd_code_of_rc(rc), "%s: %s", what, e->msg);
+	return fosd_fail(c, fosd_code_of_rc(rc), "%s", e->msg);
 }
 
-nng_msg *fosd_op_run(fosd_opctx *c, int *code)
+int fosd_op_run(fosd_opctx *c)
 {
 	const fosd_op_def *d = c->s->def;
+	c->reply = NULL;
+	c->msg[0] = 0;
 	if (!d->run)
-		return fosd_fail(c->s, code, FOS__CODE__UNIMPLEMENTED, "operation not implemented");
+		return fosd_fail(c, FOS__CODE__UNIMPLEMENTED, "operation not implemented");
 	fos_err e;
 	memset(&e, 0, sizeof e);
 	if (fosd_dev_wait(&c->s->shm.dev, c->be, &e)) /* the client's work on its device inputs first */
-		return fosd_fail(c->s, code, FOS__CODE__INTERNAL, "waiting for cuda_wait_event: %s", e.msg);
-	return d->run(c, code);
+		return fosd_fail(c, FOS__CODE__INTERNAL, "waiting for cuda_wait_event: %s", e.msg);
+	return d->run(c);
 }
 
 void *fosd_dev_alloc(fosd_opctx *c, size_t n, fos_err *e)
@@ -105,86 +106,6 @@ Fos__Tensor *fosd_out_add(fosd_outs *o, int wire_dtype, int64_t d0, int64_t d1, 
 	return &o->t[i];
 }
 
-nng_msg *fosd_outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o, int *code)
-{
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
-	uint64_t t0 = fosd_now_ns(); /* the output copy part of the request's time (metrics.h) */
-	resp->id = s->req_id;
-	resp->device = c->dev ? (uint32_t)c->dev->index : 0;
-	char smsg[FOSD_MSG_MAX];
-	/* results asked into shm */
-	int sc = fosd_shm_outs_place(&s->shm, &resp->base, o ? o->t : NULL, o ? o->n : 0, o ? &o->pl : NULL, smsg,
-				     sizeof smsg);
-	if (sc)
-		return fosd_fail(s, code, sc, "%s", smsg);
-	if (o && o->pl.cursor + 4096 > srv->cfg->max_message_bytes)
-		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED,
-				 "the reply would be %llu bytes, over the %llu-byte message limit",
-				 (unsigned long long)o->pl.cursor, (unsigned long long)srv->cfg->max_message_bytes);
-	int early = c->done_event != NULL; /* only when no result goes to the reply or a region */
-	for (int i = 0; early && o && i < o->n; i++)
-		early = o->t[i].cuda != NULL;
-	if (early) {
-		resp->cuda_done_event.len = 64;
-		resp->cuda_done_event.data = (uint8_t *)c->done_event;
-	}
-	uint8_t *data = NULL;
-	nng_msg *m = fosd_build_reply(resp, o ? &o->pl : NULL, &data);
-	if (!m)
-		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory allocating the reply");
-	for (int i = 0; o && i < o->n; i++)
-		if (!o->t[i].cuda) { /* a copy to the host follows: the op's last device work is waited for
-				      * first and counted as compute, not output copy */
-			fos_err se;
-			uint64_t ts = fosd_now_ns();
-			(void)c->be->sync(c->be, &se);
-			t0 += fosd_now_ns() - ts;
-			break;
-		}
-	for (int i = 0; o && i < o->n; i++) {
-		fos_err e;
-		if (o->t[i].shm || o->t[i].cuda) {
-			sc = fosd_shm_out_write(c->be, &srv->regions, &s->shm, i, o->dev[i], (size_t)o->t[i].length, smsg, sizeof smsg);
-			if (sc) {
-				nng_msg_free(m);
-				return fosd_fail(s, code, sc, "writing result %d into %s: %s", i,
-						 o->t[i].cuda ? "the client's GPU memory" : "shared memory", smsg);
-			}
-			continue;
-		}
-		if (c->be->d2h(c->be, data + o->t[i].offset, o->dev[i], (size_t)o->t[i].length, &e)) {
-			nng_msg_free(m);
-			return fosd_fail(s, code, fosd_code_of_rc(e.rc), "copying the result out: %s", e.msg);
-		}
-	}
-	if (early) { /* after the op's last work on the stream, the device outputs' copies included */
-		fos_err e;
-		memset(&e, 0, sizeof e);
-		if (c->be->done_event_record(c->be, &e)) {
-			nng_msg_free(m);
-			return fosd_fail(s, code, FOS__CODE__INTERNAL, "recording the reply's done event: %s", e.msg);
-		}
-		c->early = 1;
-	}
-	fosd_metrics_copy_time(s, FOSD_COPY_OUT, t0);
-	*code = 0;
-	return m;
-}
-
-nng_msg *fosd_result_reply(fosd_opctx *c, Fos__Response__ResultCase which, void *result, fosd_outs *o, int *code)
-{
-	/* a oneof case is its member's field number; the member is stored at the field's offset */
-	const ProtobufCFieldDescriptor *f =
-		protobuf_c_message_descriptor_get_field(&fos__response__descriptor, (unsigned)which);
-	if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE || ((ProtobufCMessage *)result)->descriptor != f->descriptor)
-		return fosd_fail(c->s, code, FOS__CODE__INTERNAL, "result %d is not a Response result", (int)which);
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	resp.result_case = which;
-	memcpy((char *)&resp + f->offset, &result, sizeof result);
-	return fosd_outs_reply(c, &resp, o, code);
-}
-
 void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos__WeightConfig *cfg)
 {
 	fos__weight_info__init(out);
@@ -210,4 +131,24 @@ void fosd_weight_info_msg(const fosd_weight_info *in, Fos__WeightInfo *out, Fos_
 	out->columnwise_bytes = in->parts.columnwise;
 	out->master_bytes = in->parts.master;
 	out->decoded_tier_bytes = in->tier_bytes;
+}
+
+int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > 128) {
+		snprintf(msg, msgsz, "%s must be 1 to 128 bytes long (got %zu)", what, n);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+			 c == '_' || c == ':' || c == '/' || c == '-';
+		if (!ok) {
+			snprintf(msg, msgsz, "%s has a byte 0x%02x at %zu outside [A-Za-z0-9._:/-]", what,
+				 (unsigned char)c, i);
+			return -1;
+		}
+	}
+	return 0;
 }

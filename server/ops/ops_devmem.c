@@ -3,18 +3,18 @@
  * on), at once or when the last request using it is answered. */
 #include "ops.h"
 
-nng_msg *fosd_op_close_device_memory(fosd_opctx *c, int *code)
+int fosd_op_close_device_memory(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	const Fos__CloseDeviceMemoryRequest *r = s->rq->close_device_memory;
 	char msg[FOSD_MSG_MAX];
 	/* the mapping is in the table of the device it was opened on: the first that has it */
 	int rc = FOS__CODE__NOT_FOUND;
 	for (int i = 0; rc == FOS__CODE__NOT_FOUND && i < c->srv->n_devs; i++)
-		rc = fosd_devmaps_close(&c->srv->devs[i].devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data,
+		rc = fosd_devmaps_close(&c->srv->res[i]->devmaps, s->shm.pipe, s->shm.tenant, r->ipc_handle.data,
 					r->ipc_handle.len, msg, sizeof msg);
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(c, rc, "%s", msg);
 	Fos__CloseDeviceMemoryResult cr = FOS__CLOSE_DEVICE_MEMORY_RESULT__INIT;
-	return fosd_result_reply(c, FOS__RESPONSE__RESULT_CLOSE_DEVICE_MEMORY, &cr, NULL, code);
+	return fosd_result(c, FOS__RESPONSE__RESULT_CLOSE_DEVICE_MEMORY, &cr, NULL);
 }

@@ -2,7 +2,6 @@
  * ListWeights. They read the caches (and the message pool's counters) under their own locks,
  * never the backend. */
 #include "ops.h"
-#include "stats.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -11,13 +10,10 @@
 
 #include "fos_version.h"
 
-nng_msg *fosd_op_health(fosd_opctx *c, int *code)
+int fosd_op_health(fosd_opctx *c)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
-	fos_backend *be0 = srv->devs[0].be;
-	*code = 0;
-	Fos__Response resp = FOS__RESPONSE__INIT;
+	fosd_opsrv *srv = c->srv;
+	fos_backend *be0 = srv->res[0]->be;
 	Fos__HealthResult h = FOS__HEALTH_RESULT__INIT;
 	h.version = (char *)FOS_VERSION;
 	h.backend = (char *)be0->name;
@@ -31,11 +27,11 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	}
 	Fos__DeviceInfo di[FOSD_MAX_DEVICES], *dp[FOSD_MAX_DEVICES];
 	for (int i = 0; i < srv->n_devs; i++) {
-		fos_backend *be = srv->devs[i].be;
+		fos_backend *be = srv->res[i]->be;
 		fos__device_info__init(&di[i]);
 		di[i].index = (uint32_t)i;
 		di[i].backend = (char *)be->name;
-		di[i].device = srv->devs[i].name;
+		di[i].device = srv->res[i]->name;
 		if (be->has_uuid) {
 			di[i].gpu_uuid.data = be->uuid;
 			di[i].gpu_uuid.len = sizeof be->uuid;
@@ -45,30 +41,21 @@ nng_msg *fosd_op_health(fosd_opctx *c, int *code)
 	h.n_devices = (size_t)srv->n_devs;
 	h.devices = dp;
 	h.mps = (Fos__HealthResult__Mps)srv->mps; /* the same numbers (fos_wire_enums.h) */
-	resp.id = s->req_id;
-	resp.result_case = FOS__RESPONSE__RESULT_HEALTH;
-	resp.health = &h;
-	return fosd_build_reply(&resp, NULL, NULL);
+	return fosd_result(c, FOS__RESPONSE__RESULT_HEALTH, &h, NULL);
 }
 
-nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
+int fosd_op_stats(fosd_opctx *c)
 {
-	/* one snapshot, the same /metrics shows (stats.h) */
-	fosd_stats *snap = malloc(sizeof *snap);
-	fosd_stats_pb *pb = malloc(sizeof *pb);
-	nng_msg *m = NULL;
-	if (snap && pb) {
-		fosd_stats_take(srv, snap);
-		fosd_stats_to_pb(snap, pb);
-		Fos__Response resp = FOS__RESPONSE__INIT;
-		resp.id = s->req_id;
-		resp.result_case = FOS__RESPONSE__RESULT_STATS;
-		resp.stats = &pb->st;
-		m = fosd_build_reply(&resp, NULL, NULL);
-	}
-	free(pb);
-	free(snap);
-	return m;
+	fosd_opsrv *srv = c->srv;
+	/* one snapshot, the same /metrics shows, taken by the hook the server was made with
+	 * (observe/stats.c's fosd_stats_result) */
+	Fos__StatsResult *st = NULL;
+	void *own = srv->stats_result ? srv->stats_result(srv, &st) : NULL;
+	if (!own)
+		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory building the reply");
+	int rc = fosd_result(c, FOS__RESPONSE__RESULT_STATS, st, NULL);
+	free(own);
+	return rc;
 }
 
 /* ---- ListWeights: pages in name order ----------------------------------------------------- */
@@ -82,7 +69,7 @@ nng_msg *fosd_op_stats(fosd_server *srv, fosd_slot *s)
 
 /* The bytes a page's WeightInfo entries may take: the reply must fit in max_message_bytes and in
  * the largest header a peer accepts (FOSW_MAX_HEADER), with room for the rest of the Response. */
-static size_t list_page_budget(const fosd_server *srv)
+static size_t list_page_budget(const fosd_opsrv *srv)
 {
 	uint64_t lim = srv->cfg->max_message_bytes < FOSW_MAX_HEADER ? srv->cfg->max_message_bytes : FOSW_MAX_HEADER;
 	return (size_t)(lim - 1024); /* max_message_bytes is at least 4096 (config.c) */
@@ -91,7 +78,7 @@ static size_t list_page_budget(const fosd_server *srv)
 /* One page of owner's weights over every device, in name order: a name once, with the devices
  * holding it in *devs (bit i: device i) and the first holder's entry (its bytes: one copy's; uses
  * summed, idle_ms the least over the copies). *more: names after the page exist. */
-static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *after, size_t max,
+static int list_merged(fosd_opsrv *srv, const fosd_tenant *owner, const char *after, size_t max,
 		       fosd_weight_info **out, uint32_t **devs, size_t *count, int *more)
 {
 	fosd_weight_info *per[FOSD_MAX_DEVICES] = {0};
@@ -103,7 +90,7 @@ static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *a
 	*count = 0;
 	for (int i = 0; i < srv->n_devs && !rc; i++) {
 		int m = 0;
-		rc = fosd_wcache_list_page(&srv->devs[i].wc, owner, after, max, &per[i], &pn[i], &m);
+		rc = fosd_wcache_list_page(&srv->res[i]->wc, owner, after, max, &per[i], &pn[i], &m);
 		*more |= m;
 	}
 	fosd_weight_info *a = rc ? NULL : calloc(max ? max : 1, sizeof *a);
@@ -155,19 +142,18 @@ static int list_merged(fosd_server *srv, const fosd_tenant *owner, const char *a
 	return 0;
 }
 
-nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
+int fosd_op_list_weights(fosd_opctx *c)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	const Fos__ListWeightsRequest *rq = s->rq ? s->rq->list_weights : NULL;
 	const char *token = rq && rq->page_token ? rq->page_token : "";
 	const char *after = "";
 	char why[FOSD_MSG_MAX];
-	*code = 0;
 	if (token[0]) {
 		size_t pl = strlen(LIST_TOKEN_PREFIX);
 		if (strncmp(token, LIST_TOKEN_PREFIX, pl) || fosd_check_name(token + pl, "its name", why, sizeof why))
-			return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+			return fosd_fail(c, FOS__CODE__INVALID_ARGUMENT,
 					 "page_token (%zu bytes) is not a next_page_token of ListWeights; pass \"\" for "
 					 "the first page",
 					 strlen(token));
@@ -181,13 +167,13 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	size_t n;
 	int more;
 	if (list_merged(srv, s->tenant, after, max, &infos, &devs, &n, &more))
-		return NULL;
+		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory building the reply");
 	Fos__WeightInfo *wi = calloc(n ? n : 1, sizeof *wi);
 	Fos__WeightConfig *wc = calloc(n ? n : 1, sizeof *wc);
 	Fos__WeightInfo **wp = calloc(n ? n : 1, sizeof *wp);
 	uint32_t *dl = calloc((n ? n : 1) * FOSD_MAX_DEVICES, sizeof *dl);
 	char next[sizeof LIST_TOKEN_PREFIX + FOSD_NAME_MAX];
-	nng_msg *m = NULL;
+	int rc = fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory building the reply");
 	if (wi && wc && wp && dl) {
 		/* as many as fit: a page never outgrows the message limit, however long the names */
 		size_t budget = list_page_budget(srv), used = 0, k = 0;
@@ -212,11 +198,7 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 		if (k && (more || k < n))
 			snprintf(next, sizeof next, "%s%s", LIST_TOKEN_PREFIX, infos[k - 1].name);
 		lr.next_page_token = next;
-		Fos__Response resp = FOS__RESPONSE__INIT;
-		resp.id = s->req_id;
-		resp.result_case = FOS__RESPONSE__RESULT_LIST_WEIGHTS;
-		resp.list_weights = &lr;
-		m = fosd_build_reply(&resp, NULL, NULL);
+		rc = fosd_result(c, FOS__RESPONSE__RESULT_LIST_WEIGHTS, &lr, NULL);
 	}
 	free(wi);
 	free(wc);
@@ -224,5 +206,5 @@ nng_msg *fosd_op_list_weights(fosd_opctx *c, int *code)
 	free(dl);
 	free(infos);
 	free(devs);
-	return m;
+	return rc;
 }

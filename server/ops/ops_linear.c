@@ -32,7 +32,7 @@ static int past_deadline(const fosd_opctx *c)
 static int check_compare(fosd_opctx *c, const fosw_tensor *ex, const void *y, size_t count, fos_cmp *r, char *msg,
 			 size_t msgsz)
 {
-	fosd_server *srv = c->srv;
+	fosd_opsrv *srv = c->srv;
 	fos_backend *be = c->be;
 	const int host = srv->regions.host_backend; /* Y is in host memory already */
 	size_t chunk = count < CHECK_CHUNK ? count : CHECK_CHUNK;
@@ -121,10 +121,10 @@ static void check_result(const fos_cmp *r, const fos_cmp_criterion *crit, int64_
 	cr->reason = reason;
 }
 
-nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
+int fosd_op_forward(fosd_opctx *c)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	fosd_fwd_args *a = &s->args.u.fwd;
 	fos_backend *be = c->be;
 	char msg[FOSD_MSG_MAX];
@@ -135,7 +135,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	fos_saved saved;
 	int have_saved = 0;
 	fosd_context *ctx = NULL;
-	nng_msg *r = NULL;
+	int r = 0;
 	const uint16_t *tier = NULL; /* the decoded tier's copy of W this forward reads */
 	const fos_qweight *wf = NULL; /* the form of W the scope needs (fosd_wcache_form) */
 	fos_qweight wtmp;
@@ -144,7 +144,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 
 	int rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(c, rc, "%s", msg);
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = w->qw.n;
 	fos_linear_opts o = w->qw.opts;
 	o.override = a->override;
@@ -153,17 +153,17 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		o.four_over_six = a->four_over_six;
 	int resolved;
 	if (k != w->qw.k) {
-		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "x has K = %lld but weight '%s' is (%lld, %lld)",
+		r = fosd_fail(c, FOS__CODE__INVALID_ARGUMENT, "x has K = %lld but weight '%s' is (%lld, %lld)",
 			      (long long)k, w->name, (long long)n, (long long)w->qw.k);
 		goto out;
 	}
 	if (a->has_bias && a->bias.shape[0] != n) {
-		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "bias has %lld values but weight '%s' has N = %lld",
+		r = fosd_fail(c, FOS__CODE__INVALID_ARGUMENT, "bias has %lld values but weight '%s' has N = %lld",
 			      (long long)a->bias.shape[0], w->name, (long long)n);
 		goto out;
 	}
 	if (fos_linear_check(&o, m, n, k, &resolved, &e)) {
-		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "%s", e.msg);
+		r = fosd_fail(c, FOS__CODE__INVALID_ARGUMENT, "%s", e.msg);
 		goto out;
 	}
 	/* what the weight was put for (PutWeight's uses): a forward saving a context needs its
@@ -171,7 +171,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	int need = a->save ? fos_use_of_override(resolved) : FOS_USE_FORWARD;
 	if (!(w->qw.uses & need)) {
 		char us[80];
-		r = fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+		r = fosd_fail(c, FOS__CODE__FAILED_PRECONDITION,
 			      "weight '%s' was not put for the use '%s' (%s) but for %s", w->name, fos_use_name(need),
 			      a->save ? "a forward saving a context for that backward" : "a forward without a backward",
 			      fos_uses_str(w->qw.uses, us, sizeof us));
@@ -183,7 +183,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 			snprintf(es, sizeof es, "(%lld, %lld)", (long long)a->expect.shape[0], (long long)a->expect.shape[1]);
 		else
 			snprintf(es, sizeof es, "(%lld,)", (long long)a->expect.shape[0]);
-		r = fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+		r = fosd_fail(c, FOS__CODE__INVALID_ARGUMENT,
 			      "expect is %s but Y is (%lld, %lld) (x has M = %lld, weight '%s' has N = %lld)", es,
 			      (long long)m, (long long)n, (long long)m, w->name, (long long)n);
 		goto out;
@@ -191,7 +191,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	/* the message limit bounds an inline Y only; a Y written into a region is bounded by the region */
 	if (!a->skip_output && !a->has_expect && !fosd_shm_output_named(s->rq, "y") &&
 	    (uint64_t)m * (uint64_t)n * 2 + 4096 > srv->cfg->max_message_bytes) {
-		r = fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "Y (%lld, %lld) would exceed the %llu-byte message limit",
+		r = fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "Y (%lld, %lld) would exceed the %llu-byte message limit",
 			      (long long)m, (long long)n, (unsigned long long)srv->cfg->max_message_bytes);
 		goto out;
 	}
@@ -202,7 +202,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	if (lx && ly) {
 		uint64_t t0 = fosd_now_ns(); /* the input copy part of the request's time (metrics.h) */
 		if (fosd_tensor_h2d(c->be, &srv->regions, &c->dev->devmaps, lx, &a->x, &e)) {
-			r = fosd_fail_be(s, code, e.rc, NULL, &e);
+			r = fosd_fail_be(c, e.rc, NULL, &e);
 			goto out;
 		}
 		fosd_metrics_copy_time(s, FOSD_COPY_IN, t0);
@@ -214,12 +214,12 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	    !(y = ly ? ly : fosd_dev_out(c, "y", (size_t)(m * n * 2), &e))) {
 		if (lx)
 			x = y = NULL; /* the lane's: not freed */
-		r = fosd_fail_be(s, code, e.rc, NULL, &e);
+		r = fosd_fail_be(c, e.rc, NULL, &e);
 		goto out;
 	}
 	/* the form of W the scope needs: the entry's, or its other form (made from the master) */
 	if ((rc = fosd_wcache_form(&c->dev->wc, w, be, o.four_over_six, &wf, &wtmp, msg, sizeof msg))) {
-		r = fosd_fail(s, code, rc, "%s", msg);
+		r = fosd_fail(c, rc, "%s", msg);
 		goto out;
 	}
 	/* W's decoded operand: a small forward's from the decoded tier (the entry's own form only),
@@ -229,7 +229,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		wo.wdec = tier = fosd_wcache_tier_get(&c->dev->wc, w, be);
 	rc = fos_linear_forward_w(be, x, m, wf, &wo, &o, bias, y, a->save ? &saved : NULL, &e);
 	if (rc) {
-		r = fosd_fail_be(s, code, rc, "forward", &e);
+		r = fosd_fail_be(c, rc, "forward", &e);
 		goto out;
 	}
 	have_saved = a->save;
@@ -238,7 +238,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	if (a->save) {
 		ctx = calloc(1, sizeof *ctx);
 		if (!ctx) {
-			r = fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+			r = fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
 			goto out;
 		}
 		ctx->saved = saved;
@@ -248,7 +248,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		rc = fosd_contexts_add(&c->dev->cx, ctx, msg, sizeof msg); /* frees ctx on failure */
 		if (rc) {
 			ctx = NULL;
-			r = fosd_fail(s, code, rc, "%s", msg);
+			r = fosd_fail(c, rc, "%s", msg);
 			goto out;
 		}
 		fr.context_id = ctx->id;
@@ -263,7 +263,7 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 		fos_cmp cmp;
 		rc = check_compare(c, &a->expect, y, (size_t)(m * n), &cmp, msg, sizeof msg);
 		if (rc) {
-			r = fosd_fail(s, code, rc, "%s", msg);
+			r = fosd_fail(c, rc, "%s", msg);
 			goto out;
 		}
 		check_result(&cmp, &a->crit, m, n, &cr, pts, reason, sizeof reason);
@@ -273,8 +273,8 @@ nng_msg *fosd_op_forward(fosd_opctx *c, int *code)
 	fosd_outs_init(&outs);
 	if (!a->skip_output && !a->has_expect)
 		fr.y = fosd_out_add(&outs, BF16, m, n, y);
-	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_FORWARD, &fr, &outs, code);
-	if (*code && ctx)
+	r = fosd_result(c, FOS__RESPONSE__RESULT_FORWARD, &fr, &outs);
+	if (r && ctx)
 		fosd_contexts_remove(&c->dev->cx, ctx, FOSD_CTX_RELEASED);
 out:
 	if (have_saved)
@@ -326,35 +326,35 @@ static void grads_out(fosd_outs *o, int64_t m, int64_t n, int64_t k, const void 
 		*tdb = fosd_out_add(o, BF16, n, 0, db);
 }
 
-nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
+int fosd_op_backward(fosd_opctx *oc)
 {
-	fosd_server *srv = oc->srv;
-	fosd_slot *s = oc->s;
+	fosd_opsrv *srv = oc->srv;
+	fosd_opreq *s = oc->s;
 	fosd_bwd_args *a = &s->args.u.bwd;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	fosd_context *c;
 	int rc = fosd_contexts_get_in(&oc->dev->cx, s->tenant, a->id, &c, msg, sizeof msg);
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(oc, rc, "%s", msg);
 	const fos_saved *sv = &c->saved;
 	int64_t m = sv->m, n = sv->n, k = sv->k;
 	const fos_qweight *wf = fosd_weight_form_of(c->w, sv->four_over_six); /* the forward's form of W */
 	if (!wf)
-		return fosd_fail(s, code, FOS__CODE__INTERNAL, "weight '%s' has no form for four_over_six '%s' (this context's forward)",
+		return fosd_fail(oc, FOS__CODE__INTERNAL, "weight '%s' has no form for four_over_six '%s' (this context's forward)",
 				 c->w->name, fos_scope_name(sv->four_over_six));
 	int need = fos_use_of_override(sv->override);
 	if (!(c->w->qw.uses & need)) {
 		char us[80];
-		return fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+		return fosd_fail(oc, FOS__CODE__FAILED_PRECONDITION,
 				 "weight '%s' was not put for the use '%s' (this context's backward) but for %s", c->w->name,
 				 fos_use_name(need), fos_uses_str(c->w->qw.uses, us, sizeof us));
 	}
 	if (a->dy.shape[0] != m || a->dy.shape[1] != n)
-		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
+		return fosd_fail(oc, FOS__CODE__INVALID_ARGUMENT, "dy is (%lld, %lld) but the forward's Y is (%lld, %lld)",
 				 (long long)a->dy.shape[0], (long long)a->dy.shape[1], (long long)m, (long long)n);
 	if (!sv->has_bias && fosd_shm_output_named(s->rq, "db")) /* as for a skipped dX or dW */
-		return fosd_fail(s, code, FOS__CODE__INVALID_ARGUMENT,
+		return fosd_fail(oc, FOS__CODE__INVALID_ARGUMENT,
 				 "shm_outputs[%d] names db, but the forward of this context had no bias (no db to write)",
 				 fosd_shm_output_index(s->rq, "db"));
 	/* the inline results only: those written into regions are bounded by their regions */
@@ -362,28 +362,28 @@ nng_msg *fosd_op_backward(fosd_opctx *oc, int *code)
 		       (a->skip_dw || fosd_shm_output_named(s->rq, "dw") ? 0 : (uint64_t)n * (uint64_t)k * 2) +
 		       (sv->has_bias && !fosd_shm_output_named(s->rq, "db") ? (uint64_t)n * 2 : 0);
 	if (out + 4096 > srv->cfg->max_message_bytes)
-		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "dX, dW, db (%llu bytes) would exceed the message limit",
+		return fosd_fail(oc, FOS__CODE__RESOURCE_EXHAUSTED, "dX, dW, db (%llu bytes) would exceed the message limit",
 				 (unsigned long long)out);
-	nng_msg *r = NULL;
+	int r = 0;
 	void *dy = NULL, *dx = NULL, *dw = NULL, *db = NULL;
 	if (!(dy = fosd_dev_from(oc, &a->dy, &e)) ||
 	    grads_alloc(oc, m, n, k, sv->has_bias, a->skip_dx, a->skip_dw, &dx, &dw, &db, &e)) {
-		r = fosd_fail_be(s, code, e.rc, NULL, &e);
+		r = fosd_fail_be(oc, e.rc, NULL, &e);
 		goto out;
 	}
 	fos_wops wo = {fosd_wcache_scratch(&oc->dev->wc, oc->lane), NULL, NULL}; /* W decoded into the lane's scratch */
 	rc = fos_linear_backward_w(oc->be, sv, wf, &wo, dy, dx, dw, db, &e);
 	fosd_wcache_scratch_seen(&oc->dev->wc, oc->lane);
 	if (rc) {
-		r = fosd_fail_be(s, code, rc, "backward", &e);
+		r = fosd_fail_be(oc, rc, "backward", &e);
 		goto out;
 	}
 	fosd_outs outs;
 	fosd_outs_init(&outs);
 	Fos__BackwardResult br = FOS__BACKWARD_RESULT__INIT;
 	grads_out(&outs, m, n, k, dx, dw, db, &br.dx, &br.dw, &br.db);
-	r = fosd_result_reply(oc, FOS__RESPONSE__RESULT_BACKWARD, &br, &outs, code);
-	if (!*code && !a->keep)
+	r = fosd_result(oc, FOS__RESPONSE__RESULT_BACKWARD, &br, &outs);
+	if (!r && !a->keep)
 		fosd_contexts_remove(&oc->dev->cx, c, FOSD_CTX_CONSUMED);
 out:
 	fosd_dev_free(oc, dy);
@@ -393,20 +393,20 @@ out:
 	return r;
 }
 
-nng_msg *fosd_op_release(fosd_opctx *c, int *code)
+int fosd_op_release(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_contexts_release_in(&c->dev->cx, s->tenant, s->args.u.release_id, msg, sizeof msg);
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(c, rc, "%s", msg);
 	Fos__ReleaseContextResult rr = FOS__RELEASE_CONTEXT_RESULT__INIT;
-	return fosd_result_reply(c, FOS__RESPONSE__RESULT_RELEASE_CONTEXT, &rr, NULL, code);
+	return fosd_result(c, FOS__RESPONSE__RESULT_RELEASE_CONTEXT, &rr, NULL);
 }
 
-nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
+int fosd_op_linear(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_lin_args *a = &s->args.u.lin;
 	fos_backend *be = c->be;
 	fos_err e;
@@ -415,43 +415,43 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 	fos_qweight qw;
 	fos_saved saved;
 	int have_qw = 0, have_saved = 0, rc;
-	nng_msg *r = NULL;
+	int r = 0;
 	memset(&qw, 0, sizeof qw);
 	memset(&saved, 0, sizeof saved);
 	if (!(x = fosd_dev_from(c, &a->x, &e)) || !(w = fosd_dev_from(c, &a->w, &e)) ||
 	    (a->has_bias && !(bias = fosd_dev_from(c, &a->bias, &e))) ||
 	    (a->has_dy && !(dy = fosd_dev_from(c, &a->dy, &e))) || !(y = fosd_dev_out(c, "y", (size_t)(m * n * 2), &e))) {
-		r = fosd_fail_be(s, code, e.rc, NULL, &e);
+		r = fosd_fail_be(c, e.rc, NULL, &e);
 		goto out;
 	}
 	/* only what this call needs: its backward's use, or the forward's */
 	int uses = a->has_dy ? fos_use_of_override(a->resolved) : FOS_USE_FORWARD;
 	fos_wops wo = {fosd_wcache_scratch(&c->dev->wc, c->lane), NULL, NULL};
 	if ((rc = fos_qweight_make_uses(be, w, n, k, &a->opts, uses, &qw, &e))) {
-		r = fosd_fail_be(s, code, rc, "quantizing w", &e);
+		r = fosd_fail_be(c, rc, "quantizing w", &e);
 		goto out;
 	}
 	have_qw = 1;
 	if (past_deadline(c)) { /* between steps: nobody waits for the rest */
-		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
+		r = fosd_fail(c, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
 		goto out;
 	}
 	if ((rc = fos_linear_forward_w(be, x, m, &qw, &wo, &a->opts, bias, y, a->has_dy ? &saved : NULL, &e))) {
-		r = fosd_fail_be(s, code, rc, "forward", &e);
+		r = fosd_fail_be(c, rc, "forward", &e);
 		goto out;
 	}
 	have_saved = a->has_dy;
 	if (a->has_dy && past_deadline(c)) {
-		r = fosd_fail(s, code, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
+		r = fosd_fail(c, FOS__CODE__DEADLINE_EXCEEDED, "the request passed its deadline while running");
 		goto out;
 	}
 	if (a->has_dy) {
 		if (grads_alloc(c, m, n, k, a->has_bias, 0, 0, &dx, &dw, &db, &e)) {
-			r = fosd_fail_be(s, code, e.rc, NULL, &e);
+			r = fosd_fail_be(c, e.rc, NULL, &e);
 			goto out;
 		}
 		if ((rc = fos_linear_backward_w(be, &saved, &qw, &wo, dy, dx, dw, db, &e))) {
-			r = fosd_fail_be(s, code, rc, "backward", &e);
+			r = fosd_fail_be(c, rc, "backward", &e);
 			goto out;
 		}
 	}
@@ -463,7 +463,7 @@ nng_msg *fosd_op_linear(fosd_opctx *c, int *code)
 		grads_out(&outs, m, n, k, dx, dw, db, &lr.dx, &lr.dw, &lr.db);
 	}
 	lr.resolved_override = a->resolved;
-	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_LINEAR, &lr, &outs, code);
+	r = fosd_result(c, FOS__RESPONSE__RESULT_LINEAR, &lr, &outs);
 out:
 	if (have_saved)
 		fos_saved_free(be, &saved);

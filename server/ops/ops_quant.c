@@ -29,25 +29,25 @@ static void q_free(fosd_opctx *c, fos_qtensor *q)
 	memset(q, 0, sizeof *q);
 }
 
-nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
+int fosd_op_quantize(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_quant_args *a = &s->args.u.quant;
 	fos_backend *be = c->be;
 	fos_err e;
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	fos_qtensor q;
 	void *x = NULL, *amax = NULL;
-	nng_msg *r = NULL;
+	int r = 0;
 	memset(&q, 0, sizeof q);
 	if (!(x = fosd_dev_from(c, &a->x, &e)) || (a->has_amax && !(amax = fosd_dev_from(c, &a->amax, &e))) ||
 	    q_alloc(c, &q, rows, cols, a->cfg.row_scaled, &e)) {
-		r = fosd_fail_be(s, code, e.rc, NULL, &e);
+		r = fosd_fail_be(c, e.rc, NULL, &e);
 		goto out;
 	}
 	int rc = be->quantize(be, x, a->dtype, rows, cols, &a->cfg, amax, &q, NULL, &e);
 	if (rc) {
-		r = fosd_fail_be(s, code, rc, "quantize", &e);
+		r = fosd_fail_be(c, rc, "quantize", &e);
 		goto out;
 	}
 	fosd_outs outs;
@@ -57,7 +57,7 @@ nng_msg *fosd_op_quantize(fosd_opctx *c, int *code)
 	qr.scales = fosd_out_add(&outs, FOS__DTYPE__DTYPE_E4M3, rows, cols / 16, q.scales);
 	qr.amax = fosd_out_add(&outs, FOS__DTYPE__DTYPE_F32, a->cfg.row_scaled ? rows : 1, 0, q.amax);
 	qr.bound = (uint32_t)a->cfg.bound;
-	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_QUANTIZE, &qr, &outs, code);
+	r = fosd_result(c, FOS__RESPONSE__RESULT_QUANTIZE, &qr, &outs);
 out:
 	q_free(c, &q);
 	fosd_dev_free(c, x);
@@ -65,15 +65,15 @@ out:
 	return r;
 }
 
-nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
+int fosd_op_dequantize(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_deq_args *a = &s->args.u.deq;
 	fos_backend *be = c->be;
 	fos_err e;
 	fos_qtensor q;
 	void *out = NULL;
-	nng_msg *r = NULL;
+	int r = 0;
 	memset(&q, 0, sizeof q);
 	size_t out_bytes = (size_t)(a->rows * a->cols) * fos_dtype_size(a->out_dtype);
 	q.rows = a->rows;
@@ -82,12 +82,12 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 	q.row_scaled = a->row_scaled;
 	if (!(q.codes = fosd_dev_from(c, &a->codes, &e)) || !(q.scales = fosd_dev_from(c, &a->scales, &e)) ||
 	    !(q.amax = fosd_dev_from(c, &a->amax, &e)) || !(out = fosd_dev_out(c, "out", out_bytes, &e))) {
-		r = fosd_fail_be(s, code, e.rc, NULL, &e);
+		r = fosd_fail_be(c, e.rc, NULL, &e);
 		goto out;
 	}
 	int rc = be->dequantize(be, &q, a->out_dtype, out, &e);
 	if (rc) {
-		r = fosd_fail_be(s, code, rc, "dequantize", &e);
+		r = fosd_fail_be(c, rc, "dequantize", &e);
 		goto out;
 	}
 	fosd_outs outs;
@@ -95,7 +95,7 @@ nng_msg *fosd_op_dequantize(fosd_opctx *c, int *code)
 	Fos__DequantizeResult dr = FOS__DEQUANTIZE_RESULT__INIT;
 	dr.out = fosd_out_add(&outs, a->out_dtype == FOS_F32 ? FOS__DTYPE__DTYPE_F32 : FOS__DTYPE__DTYPE_BF16, a->rows,
 			      a->cols, out);
-	r = fosd_result_reply(c, FOS__RESPONSE__RESULT_DEQUANTIZE, &dr, &outs, code);
+	r = fosd_result(c, FOS__RESPONSE__RESULT_DEQUANTIZE, &dr, &outs);
 out:
 	q_free(c, &q);
 	fosd_dev_free(c, out);

@@ -64,68 +64,68 @@ static void region_info_msg(const fosd_region_info *in, Fos__RegionInfo *out)
 	out->channel_bytes = in->channel_bytes;
 }
 
-nng_msg *fosd_op_register_region(fosd_opctx *c, int *code)
+int fosd_op_register_region(fosd_opctx *c)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	const Fos__RegisterRegionRequest *r = s->rq->register_region;
 	char msg[FOSD_MSG_MAX];
 	nng_pipe p = nng_msg_get_pipe(s->msg);
 	uint64_t pid = 0, uid = 0;
 	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) || nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) ||
 	    !pid)
-		return fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+		return fosd_fail(c, FOS__CODE__FAILED_PRECONDITION,
 				 "shared-memory regions need an ipc:// connection on fosd's host (this connection has no "
 				 "peer credentials)");
 	fosd_region_info info;
 	int rc = fosd_regions_register(&srv->regions, s->shm.pipe, s->shm.tenant, (int)pid, (int)uid, r->name, r->key,
 				       r->size, &info, msg, sizeof msg);
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(c, rc, "%s", msg);
 	if (r->channel) { /* serve it; on failure the region goes again: nothing half made stays */
 		fosd_region *reg = fosd_regions_acquire(&srv->regions, s->shm.pipe, s->shm.tenant, r->name, &rc, msg,
 							sizeof msg);
 		if (!rc)
-			rc = fosd_chan_start(srv, s, reg, r->spin_us, &info.channel_bytes, msg, sizeof msg);
+			rc = srv->chan_start(srv, s, reg, r->spin_us, &info.channel_bytes, msg, sizeof msg);
 		if (rc) {
 			char m2[FOSD_MSG_MAX];
 			fosd_regions_unregister(&srv->regions, s->shm.pipe, s->shm.tenant, r->name, m2, sizeof m2);
-			return fosd_fail(s, code, rc, "%s", msg);
+			return fosd_fail(c, rc, "%s", msg);
 		}
 	}
 	Fos__RegionInfo ri;
 	region_info_msg(&info, &ri);
 	Fos__RegisterRegionResult rr = FOS__REGISTER_REGION_RESULT__INIT;
 	rr.info = &ri;
-	return fosd_result_reply(c, FOS__RESPONSE__RESULT_REGISTER_REGION, &rr, NULL, code);
+	return fosd_result(c, FOS__RESPONSE__RESULT_REGISTER_REGION, &rr, NULL);
 }
 
-nng_msg *fosd_op_unregister_region(fosd_opctx *c, int *code)
+int fosd_op_unregister_region(fosd_opctx *c)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_regions_unregister(&srv->regions, s->shm.pipe, s->shm.tenant, s->rq->unregister_region->name, msg,
 					 sizeof msg);
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(c, rc, "%s", msg);
 	Fos__UnregisterRegionResult ur = FOS__UNREGISTER_REGION_RESULT__INIT;
-	return fosd_result_reply(c, FOS__RESPONSE__RESULT_UNREGISTER_REGION, &ur, NULL, code);
+	return fosd_result(c, FOS__RESPONSE__RESULT_UNREGISTER_REGION, &ur, NULL);
 }
 
-nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code)
+int fosd_op_list_regions(fosd_opctx *c)
 {
-	fosd_server *srv = c->srv;
-	fosd_slot *s = c->s;
+	fosd_opsrv *srv = c->srv;
+	fosd_opreq *s = c->s;
 	fosd_region_info *infos;
 	size_t n;
 	if (fosd_regions_list(&srv->regions, s->shm.pipe, s->shm.tenant, &infos, &n))
-		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
 	Fos__RegionInfo *ri = calloc(n ? n : 1, sizeof *ri);
 	Fos__RegionInfo **rp = calloc(n ? n : 1, sizeof *rp);
-	nng_msg *m;
+	int m;
 	if (!ri || !rp) {
-		m = fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+		m = fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			region_info_msg(&infos[i], &ri[i]);
@@ -134,7 +134,7 @@ nng_msg *fosd_op_list_regions(fosd_opctx *c, int *code)
 		Fos__ListRegionsResult lr = FOS__LIST_REGIONS_RESULT__INIT;
 		lr.n_regions = n;
 		lr.regions = rp;
-		m = fosd_result_reply(c, FOS__RESPONSE__RESULT_LIST_REGIONS, &lr, NULL, code);
+		m = fosd_result(c, FOS__RESPONSE__RESULT_LIST_REGIONS, &lr, NULL);
 	}
 	free(ri);
 	free(rp);

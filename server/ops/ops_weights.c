@@ -39,54 +39,51 @@ static int put_uses(const Fos__PutWeightRequest *r, int drop_master, int *uses, 
 }
 
 /* A stage of a PutWeight on a device it leaves (placement.c): its copy there is dropped, and the
- * reply is the one its last put stage made. */
-static nng_msg *put_leave(fosd_opctx *c, int *code)
+ * reply is the one its last put stage made (stage_reply, which the runner sends). */
+static int put_leave(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	if (!fosd_wcache_drop_in(&c->dev->wc, s->tenant, s->args.u.put.name, msg, sizeof msg))
 		fosd_info("cache: weight '%s' left device %d", s->args.u.put.name, c->dev->index);
-	nng_msg *r = s->stage_reply;
-	s->stage_reply = NULL;
-	if (!r)
-		return fosd_fail(s, code, FOS__CODE__INTERNAL, "put_weight: no reply from its put stages");
-	*code = 0;
-	return r;
+	if (!s->stage_reply)
+		return fosd_fail(c, FOS__CODE__INTERNAL, "put_weight: no reply from its put stages");
+	return 0; /* no result of its own: the runner answers with stage_reply */
 }
 
 /* A put stage failed after others succeeded: says where the new version already is. */
-static nng_msg *put_stage_fail(fosd_opctx *c, int *code, int rc, const char *what)
+static int put_stage_fail(fosd_opctx *c, int rc, const char *what)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	if (!s->stages_done)
-		return fosd_fail(s, code, rc, "%s", what);
-	return fosd_fail(s, code, rc, "device %d: %s (device%s before it in put_weight's placement already hold the new version)",
+		return fosd_fail(c, rc, "%s", what);
+	return fosd_fail(c, rc, "device %d: %s (device%s before it in put_weight's placement already hold the new version)",
 			 c->dev->index, what, s->stages_done == 1 ? "" : "s");
 }
 
-nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
+int fosd_op_put_weight(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	fosd_put_args *a = &s->args.u.put;
 	char msg[FOSD_MSG_MAX];
 	fos_err e;
 	if (s->placed && !(s->placed & (1u << c->dev->index)))
-		return put_leave(c, code);
+		return put_leave(c);
 	int64_t n = a->w.shape[0], k = a->w.shape[1];
 	int uses;
 	int rc = put_uses(s->rq ? s->rq->put_weight : NULL, !a->keep_master, &uses, msg, sizeof msg);
 	if (rc)
-		return put_stage_fail(c, code, rc, msg);
+		return put_stage_fail(c, rc, msg);
 	fosd_weight *old = fosd_wcache_find_in(&c->dev->wc, s->tenant, a->name);
 	if (old && old->version == a->version)
-		return fosd_fail(s, code, FOS__CODE__ALREADY_EXISTS, "weight '%s' version %llu is already cached",
+		return fosd_fail(c, FOS__CODE__ALREADY_EXISTS, "weight '%s' version %llu is already cached",
 				 a->name, (unsigned long long)a->version);
 	rc = fosd_wcache_reserve_in(&c->dev->wc, s->tenant, fos_qweight_bytes_for(n, k, uses, NULL), old, msg, sizeof msg);
 	if (rc)
-		return put_stage_fail(c, code, rc, msg);
+		return put_stage_fail(c, rc, msg);
 	fosd_weight *w = calloc(1, sizeof *w);
 	if (!w)
-		return fosd_fail(s, code, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
 	snprintf(w->name, sizeof w->name, "%s", a->name);
 	w->version = a->version;
 	w->pinned = a->pin;
@@ -94,13 +91,13 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 	void *wd = fosd_dev_from(c, &a->w, &e);
 	if (!wd) {
 		free(w);
-		return fosd_fail_be(s, code, e.rc, NULL, &e);
+		return fosd_fail_be(c, e.rc, NULL, &e);
 	}
 	rc = fos_qweight_make_uses(c->be, wd, n, k, &a->opts, uses, &w->qw, &e);
 	fosd_dev_free(c, wd);
 	if (rc) {
 		free(w);
-		return fosd_fail(s, code, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
+		return fosd_fail(c, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
 	}
 	fosd_wcache_insert(&c->dev->wc, w);
 	char us[80];
@@ -123,20 +120,20 @@ nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code)
 	wi.devices = devs;
 	Fos__PutWeightResult pr = FOS__PUT_WEIGHT_RESULT__INIT;
 	pr.info = &wi;
-	return fosd_result_reply(c, FOS__RESPONSE__RESULT_PUT_WEIGHT, &pr, NULL, code);
+	return fosd_result(c, FOS__RESPONSE__RESULT_PUT_WEIGHT, &pr, NULL);
 }
 
-nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code)
+int fosd_op_drop_weight(fosd_opctx *c)
 {
-	fosd_slot *s = c->s;
+	fosd_opreq *s = c->s;
 	char msg[FOSD_MSG_MAX];
 	int rc = fosd_wcache_drop_in(&c->dev->wc, s->tenant, s->args.u.drop_name, msg, sizeof msg);
 	if (rc == FOS__CODE__NOT_FOUND && s->stages_done) /* a copy of several, dropped meanwhile */
 		rc = 0;
 	if (rc)
-		return fosd_fail(s, code, rc, "%s", msg);
+		return fosd_fail(c, rc, "%s", msg);
 	fosd_info("cache: dropped weight '%s'%s%s from device %d", s->args.u.drop_name, s->tenant ? " of " : "",
 		  s->tenant ? s->tenant->name : "", c->dev->index);
 	Fos__DropWeightResult dr = FOS__DROP_WEIGHT_RESULT__INIT;
-	return fosd_result_reply(c, FOS__RESPONSE__RESULT_DROP_WEIGHT, &dr, NULL, code);
+	return fosd_result(c, FOS__RESPONSE__RESULT_DROP_WEIGHT, &dr, NULL);
 }

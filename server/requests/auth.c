@@ -60,7 +60,7 @@ static void auth_note_failure(fosd_tenants *ts, int missing)
 	}
 }
 
-int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
+int fosd_auth_request(fosd_rqsrv *srv, fosd_request *s, char *msg, size_t msgsz)
 {
 	fosd_tenants *ts = srv->tenants;
 	s->tenant = NULL;
@@ -117,7 +117,7 @@ int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz)
 	return 0;
 }
 
-void fosd_auth_done(fosd_slot *s)
+void fosd_auth_done(fosd_request *s)
 {
 	if (s->tenant_counted && s->tenant) {
 		atomic_fetch_sub(&s->tenant->inflight, 1);

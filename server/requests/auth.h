@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "server.h"
+#include "dispatch.h"
 
 /* Called by dispatch once the header is decoded (s->rq, s->op, s->client_id set), before anything
  * else looks at the request. Sets s->tenant. Returns 0, or UNAUTHENTICATED (a wrong token: all of
@@ -15,9 +15,9 @@
  * anything but Health) or RESOURCE_EXHAUSTED (the tenant's requests-in-flight quota) with msg.
  * The messages never say whether a tenant exists and never repeat the token. Each request is
  * matched against the tenants of the moment (fosd_reload may change them). */
-int fosd_auth_request(fosd_server *srv, fosd_slot *s, char *msg, size_t msgsz);
+int fosd_auth_request(fosd_rqsrv *srv, fosd_request *s, char *msg, size_t msgsz);
 /* Called when the request is answered: ends its count in the tenant's requests in flight. */
-void fosd_auth_done(fosd_slot *s);
+void fosd_auth_done(fosd_request *s);
 /* At start: loads the tokens file of cfg (NULL *out without one), warns when its permissions let
  * group or others read it, and logs how clients are authenticated (the anonymous tenant, or how
  * many tenants; a warning for plain tcp:// listeners, whose tokens travel in clear). Returns 0, or

@@ -4,7 +4,7 @@
  * in the buckets, the others of [0, fresh) on the free list; n_done of the live ones are on the
  * fifo, oldest first. */
 #include "dedup.h"
-#include "server.h"
+#include "dispatch.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -109,7 +109,7 @@ static fosd_dedup_entry *dd_take(fosd_dedup *dd)
 	return e;
 }
 
-int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct fosd_slot *s, int *registered)
+int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct fosd_request *s, int *registered)
 {
 	*registered = 0;
 	pthread_mutex_lock(&dd->mu);
@@ -156,9 +156,9 @@ int fosd_dedup_abandon(fosd_dedup *dd, uint64_t client_id, uint64_t req_id)
 	return gone;
 }
 
-struct fosd_slot *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, uint64_t now_ns)
+struct fosd_request *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, uint64_t now_ns)
 {
-	struct fosd_slot *w = NULL;
+	struct fosd_request *w = NULL;
 	pthread_mutex_lock(&dd->mu);
 	fosd_dedup_entry *e = *dd_find(dd, client_id, req_id);
 	if (e && !e->done) {

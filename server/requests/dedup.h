@@ -13,13 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct fosd_slot;
+struct fosd_request;
 
 typedef struct fosd_dedup_entry {
 	uint64_t client_id, req_id;
 	int done;
 	uint64_t done_ns;
-	struct fosd_slot *waiters;          /* linked by slot->wnext */
+	struct fosd_request *waiters;       /* linked by request->wnext */
 	struct fosd_dedup_entry *hnext;     /* hash chain; the free list's link when unused */
 	struct fosd_dedup_entry *fnext;     /* done entries, oldest first */
 } fosd_dedup_entry;
@@ -54,12 +54,12 @@ void fosd_dedup_destroy(fosd_dedup *dd);
  * running copy (it is answered by whoever ends it); DONE: executed before. When no entry is free
  * (every one holds a running request) the request is treated as NEW without registration
  * (*registered = 0). */
-int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct fosd_slot *s, int *registered);
+int fosd_dedup_begin(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, struct fosd_request *s, int *registered);
 /* The request will not be executed (its client is gone): forgets it so that a later copy runs,
  * unless copies already wait on it. Returns 1 when forgotten, 0 when copies wait (run it). */
 int fosd_dedup_abandon(fosd_dedup *dd, uint64_t client_id, uint64_t req_id);
-/* Marks the request done; returns the slots that waited on it (linked by wnext). */
-struct fosd_slot *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, uint64_t now_ns);
+/* Marks the request done; returns the requests that waited on it (linked by wnext). */
+struct fosd_request *fosd_dedup_end(fosd_dedup *dd, uint64_t client_id, uint64_t req_id, uint64_t now_ns);
 
 typedef struct fosd_dedup_stats {
 	size_t capacity, live, done; /* entries the bytes buy; in the table; of them done */

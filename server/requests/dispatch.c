@@ -2,10 +2,12 @@
  * header, check the connection's share and the token, refuse while draining, validate, answer the
  * inline ops (the op table's FOSD_OPF_INLINE) at once, detect duplicates and hand the rest to the
  * executor. Every answer goes through reply.h; what an op is, the op table says. */
-#include "server.h"
+#include "dispatch.h"
 #include "auth.h"
 #include "ops.h"
 #include "optable.h"
+#include "reply.h"
+#include "validate.h"
 #include "log.h"
 #include "util.h"
 
@@ -20,14 +22,14 @@ static int pipe_has_peer(nng_pipe p)
 	return nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0 && pid != 0;
 }
 
-static void reply_error(fosd_slot *s, uint64_t id, int code, const char *message)
+static void reply_error(fosd_request *s, uint64_t id, int code, const char *message)
 {
-	fosd_finish(s, fosd_error_reply(id, code, message), code);
+	fosd_finish(fosd_request_job(s), fosd_error_reply(id, code, message), code);
 }
 
 /* The message refusing a request on a connection over its share (FOSD_CONN_OVER_SHARE) or past
  * max_connections (FOSD_CONN_OVER_MAX); both are answered RESOURCE_EXHAUSTED. */
-static void conn_refusal(const fosd_server *srv, int verdict, char *msg, size_t msgsz)
+static void conn_refusal(const fosd_rqsrv *srv, int verdict, char *msg, size_t msgsz)
 {
 	if (verdict == FOSD_CONN_OVER_SHARE)
 		snprintf(msg, msgsz,
@@ -42,19 +44,24 @@ static void conn_refusal(const fosd_server *srv, int verdict, char *msg, size_t 
 }
 
 /* An inline op (FOSD_OPF_INLINE): run here, on the receiving thread, without a lane. */
-static void run_inline(fosd_server *srv, fosd_slot *s)
+static void run_inline(fosd_rqsrv *srv, fosd_request *s)
 {
-	fosd_opctx c = {srv, s, srv->devs[0].be, -1, NULL, &srv->devs[0], NULL, 0, 0};
-	int code = 0;
-	nng_msg *r = fosd_op_run(&c, &code);
-	if (!r) {
+	fosd_opctx c = {fosd_exec_ops(fosd_rq_exec(srv)), fosd_job_op(fosd_request_job(s)), srv->devs[0].be, -1, NULL,
+			fosd_device_res(&srv->devs[0]), NULL, 0, 0, fosd_response_result, NULL, ""};
+	int code = fosd_op_run(&c);
+	nng_msg *r = c.reply;
+	if (code) {
+		if (r)
+			nng_msg_free(r);
+		r = fosd_error_reply(s->req_id, code, c.msg);
+	} else if (!r) {
 		code = FOS__CODE__RESOURCE_EXHAUSTED;
 		r = fosd_error_reply(s->rq->id, code, "out of memory building the reply");
 	}
-	fosd_finish(s, r, code);
+	fosd_finish(fosd_request_job(s), r, code);
 }
 
-void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message)
+void fosd_dispatch_refuse(fosd_request *s, int code, const char *message)
 {
 	s->op = FOSD_OP_INVALID;
 	s->def = fosd_op_def_of(s->op);
@@ -62,9 +69,10 @@ void fosd_dispatch_refuse(fosd_slot *s, int code, const char *message)
 	fosd_slot_reply(s, fosd_error_reply(0, code, message), code);
 }
 
-void fosd_dispatch(fosd_slot *s)
+void fosd_dispatch(fosd_request *s)
 {
-	fosd_server *srv = s->srv;
+	fosd_rqsrv *srv = s->srv;
+	fosd_exec *ex = fosd_rq_exec(srv);
 	char msg[FOSD_MSG_MAX];
 	const uint8_t *hdr;
 	size_t hlen;
@@ -118,7 +126,7 @@ void fosd_dispatch(fosd_slot *s)
 	}
 	/* the device it runs on (placement.c) opens its device tensors; shared-memory references are
 	 * resolved for this connection and tenant (shm_req.c) */
-	int code = fosd_place(srv, s, msg, sizeof msg);
+	int code = fosd_place(ex, fosd_request_job(s), msg, sizeof msg);
 	nng_pipe pipe = nng_msg_get_pipe(s->msg);
 	s->bound_dev = s->dev;
 	fosd_shm_req_begin(&s->shm, &srv->regions, &srv->devs[s->dev].devmaps, nng_pipe_id(pipe), s->op,
@@ -156,6 +164,6 @@ void fosd_dispatch(fosd_slot *s)
 		}
 		s->dedup_owner = registered;
 	}
-	if (!fosd_executor_try_now(srv, s)) /* small, and nothing waits: on this thread, no hand-off */
-		fosd_executor_submit(srv, s);
+	if (!fosd_executor_try_now(ex, fosd_request_job(s))) /* small, and nothing waits: on this thread, no hand-off */
+		fosd_executor_submit(ex, fosd_request_job(s));
 }

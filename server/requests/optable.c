@@ -31,12 +31,6 @@ static int dequantize_small(const fosd_args *a)
 
 /* Linear quantizes its weight on every call: never small. */
 
-/* Stats builds its reply from the stats snapshot (stats.h, ops_info.c). */
-static nng_msg *stats_run(fosd_opctx *c, int *code)
-{
-	*code = 0;
-	return fosd_op_stats(c->srv, c->s);
-}
 
 #define INL FOSD_OPF_INLINE
 #define BESIDE FOSD_OPF_BESIDE
@@ -46,7 +40,7 @@ static nng_msg *stats_run(fosd_opctx *c, int *code)
 static const fosd_op_def table[FOSD_NUM_OPS] = {
 	/* name, Request oneof case, validator, handler, flags, beside, small */
 	[FOSD_OP_HEALTH] = {"health", FOS__REQUEST__OP_HEALTH, NULL, fosd_op_health, INL | DRAIN | NOTOKEN, NULL, NULL},
-	[FOSD_OP_STATS] = {"stats", FOS__REQUEST__OP_STATS, NULL, stats_run, INL | DRAIN, NULL, NULL},
+	[FOSD_OP_STATS] = {"stats", FOS__REQUEST__OP_STATS, NULL, fosd_op_stats, INL | DRAIN, NULL, NULL},
 	[FOSD_OP_PUT_WEIGHT] = {"put_weight", FOS__REQUEST__OP_PUT_WEIGHT, fosd_validate_put, fosd_op_put_weight, 0,
 				NULL, NULL},
 	[FOSD_OP_DROP_WEIGHT] = {"drop_weight", FOS__REQUEST__OP_DROP_WEIGHT, fosd_validate_drop, fosd_op_drop_weight,

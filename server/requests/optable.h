@@ -1,7 +1,7 @@
 /* optable.h: the op table, one row per operation of the protocol: its name (in logs, Stats and
  * /metrics), the Request oneof case it answers, its validator, its handler and the flags that tell
  * dispatch.c, executor.c and auth.c how to run it. Those stages know an op only through its row
- * (dispatch.c puts the row on the slot, fosd_slot.def); the per-op metrics are indexed by the op.
+ * (dispatch.c puts the row on the request, fosd_opreq.def); the per-op metrics are indexed by the op.
  *
  * Adding an op (once its request and result are in proto/fos.proto's oneofs): a value in enum
  * fosd_op (before FOSD_OP_INVALID), one row in optable.c, its handler (ops_*.c, declared in
@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "util.h" /* FOSD_MSG_MAX */
 
 /* The ops, in the order of the rows (and of the per-op metrics arrays, metrics.h). */
 enum fosd_op {
@@ -52,8 +54,10 @@ enum {
 	FOSD_OPF_NO_TOKEN = 1u << 3,
 };
 
-struct fosd_server;
-struct fosd_slot;
+struct fosd_opsrv;
+struct fosd_opreq;
+struct fosd_devres;
+struct fosd_outs;
 struct fosd_args;
 struct fosd_vctx;
 struct fos_backend;
@@ -70,23 +74,29 @@ typedef struct fosd_lane_buf {
  * of the op goes to be; lane is -1 (and buf NULL) for an op answered without a lane
  * (FOSD_OPF_INLINE). */
 typedef struct fosd_opctx {
-	struct fosd_server *srv;
-	struct fosd_slot *s;
+	struct fosd_opsrv *srv;  /* what an op sees of the server (ops.h) */
+	struct fosd_opreq *s;    /* ... of its request (ops.h) */
 	struct fos_backend *be;
 	int lane;
 	fosd_lane_buf *buf; /* the lane's small-operand buffers (NULL: none) */
-	struct fosd_device *dev; /* the device it runs on: its caches; be is one of its lanes */
+	struct fosd_devres *dev; /* the device it runs on: its caches; be is one of its lanes */
 	/* The lane's done-event handle when the request may be answered before its GPU work ends
-	 * (executor.c; NULL: it may not). fosd_outs_reply puts it in a reply whose results are all in
+	 * (executor.c; NULL: it may not). response.c puts it in a reply whose results are all in
 	 * the client's GPU memory, records the event after the op's work and sets early. */
 	const unsigned char *done_event;
 	int early;
 	uint64_t deadline_ns; /* the request's deadline on the monotonic clock (fosd_now_ns), 0: none;
 			       * set by the executor, for an op that checks it between its steps */
+	/* Where the op's result goes (ops.h fosd_result): set by whoever runs the op (the executor;
+	 * dispatch.c for inline ops), executor/response.c's fosd_response_result, which makes reply
+	 * of it while the op still holds its output buffers. */
+	int (*result)(struct fosd_opctx *c, int which, void *result, struct fosd_outs *o);
+	struct nng_msg *reply; /* made by result (NULL: none yet); the runner takes it */
+	char msg[FOSD_MSG_MAX]; /* a failed op's message (fosd_fail) */
 } fosd_opctx;
 
-/* Returns the reply (NULL if none could be made) and sets *code. */
-typedef struct nng_msg *(*fosd_op_handler)(fosd_opctx *c, int *code);
+/* Runs the op: 0, or a gRPC code with c->msg. Its result, handed to c->result, is c->reply. */
+typedef int (*fosd_op_handler)(fosd_opctx *c);
 /* Checks the request's fields of this op and fills a (validate.c); 0 or a gRPC code with the
  * message in v. */
 typedef int (*fosd_op_validator)(struct fosd_vctx *v, const struct Fos__Request *rq, struct fosd_args *a,

@@ -1,35 +1,14 @@
-/* reply.c: reply builders and the answering of requests (see reply.h). Invariant: a slot is
- * answered exactly once, here, and its transport's send function is the only thing that runs after
- * the answer. */
+/* reply.c: the answering of requests (see reply.h). Invariant: a request is answered exactly once,
+ * here, and its transport's send function is the only thing that runs after the answer. */
 #include "reply.h"
-#include "server.h"
 #include "log.h"
 #include "util.h"
 
 #include <string.h>
 
-nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data)
+void fosd_slot_reply(fosd_request *s, nng_msg *reply, int code)
 {
-	nng_msg *m = NULL;
-	if (fosw_msg_build(&resp->base, pl, &m, data))
-		return NULL;
-	return m;
-}
-
-nng_msg *fosd_error_reply(uint64_t id, int code, const char *message)
-{
-	Fos__Response resp = FOS__RESPONSE__INIT;
-	Fos__Status st = FOS__STATUS__INIT;
-	resp.id = id;
-	st.code = code;
-	st.message = (char *)message;
-	resp.status = &st;
-	return fosd_build_reply(&resp, NULL, NULL);
-}
-
-void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
-{
-	fosd_server *srv = s->srv;
+	fosd_rqsrv *srv = s->srv;
 	uint64_t out = reply ? nng_msg_len(reply) : 0;
 	uint64_t us = (fosd_now_ns() - s->t_recv_ns) / 1000u;
 	fosd_req_sample rs = {.op = s->op, .code = code, .latency_us = us, .t_recv_ns = s->t_recv_ns,
@@ -56,14 +35,15 @@ void fosd_slot_reply(fosd_slot *s, nng_msg *reply, int code)
 	s->send(s, reply);
 }
 
-void fosd_finish(fosd_slot *s, nng_msg *reply, int code)
+void fosd_finish(fosd_job *j, nng_msg *reply, int code)
 {
-	fosd_server *srv = s->srv;
+	fosd_request *s = fosd_request_of(j);
+	fosd_rqsrv *srv = s->srv;
 	if (s->dedup_owner) {
-		fosd_slot *w = fosd_dedup_end(&srv->dd, s->client_id, s->req_id, fosd_now_ns());
+		fosd_request *w = fosd_dedup_end(&srv->dd, s->client_id, s->req_id, fosd_now_ns());
 		s->dedup_owner = 0;
 		while (w) {
-			fosd_slot *next = w->wnext;
+			fosd_request *next = w->wnext;
 			nng_msg *copy = NULL;
 			if (reply && nng_msg_dup(&copy, reply))
 				copy = NULL;
@@ -75,22 +55,20 @@ void fosd_finish(fosd_slot *s, nng_msg *reply, int code)
 	fosd_slot_reply(s, reply, code);
 }
 
-void fosd_slot_hold(fosd_slot *s, fosd_held *h)
+int fosd_drop_if_client_gone(fosd_job *j)
 {
-	h->msg = s->msg;
-	h->rq = s->rq;
-	h->shm = s->shm;
-	s->msg = NULL;
-	s->rq = NULL;
-	memset(&s->shm, 0, sizeof s->shm);
-}
-
-void fosd_held_end(fosd_held *h)
-{
-	fosd_shm_req_end(&h->shm);
-	if (h->rq)
-		fos__request__free_unpacked(h->rq, NULL);
-	if (h->msg)
-		nng_msg_free(h->msg);
-	memset(h, 0, sizeof *h);
+	fosd_request *s = fosd_request_of(j);
+	nng_pipe p = s->msg ? nng_msg_get_pipe(s->msg) : (nng_pipe)NNG_PIPE_INITIALIZER;
+	nng_sockaddr sa;
+	if (nng_pipe_id(p) <= 0 || nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != NNG_ENOENT)
+		return 0; /* still connected (or unknown) */
+	if (s->dedup_owner) {
+		if (!fosd_dedup_abandon(&s->srv->dd, s->client_id, s->req_id))
+			return 0; /* a copy resent on a new connection waits for this one */
+		s->dedup_owner = 0;
+	}
+	fosd_debug("request %llu (%s): the client is gone; dropped before running", (unsigned long long)s->req_id,
+		   s->def->name);
+	fosd_slot_reply(s, NULL, FOS__CODE__CANCELLED);
+	return 1;
 }

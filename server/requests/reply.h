@@ -1,11 +1,12 @@
-/* reply.h: the last stage of a request: building its Response message and handing it to the
- * transport the request came from.
+/* reply.h: the answer of a request: recording it and handing the reply to the transport it came
+ * from (the Response itself is built by response.h's builders).
  *
  * Every transport (the nng socket, transport.c; a request channel, chan.c) sets its reply function
- * on each of its slots (fosd_slot.send). fosd_slot_reply records the request's metrics, frees what
- * the request decoded and calls that function, which sends the reply (or nothing), then, once the
- * reply has left, calls fosd_slot_end. Nothing upstream of this file knows which transport a
- * request came from. */
+ * on each of its requests (fosd_request.send). fosd_slot_reply records the request's metrics, frees
+ * what the request decoded and calls that function, which sends the reply (or nothing), then,
+ * once the reply has left, releases the slot. Nothing upstream of this file knows which transport a
+ * request came from. The executor reaches fosd_finish and fosd_drop_if_client_gone through its
+ * hooks (fosd_exec.finish, .drop_if_gone, set by the server). */
 #ifndef FOSD_REPLY_H
 #define FOSD_REPLY_H
 
@@ -13,38 +14,17 @@
 
 #include <nng/nng.h>
 
-#include "backend.h"
-#include "fos_wire.h"
-#include "fos.pb-c.h"
-#include "shm.h"
-#include "rc_code.h"
+#include "dispatch.h"
+#include "response.h"
 
-struct fosd_slot;
-
-/* Packs a Response whose tensors are placed by pl (NULL: none); *data gets the data section.
- * NULL when out of memory. */
-nng_msg *fosd_build_reply(Fos__Response *resp, const fosw_placer *pl, uint8_t **data);
-/* An error Response for request id. Never NULL unless out of memory. */
-nng_msg *fosd_error_reply(uint64_t id, int code, const char *message);
-
-/* Answers the slot's request with reply (NULL: none, the client times out) and code, through the
- * slot's transport; the slot then serves the next request. Takes reply. Safe from any thread. */
-void fosd_slot_reply(struct fosd_slot *s, nng_msg *reply, int code);
+/* Answers the request with reply (NULL: none, the client times out) and code, through its
+ * transport; the slot then serves the next request. Takes reply. Safe from any thread. */
+void fosd_slot_reply(fosd_request *r, nng_msg *reply, int code);
 /* Completes a request: answers it and every duplicate that waited on it (each gets a copy), then
- * ends its duplicate-detection entry. */
-void fosd_finish(struct fosd_slot *s, nng_msg *reply, int code);
-
-/* What a request answered before its GPU work ended (executor.c, Response.cuda_done_event) still
- * needs until that work is done: its message (a source of queued h2d copies), its decoded request
- * and its references to shared-memory regions and to the client's GPU memory (which keep those
- * mapped). fosd_slot_hold moves them out of the slot, whose answer then frees none of them;
- * fosd_held_end frees them. */
-typedef struct fosd_held {
-	nng_msg *msg;
-	Fos__Request *rq;
-	fosd_shm_req shm;
-} fosd_held;
-void fosd_slot_hold(struct fosd_slot *s, fosd_held *h);
-void fosd_held_end(fosd_held *h);
+ * ends its duplicate-detection entry. (fosd_exec.finish) */
+void fosd_finish(fosd_job *j, nng_msg *reply, int code);
+/* Drops the request if its client's connection is gone and no resent copy waits on it: the slot
+ * serves again, nothing is sent. Returns 1 when dropped, 0 to run it. (fosd_exec.drop_if_gone) */
+int fosd_drop_if_client_gone(fosd_job *j);
 
 #endif

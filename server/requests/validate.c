@@ -15,26 +15,6 @@ int fosd_request_op(const Fos__Request *rq)
 	return fosd_op_of_case((int)rq->op_case);
 }
 
-int fosd_check_name(const char *name, const char *what, char *msg, size_t msgsz)
-{
-	size_t n = strlen(name);
-	if (n == 0 || n > 128) {
-		snprintf(msg, msgsz, "%s must be 1 to 128 bytes long (got %zu)", what, n);
-		return -1;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-			 c == '_' || c == ':' || c == '/' || c == '-';
-		if (!ok) {
-			snprintf(msg, msgsz, "%s has a byte 0x%02x at %zu outside [A-Za-z0-9._:/-]", what,
-				 (unsigned char)c, i);
-			return -1;
-		}
-	}
-	return 0;
-}
-
 /* ---- enums ---------------------------------------------------------------------------------- */
 
 static int map_block(int v, int dflt, const char *what, int *out, char *msg, size_t msgsz)

@@ -180,7 +180,7 @@ int fosd_shm_output_named(const Fos__Request *rq, const char *result);
 /* The index in rq's shm_outputs of the entry for `result`, or -1. */
 int fosd_shm_output_index(const Fos__Request *rq, const char *result);
 
-/* A region that shrank fails with the fos_err rc FOSD_RC_PRECONDITION (reply.h):
+/* A region that shrank fails with the fos_err rc FOSD_RC_PRECONDITION (rc_code.h):
  * FAILED_PRECONDITION. */
 
 /* Copies a received tensor (inline or in a region) into backend memory through be (the request's

@@ -3,7 +3,8 @@
  * fosd_dispatch as a message of the registering connection, and writing the reply back (the slot's
  * send function, chan_send). */
 #include "chan.h"
-#include "server.h"
+#include "transport.h"
+#include "response.h"
 #include "log.h"
 #include "util.h"
 #include "fos_chan.h"
@@ -19,7 +20,7 @@
 
 struct fosd_chan {
 	fosd_slot slot;            /* the request in progress (first: a slot's address is the channel's) */
-	fosd_server *srv;
+	fosd_tpsrv *srv;
 	struct fosd_region *r;     /* referenced until the thread ends */
 	nng_pipe pipe;
 	uint32_t pipe_id;
@@ -113,9 +114,10 @@ static void publish(fosd_chan *c, nng_msg *reply)
 		nng_msg_free(own);
 }
 
-/* The channel's reply function (fosd_slot.send, reply.h): the reply goes back into the region. */
-static void chan_send(fosd_slot *s, nng_msg *reply)
+/* The channel's reply function (fosd_request.send, dispatch.h): the reply goes back into the region. */
+static void chan_send(fosd_request *r, nng_msg *reply)
 {
+	fosd_slot *s = fosd_slot_of(r);
 	fosd_chan *c = (fosd_chan *)s; /* the slot is the channel's first member */
 	publish(c, reply);
 	if (reply)
@@ -131,7 +133,7 @@ static void chan_send(fosd_slot *s, nng_msg *reply)
  * dispatched like a received one; returns when its reply is written. */
 static void serve_one(fosd_chan *c)
 {
-	fosd_server *srv = c->srv;
+	fosd_tpsrv *srv = c->srv;
 	fosd_slot *s = &c->slot;
 	c->seq = ld32(&c->ctl->req_seq);
 	uint64_t len = __atomic_load_n(&c->ctl->req_len, __ATOMIC_SEQ_CST);
@@ -148,14 +150,14 @@ static void serve_one(fosd_chan *c)
 		char e[160];
 		snprintf(e, sizeof e, "channel request of %llu bytes: a message of 4 to %llu bytes expected",
 			 (unsigned long long)len, (unsigned long long)c->cap);
-		fosd_dispatch_refuse(s, len > c->cap || len < 4 ? FOS__CODE__INVALID_ARGUMENT : FOS__CODE__RESOURCE_EXHAUSTED,
+		fosd_dispatch_refuse(fosd_slot_request(s), len > c->cap || len < 4 ? FOS__CODE__INVALID_ARGUMENT : FOS__CODE__RESOURCE_EXHAUSTED,
 				     e);
 	} else {
 		memcpy(nng_msg_body(m), c->req, (size_t)len); /* the client may go on writing: fosd reads its copy */
 		nng_msg_set_pipe(m, c->pipe);
 		s->pipe = c->pipe;
 		s->msg = m;
-		fosd_dispatch(s);
+		fosd_dispatch(fosd_slot_request(s));
 	}
 	pthread_mutex_lock(&c->mu);
 	while (!c->done)
@@ -166,7 +168,7 @@ static void serve_one(fosd_chan *c)
 static void *chan_main(void *arg)
 {
 	fosd_chan *c = arg;
-	fosd_server *srv = c->srv;
+	fosd_tpsrv *srv = c->srv;
 	while (!wait_request(c))
 		serve_one(c);
 	st32(&c->ctl->state, FOS_CHAN_CLOSED);
@@ -191,7 +193,13 @@ static void *chan_main(void *arg)
 
 /* ---- start and stop ------------------------------------------------------------------------- */
 
-int fosd_chan_start(fosd_server *srv, fosd_slot *s, struct fosd_region *r, uint32_t spin_us, uint64_t *bytes,
+int fosd_chan_start_op(fosd_opsrv *srv, fosd_opreq *s, struct fosd_region *r, uint32_t spin_us, uint64_t *bytes,
+		       char *msg, size_t msgsz)
+{
+	return fosd_chan_start((fosd_tpsrv *)srv, s, r, spin_us, bytes, msg, msgsz); /* its first part */
+}
+
+int fosd_chan_start(fosd_tpsrv *srv, fosd_opreq *s, struct fosd_region *r, uint32_t spin_us, uint64_t *bytes,
 		    char *msg, size_t msgsz)
 {
 	fosd_chans *cs = &srv->chans;
@@ -230,7 +238,7 @@ int fosd_chan_start(fosd_server *srv, fosd_slot *s, struct fosd_region *r, uint3
 	c->rep = c->req + cap;
 	const uint32_t most = (uint32_t)srv->cfg->channel_spin_us;
 	c->spin_us = spin_us && spin_us < most ? spin_us : most;
-	c->slot.srv = srv;
+	c->slot.srv = fosd_tp_rq(srv);
 	c->slot.send = chan_send;
 	c->slot.own_thread = 1; /* the channel's thread serves only this slot */
 	atomic_init(&c->stop, 0);
@@ -306,7 +314,7 @@ int fosd_chans_init(fosd_chans *cs)
 	return 0;
 }
 
-void fosd_chans_stop_all(fosd_server *srv)
+void fosd_chans_stop_all(fosd_tpsrv *srv)
 {
 	fosd_chans *cs = &srv->chans;
 	pthread_mutex_lock(&cs->mu);

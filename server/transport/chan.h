@@ -13,18 +13,17 @@
 
 #include <nng/nng.h>
 
-struct fosd_server;
-struct fosd_slot;
+struct fosd_tpsrv;
+struct fosd_opsrv;
+struct fosd_opreq;
 struct fosd_region;
 
 #define FOSD_CHAN_MAX_PER_PIPE 8
 #define FOSD_CHAN_MAX_TOTAL 64
-#define FOSD_CHAN_SPIN_DEFAULT_US 50u
-#define FOSD_CHAN_SPIN_MAX_US 1000000u
 
 typedef struct fosd_chan fosd_chan;
 
-/* The server's channels (in fosd_server). */
+/* The server's channels (in fosd_tpsrv, transport.h). */
 typedef struct fosd_chans {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;      /* a channel's thread ended */
@@ -37,15 +36,19 @@ typedef struct fosd_chans {
 
 int fosd_chans_init(fosd_chans *cs);
 /* Stops every channel and waits for their threads (before the executor stops). */
-void fosd_chans_stop_all(struct fosd_server *srv);
+void fosd_chans_stop_all(struct fosd_tpsrv *srv);
 void fosd_chans_destroy(fosd_chans *cs);
 uint64_t fosd_chans_count(fosd_chans *cs);
 
 /* Starts serving region r (referenced by the caller; the reference passes to the channel, also on
  * failure) as a channel of the request s's connection and tenant; spin_us 0: the default. Returns
  * 0 with *bytes (each area's size), or a gRPC code with msg. */
-int fosd_chan_start(struct fosd_server *srv, struct fosd_slot *s, struct fosd_region *r, uint32_t spin_us,
+int fosd_chan_start(struct fosd_tpsrv *srv, struct fosd_opreq *s, struct fosd_region *r, uint32_t spin_us,
 		    uint64_t *bytes, char *msg, size_t msgsz);
+/* fosd_chan_start as the RegisterRegion op reaches it (fosd_opsrv.chan_start, set by the server):
+ * srv is the transport's server, s the op's request of one of its slots. */
+int fosd_chan_start_op(struct fosd_opsrv *srv, struct fosd_opreq *s, struct fosd_region *r, uint32_t spin_us,
+		       uint64_t *bytes, char *msg, size_t msgsz);
 /* Asks a channel to stop (its region was unregistered or its connection closed). Does not block;
  * called with the region table's lock held. */
 void fosd_chan_signal(fosd_chan *c);

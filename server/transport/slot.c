@@ -2,10 +2,10 @@
  * from (transport.c, chan.c): counting it in flight and for the drain when it arrives, and giving
  * back what it held (tenant quota, the connection's share, the drain's count) once its reply has
  * left. Invariant: fosd_slot_end runs exactly once for each fosd_slot_begin. */
-#include "server.h"
+#include "transport.h"
 #include "auth.h"
 
-void fosd_slot_begin(fosd_server *srv, fosd_slot *s)
+void fosd_slot_begin(fosd_tpsrv *srv, fosd_slot *s)
 {
 	atomic_fetch_add(&srv->inflight, 1);
 	/* counted before draining is read: the drain (control.c) stores draining, then reads
@@ -20,8 +20,8 @@ void fosd_slot_begin(fosd_server *srv, fosd_slot *s)
 
 void fosd_slot_end(fosd_slot *s)
 {
-	fosd_server *srv = s->srv;
-	fosd_auth_done(s);
+	fosd_tpsrv *srv = fosd_tp_of(s->srv);
+	fosd_auth_done(fosd_slot_request(s));
 	if (s->unauth_held) {
 		fosd_conns_unauth_release(&srv->conns, nng_pipe_id(s->pipe));
 		s->unauth_held = 0;

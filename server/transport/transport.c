@@ -8,7 +8,7 @@
  * connection holds more slots than its share allows, the connection is dropped (closed), never
  * the service. A received message goes to fosd_dispatch; its reply comes back through the slot's
  * send function (socket_send), never by a branch on where the request came from. */
-#include "server.h"
+#include "transport.h"
 #include "log.h"
 #include "tls.h"
 #include "trust_config.h"
@@ -27,7 +27,7 @@
 
 static void slot_post_recv(fosd_slot *s)
 {
-	if (atomic_load(&s->srv->closing)) {
+	if (atomic_load(&fosd_tp_of(s->srv)->closing)) {
 		s->state = FOSD_SLOT_IDLE;
 		return;
 	}
@@ -37,7 +37,7 @@ static void slot_post_recv(fosd_slot *s)
 }
 
 /* Closes a connection that does not take its replies; counted, and logged at most once a second. */
-static void drop_pipe(fosd_server *srv, nng_pipe p, const char *why)
+static void drop_pipe(fosd_tpsrv *srv, nng_pipe p, const char *why)
 {
 	static _Atomic unsigned long long warned_ns, warned_count;
 	unsigned long long n = fosd_conns_note_dropped(&srv->conns);
@@ -53,7 +53,7 @@ static void drop_pipe(fosd_server *srv, nng_pipe p, const char *why)
 static void slot_cb(void *arg)
 {
 	fosd_slot *s = arg;
-	fosd_server *srv = s->srv;
+	fosd_tpsrv *srv = fosd_tp_of(s->srv);
 	int rv = nng_aio_result(s->aio);
 	if (s->state == FOSD_SLOT_RECV) {
 		if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
@@ -85,7 +85,7 @@ static void slot_cb(void *arg)
 			slot_post_recv(s);
 			return;
 		}
-		fosd_dispatch(s);
+		fosd_dispatch(fosd_slot_request(s));
 		return;
 	}
 	if (s->state == FOSD_SLOT_SEND) {
@@ -108,11 +108,12 @@ static void slot_cb(void *arg)
 	}
 }
 
-/* The socket's reply function (fosd_slot.send, reply.h): sends reply on the slot's nng context,
+/* The socket's reply function (fosd_request.send, dispatch.h): sends reply on the slot's nng context,
  * waiting at most send_timeout for the client to read it; slot_cb frees the slot once it left. */
-static void socket_send(fosd_slot *s, nng_msg *reply)
+static void socket_send(fosd_request *r, nng_msg *reply)
 {
-	fosd_server *srv = s->srv;
+	fosd_slot *s = fosd_slot_of(r);
+	fosd_tpsrv *srv = fosd_tp_of(s->srv);
 	if (!reply) {
 		/* nothing could be built: the client times out; the slot goes on serving */
 		fosd_slot_end(s);
@@ -131,7 +132,7 @@ static void socket_send(fosd_slot *s, nng_msg *reply)
  * max_connections (conns.h). Every pipe that saw ADD_PRE also sees REM_POST, even one closed here. */
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-	fosd_server *srv = arg;
+	fosd_tpsrv *srv = arg;
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
 		fosd_debug("connection %u opened", (unsigned)nng_pipe_id(p));
 		atomic_fetch_add(&srv->pipes, 1);
@@ -150,7 +151,7 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	}
 }
 
-int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz)
+int fosd_transport_start(fosd_tpsrv *srv, char *msg, size_t msgsz)
 {
 	fosd_config *cfg = srv->cfg;
 	int rv;
@@ -184,7 +185,7 @@ int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz)
 	}
 	for (int i = 0; i < cfg->concurrency; i++) {
 		fosd_slot *s = &srv->slots[i];
-		s->srv = srv;
+		s->srv = fosd_tp_rq(srv);
 		s->send = socket_send;
 		if ((rv = nng_aio_alloc(&s->aio, slot_cb, s)) || (rv = nng_ctx_open(&s->ctx, srv->sock))) {
 			snprintf(msg, msgsz, "cannot create nng context %d: %s", i, nng_strerror(rv));
@@ -227,14 +228,14 @@ int fosd_transport_start(fosd_server *srv, char *msg, size_t msgsz)
 	return 0;
 }
 
-void fosd_transport_stop_listening(fosd_server *srv)
+void fosd_transport_stop_listening(fosd_tpsrv *srv)
 {
 	for (int i = 0; i < srv->n_listeners; i++)
 		nng_listener_close(srv->listeners[i]);
 	srv->n_listeners = 0;
 }
 
-void fosd_transport_close(fosd_server *srv)
+void fosd_transport_close(fosd_tpsrv *srv)
 {
 	atomic_store(&srv->closing, 1);
 	fosd_transport_stop_listening(srv);
