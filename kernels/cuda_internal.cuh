@@ -282,5 +282,7 @@ __device__ __forceinline__ uint16_t fcu_epi1(float acc, float alpha, float rs, i
 void fcu_smallm_install(fos_backend *be);
 /* cuda_ipc.cu: sets be's uuid and its ipc_* and read_sync ops. */
 void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16]);
+/* cuda_async.cu: sets be's write_u32 and mark_* ops (asynchronous requests). */
+void fcu_async_install(fos_backend *be);
 
 #endif

@@ -134,6 +134,17 @@ void fosd_deadline_queued(fosd_server *srv, fosd_slot *s)
 	pthread_mutex_unlock(&d->mu);
 }
 
+void fosd_deadline_kick(fosd_server *srv)
+{
+	fosd_deadlines *d = srv->deadlines;
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->kicked = 1;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
 int fosd_drop_if_client_gone(fosd_server *srv, fosd_slot *s)
 {
 	nng_pipe p = s->msg ? nng_msg_get_pipe(s->msg) : (nng_pipe)NNG_PIPE_INITIALIZER;
