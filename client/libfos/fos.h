@@ -563,9 +563,12 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
  * without waiting for fosd: libfos records the input event on stream, then makes stream wait
  * (cuStreamWaitValue32) on a word of a small device buffer of its own that fosd writes in its
  * stream order after the call's GPU work (PROTOCOL.md "Asynchronous requests"). Work queued on
- * stream after the call sees the outputs; the host and other streams wait for stream first. The
- * outputs' dtype, ndim, shape and size are set at once from the inputs. Other calls (a host tensor,
- * an output libfos would allocate, other ops, a PutWeight with reput_weights) run as with
+ * stream after the call sees the outputs; the host and other streams wait for stream first. Each
+ * output keeps the dtype, shape and size the caller gave it (fos_tensor_cuda: give the result's
+ * shape; a buffer too small is an asynchronous OUT_OF_RANGE); a backward's db must be given when the
+ * forward had a bias (else it runs synchronously); info of a PutWeight gets name, version, n, k and
+ * weight_uses, the rest 0. Other calls (a host tensor, an output libfos would allocate, other ops,
+ * a placement, fos_put_weight_on's entry, a handle with reput_weights) run as with
  * FOS_CUDA_ORDER_OUTPUTS alone.
  *
  * Order: the handle's asynchronous calls reach fosd one at a time in the order they were made (from
@@ -594,7 +597,8 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
 /* Waits until every asynchronous call of c made before it is answered by fosd (their GPU work is
  * queued on fosd's side, in the order of stream: synchronize stream to wait for it), then returns
  * the first failure not yet reported (with the message above), else FOS_CODE_OK. Without
- * asynchronous calls: OK at once. c NULL: INVALID_ARGUMENT. */
+ * asynchronous calls: OK at once. c NULL: INVALID_ARGUMENT. fos_close waits for the handle's
+ * asynchronous calls too, but a failure not yet reported is lost with the handle: fos_sync first. */
 int fos_sync(fos_client *c, fos_status *st);
 /* Calls of c that returned asynchronously since fos_connect (tests, the Python package: whether
  * the path was taken). */
