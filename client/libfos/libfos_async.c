@@ -156,6 +156,17 @@ int fosc_async_drain(fos_client *c, fos_status *st)
 	return code;
 }
 
+int fosc_async_inflight(fos_client *c)
+{
+	struct fosc_async *as = atomic_load(&c->async);
+	if (!as)
+		return 0;
+	pthread_mutex_lock(&as->mu);
+	int n = as->inflight;
+	pthread_mutex_unlock(&as->mu);
+	return n;
+}
+
 int fosc_async_check(fos_client *c, fos_status *st)
 {
 	struct fosc_async *as = atomic_load(&c->async);

@@ -407,6 +407,8 @@ uint64_t fosc_async_context_id(fos_client *c);
 /* Waits until c's asynchronous calls are answered; the first unreported failure, else OK. A no-op
  * on the sender thread. */
 int fosc_async_drain(fos_client *c, fos_status *st);
+/* c's asynchronous calls queued or being sent now (tests). */
+int fosc_async_inflight(fos_client *c);
 /* The first unreported failure of c's asynchronous calls answered so far, without waiting; else OK. */
 int fosc_async_check(fos_client *c, fos_status *st);
 /* fos_close: drains (unless inherited across fork), stops the sender, frees the word buffers. */
