@@ -499,6 +499,10 @@ static void test_async_failures(void **state)
 		rc = fosc_call(c, &rq, ins, 1, &r, &st);
 		const char *inuse[] = {"already in use", NULL};
 		expect_failure(rc, &st, FOS_CODE_ALREADY_EXISTS, inuse);
+		fr.save_context = 0;
+		rc = fosc_call(c, &rq, ins, 1, &r, &st);
+		const char *nosave[] = {"context_id", "without save_context", NULL};
+		expect_failure(rc, &st, FOS_CODE_INVALID_ARGUMENT, nosave);
 	}
 	ASSERT_OK(fos_release(c, &ctx, &st), st);
 

@@ -204,9 +204,9 @@ static fosc_words *words_of_locked(fos_client *c, struct fosc_async *as, const f
 		return NULL;
 	}
 	int rc = a->CtxPushCurrent(ctx);
-	if (!rc && !(rc = a->MemAlloc(&w->base, FOSC_WORDS * 4)) && (rc = a->MemsetD32(w->base, 0, FOSC_WORDS)))
-		a->MemFree(w->base);
-	if (!rc || w->base) {
+	if (!rc) {
+		if (!(rc = a->MemAlloc(&w->base, FOSC_WORDS * 4)) && (rc = a->MemsetD32(w->base, 0, FOSC_WORDS)))
+			a->MemFree(w->base);
 		void *prev;
 		a->CtxPopCurrent(&prev);
 	}
@@ -352,11 +352,11 @@ static void *sender_main(void *arg)
 			as->lost = 1;
 		pthread_mutex_unlock(&as->mu);
 		job_end(c, as, j, code, st.message);
+		if (!code)
+			fosc_chan_revive(c); /* the channel the caller opened, if fosd stopped serving it */
 		pthread_mutex_lock(&as->mu);
 		if (!as->head)
 			as->lost = 0; /* the next call tries the connection again */
-		if (!code)
-			fosc_chan_revive(c);
 	}
 	pthread_mutex_unlock(&as->mu);
 	return NULL;
