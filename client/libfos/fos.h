@@ -591,8 +591,9 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
  * message>" (Backward names its context, Linear no weight); each failure is reported once, the
  * first one first, the count of others after it in the message. Even then the stream's wait ends:
  * fosd writes the word after whatever it queued, and libfos writes it itself when the reply is a
- * failure or the connection is lost for good, so a failure never leaves stream waiting forever
- * (the outputs' contents are then undefined). */
+ * failure or none comes within the handle's timeout (a lost connection, a fosd that died), so a
+ * failure never leaves stream waiting for good (the outputs' contents are then undefined). After
+ * such a lost connection the calls already queued fail too, without being sent. */
 #define FOS_CUDA_ORDER_ASYNC 4u
 /* Waits until every asynchronous call of c made before it is answered by fosd (their GPU work is
  * queued on fosd's side, in the order of stream: synchronize stream to wait for it), then returns
