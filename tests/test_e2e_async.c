@@ -57,8 +57,8 @@ static int g_started;     /* ops started while gated */
 static int g_late;        /* gated ops that waited 3 s for the client: the call had waited for fosd */
 static int g_block_ms;    /* every op start sleeps this long (a call never answered in time) */
 static int g_marks, g_maps_open;
-static uint64_t g_wl_addr[256];
-static uint32_t g_wl_val[256];
+static uint64_t g_wl_addr[4096];
+static uint32_t g_wl_val[4096];
 static int g_wl_n;
 
 static void client_returned(void)
@@ -96,7 +96,7 @@ static int s_write_u32(fos_backend *be, void *dst, uint32_t v, fos_err *e)
 	(void)be, (void)e;
 	__atomic_store_n((uint32_t *)dst, v, __ATOMIC_SEQ_CST);
 	pthread_mutex_lock(&g_mu);
-	if (g_wl_n < 256) {
+	if (g_wl_n < 4096) {
 		g_wl_addr[g_wl_n] = (uint64_t)(uintptr_t)dst;
 		g_wl_val[g_wl_n++] = v;
 	}
@@ -113,10 +113,18 @@ static int s_mark_record(fos_backend *be, void **ev, fos_err *e)
 	return FOS_OK;
 }
 
+static int g_marks_stuck; /* 1: marks never complete (only settles release what is pending) */
+static int g_lane_syncs;       /* lane syncs (settles) */
 static int s_mark_done(fos_backend *be, void *ev)
 {
 	(void)be;
-	return ev == &g_mark_token; /* the cpu's work is done when its op returns */
+	return ev == &g_mark_token && !__atomic_load_n(&g_marks_stuck, __ATOMIC_SEQ_CST); /* the cpu's work is done */
+}
+
+static int s_sync(fos_backend *be, fos_err *e)
+{
+	__atomic_fetch_add(&g_lane_syncs, 1, __ATOMIC_SEQ_CST);
+	return g_cpu.sync(be, e);
 }
 
 static void s_mark_free(fos_backend *be, void *ev)
@@ -190,6 +198,7 @@ static int setup(void **state)
 	if (!be)
 		return -1;
 	g_cpu = *be;
+	be->sync = s_sync;
 	be->ipc_open = s_ipc_open;
 	be->ipc_close = s_ipc_close;
 	be->ipc_event_open = s_ev_open;
@@ -368,14 +377,45 @@ static void test_async_calls(void **state)
 	assert_int_equal(g_self_writes, 0);
 	assert_true(g_marks >= 4); /* answered before their work's end: held until their marks */
 
+	/* more calls than there are done words (1024) and pending places (64): slots are reused with a
+	 * larger value each time, fosd settles a full pending list, and every word is written */
+	/* a Forward of M2 > FOSD_TIER_MAX_M rows without a context: no sync of its own in the op */
+	enum { M2 = 272 };
+	static uint16_t x2[M2 * K], ref_y2[M2 * N];
+	tsrv_fill_bf16(x2, M2 * K, 55, 1.0f);
+	assert_int_equal(tsrv_ref_linear(x2, w, b, NULL, M2, N, K, &o, ref_y2, NULL, NULL, NULL), 0);
+	uint16_t *dX2 = dev_buf(9, sizeof x2, x2), *dY2 = dev_buf(10, sizeof ref_y2, NULL);
+	fos_tensor tx2 = fos_tensor_cuda(FOS_DTYPE_BF16, M2, K, dX2), ty2 = fos_tensor_cuda(FOS_DTYPE_BF16, M2, N, dY2);
+	int w0 = g_wv_n;
+	__atomic_store_n(&g_marks_stuck, 1, __ATOMIC_SEQ_CST);
+	int syncs0 = __atomic_load_n(&g_lane_syncs, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 1100; i++) {
+		fos_status s2;
+		if (fos_forward(c, "w", &tx2, &tb, NULL, &ty2, NULL, &s2))
+			fail_msg("forward %d: %s", i, s2.message);
+	}
+	ASSERT_OK(fos_sync(c, &st), st);
+	int settles = __atomic_load_n(&g_lane_syncs, __ATOMIC_SEQ_CST) - syncs0;
+	__atomic_store_n(&g_marks_stuck, 0, __ATOMIC_SEQ_CST);
+	assert_true(settles >= 1100 / 64);      /* a full pending list settled ... */
+	assert_true(settles <= 1100 / 64 + 2); /* ... and nothing else synchronized lane 0 */
+	assert_int_equal(g_wv_n - w0, 1100);
+	int reused = 0;
+	for (int i = w0; i < g_wv_n; i++)
+		reused += g_wv_val[i] > 1;
+	assert_true(reused >= 1100 - 1024);
+	expect_words_written("1100 calls");
+	assert_int_equal(g_self_writes, 0);
+	assert_memory_equal(dY2, ref_y2, sizeof ref_y2);
+
 	/* a synchronous call (Y inline) after them gives the same bits */
 	uint16_t y_host[M * N];
 	fos_tensor yh = fos_tensor_2d(FOS_DTYPE_BF16, M, N, y_host);
 	ASSERT_OK(fos_forward(c, "w", &tx, &tb, NULL, &yh, NULL, &st), st);
 	assert_memory_equal(y_host, ref_y, sizeof ref_y);
-	assert_int_equal(fos_async_count(c), 4);
+	assert_int_equal(fos_async_count(c), 4 + 1100);
 
-	void *bufs[] = {dW, dX, dDY, dB, dY, dGX, dGW, dGB, dL};
+	void *bufs[] = {dW, dX, dDY, dB, dY, dGX, dGW, dGB, dL, dX2, dY2};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		ASSERT_OK(fos_cuda_release(c, bufs[i], &st), st);
 	ASSERT_OK(fos_drop_weight(c, "w", &st), st);
