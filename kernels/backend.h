@@ -152,6 +152,12 @@ struct fos_backend {
 	unsigned char uuid[16]; /* the GPU's UUID (cudaDeviceProp.uuid); has_uuid 0 for cpu */
 	int has_uuid;
 	void *impl;
+	/* Set by fosd's executor while an asynchronous request runs on this instance (PROTOCOL.md
+	 * "Asynchronous requests"): linear.c then leaves out the syncs that only make its results
+	 * (a weight, saved operands, gradients) safe for other instances or host reads at once, since
+	 * the executor synchronizes this instance before anything else touches them (its frees are
+	 * stream-ordered). 0 elsewhere. */
+	int defer_sync;
 
 	void (*destroy)(fos_backend *be);
 

@@ -248,7 +248,7 @@ static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w,
 {
 	fos_qcfg c = fos_linear_wcfg(&qw->opts);
 	int rc = quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, NULL, err);
-	return rc ? rc : be->sync(be, err);
+	return rc || be->defer_sync ? rc : be->sync(be, err);
 }
 
 int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
@@ -276,7 +276,7 @@ int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t
 	}
 	if (!rc && (uses & FOS_USE_QUANTIZED))
 		rc = qweight_make_col(be, qw, w, err);
-	if (!rc)
+	if (!rc && !be->defer_sync)
 		rc = be->sync(be, err);
 	if (rc)
 		fos_qweight_free(be, qw);
@@ -645,7 +645,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 			if (!rc)
 				rc = quantize_new(be, xp ? xp : x, 1, k, mp, &cc, xq.amax, &saved->xcol,
 						  &saved->xcol_decoded, err);
-			if (!rc)
+			if (!rc && !be->defer_sync) /* (a backend's frees are stream-ordered) */
 				rc = be->sync(be, err);
 			if (xp)
 				be->free(be, xp);
@@ -658,7 +658,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 	else
 		fos_qtensor_free(be, &xq);
 	/* the saved operands may be used by another backend instance (fosd's lanes): wait for them */
-	if (!rc)
+	if (!rc && !be->defer_sync)
 		rc = be->sync(be, err);
 	return rc;
 }
@@ -883,7 +883,7 @@ int fos_linear_backward_w(fos_backend *be, const fos_saved *sv, const fos_qweigh
 	}
 	if (!rc && db)
 		rc = be->colsum(be, dy, m, n, db, err);
-	if (!rc)
+	if (!rc && !be->defer_sync) /* (scr_free's frees are stream-ordered) */
 		rc = be->sync(be, err);
 	scr_free(&s);
 	return rc;

@@ -428,7 +428,9 @@ static void run_on_lane(fosd_device *d, fosd_slot *s, int lane, int parallel, at
 	c.done_event = async ? NULL : early_event(d, s, be, done_h);
 	atomic_fetch_add(&d->running, 1);
 	s->t_lane_ns = fosd_now_ns();
+	be->defer_sync = async; /* lane 0 is settled before anything else uses what it makes */
 	nng_msg *r = fosd_op_run(&c, &code);
+	be->defer_sync = 0;
 	if (async) {
 		run_async(d, s, be, r, code, lane, gate);
 		return;
