@@ -34,7 +34,7 @@
 typedef struct fosc_words {
 	void *ctx;
 	uint64_t base;
-	void *own;                   /* a non-blocking stream for the sender's own writes (made on need) */
+	void *own;                   /* a non-blocking stream for libfos's own writes of a word (NULL: none) */
 	uint8_t handle[64], uuid[16]; /* its IPC export, as fosc_cuda_in gives it */
 	uint64_t offset;             /* of base in the exported allocation (0: its own) */
 	uint32_t val[FOSC_WORDS];    /* each slot's last value */
@@ -235,6 +235,12 @@ static fosc_words *words_of_locked(fos_client *c, struct fosc_async *as, const f
 	memcpy(w->uuid, r.uuid, 16);
 	w->offset = r.offset;
 	w->ctx = ctx;
+	if (!a->CtxPushCurrent(ctx)) { /* the stream of the sender's own writes, made now: no race later */
+		if (a->StreamCreate(&w->own, FOSC_CU_STREAM_NON_BLOCKING))
+			w->own = NULL;
+		void *prev;
+		a->CtxPopCurrent(&prev);
+	}
 	for (int i = 0; i < FOSC_WORDS; i++)
 		w->free[i] = FOSC_WORDS - 1 - i;
 	w->n_free = FOSC_WORDS;
@@ -249,10 +255,9 @@ static void word_write_self(const fosc_cuda_api *a, fosc_words *w, int slot, uin
 {
 	if (!a || a->CtxPushCurrent(w->ctx))
 		return;
-	if (!w->own && a->StreamCreate(&w->own, FOSC_CU_STREAM_NON_BLOCKING))
-		w->own = NULL;
-	if (!w->own || a->StreamWriteValue32(w->own, w->base + 4u * (uint64_t)slot, value, 0))
-		a->MemsetD32(w->base + 4u * (uint64_t)slot, value, 1); /* the last way out */
+	/* (never cuMemsetD32: on the legacy stream it would wait behind the very wait it is to end) */
+	if (w->own)
+		a->StreamWriteValue32(w->own, w->base + 4u * (uint64_t)slot, value, 0);
 	void *prev;
 	a->CtxPopCurrent(&prev);
 }

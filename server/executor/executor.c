@@ -520,6 +520,12 @@ int fosd_executor_try_now(fosd_server *srv, fosd_slot *s)
 	int idle = queue_idle(d);
 	int lane = -1;
 	if (idle && !pthread_mutex_trylock(&d->be_mu)) { /* no op that runs alone holds or waits for it */
+		if (fosd_pending_count(d->pend)) { /* an asynchronous request ended meanwhile: run_one settles */
+			pthread_mutex_unlock(&d->be_mu);
+			if (gate)
+				atomic_store(&srv->running_now, 0);
+			return 0;
+		}
 		pthread_mutex_lock(&d->lane_mu);
 		for (int i = 0; i < d->n_lanes; i++)
 			if (!(d->lane_busy >> i & 1)) {
