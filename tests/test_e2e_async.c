@@ -601,6 +601,21 @@ static void test_done_word_refused(void **state)
 	fake_async_driver();
 	fos_client *c = connect_async((void *)(uintptr_t)0x7);
 	fos_status st;
+	/* the flag needs both others, and a driver with the stream memory operations */
+	void *stream = (void *)(uintptr_t)0x7;
+	ASSERT_CODE(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_ASYNC, &st),
+		    FOS_CODE_INVALID_ARGUMENT, st);
+	assert_non_null(strstr(st.message, "FOS_CUDA_ORDER_ASYNC needs both"));
+	static fosc_cuda_api nowv;
+	nowv = g_fake;
+	nowv.IpcOpenEventHandle = f_open_event;
+	nowv.StreamWaitEvent = f_wait_event;
+	nowv.StreamWaitValue32 = NULL;
+	fosc_cuda_override(&nowv);
+	ASSERT_CODE(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS | FOS_CUDA_ORDER_ASYNC, &st),
+		    FOS_CODE_FAILED_PRECONDITION, st);
+	assert_non_null(strstr(st.message, "cuStreamWaitValue32"));
+	fake_async_driver();
 	ASSERT_OK(fos_set_cuda_order(c, NULL, 0, &st), st); /* raw requests: no events of libfos's */
 	static uint16_t x[M * K];
 	tsrv_fill_bf16(x, M * K, 71, 1.0f);
