@@ -70,6 +70,7 @@ struct fosc_async {
 };
 
 static _Thread_local int t_sender; /* the calling thread is a sender: never waits for its own queue */
+static _Thread_local int t_quiet;  /* libfos's own requests: wait for the queue, report nothing */
 
 static uint64_t now_ms(void)
 {
@@ -151,9 +152,14 @@ int fosc_async_drain(fos_client *c, fos_status *st)
 	pthread_mutex_lock(&as->mu);
 	while (as->inflight)
 		pthread_cond_wait(&as->cv, &as->mu);
-	int code = take_error_locked(as, st);
+	int code = t_quiet ? FOS_CODE_OK : take_error_locked(as, st);
 	pthread_mutex_unlock(&as->mu);
 	return code;
+}
+
+void fosc_async_quiet(int on)
+{
+	t_quiet = on;
 }
 
 int fosc_async_inflight(fos_client *c)
@@ -191,13 +197,36 @@ uint64_t fos_async_count(const fos_client *c)
 	return c ? atomic_load(&c->async_calls) : 0;
 }
 
-/* The word buffer of ctx (as->mu held), made and exported on first use. */
-static fosc_words *words_of_locked(fos_client *c, struct fosc_async *as, const fosc_cuda_api *a, void *ctx,
-				   fos_status *st)
+/* The word buffer of ctx (as->mu held), or NULL. */
+static fosc_words *words_find_locked(struct fosc_async *as, void *ctx)
 {
 	for (fosc_words *w = as->words; w; w = w->next)
 		if (w->ctx == ctx)
 			return w;
+	return NULL;
+}
+
+static void words_free(const fosc_cuda_api *a, fosc_words *w)
+{
+	if (a && !a->CtxPushCurrent(w->ctx)) {
+		if (w->own && a->StreamDestroy)
+			a->StreamDestroy(w->own);
+		a->MemFree(w->base);
+		void *prev;
+		a->CtxPopCurrent(&prev);
+	}
+	free(w);
+}
+
+/* The word buffer of ctx, made and exported on first use. Called without as->mu: the export may
+ * send a request (fosc_cuda_in closes fosd's mapping of an allocation that was at this address). */
+static fosc_words *words_of(fos_client *c, struct fosc_async *as, const fosc_cuda_api *a, void *ctx, fos_status *st)
+{
+	pthread_mutex_lock(&as->mu);
+	fosc_words *found = words_find_locked(as, ctx);
+	pthread_mutex_unlock(&as->mu);
+	if (found)
+		return found;
 	fosc_words *w = calloc(1, sizeof *w);
 	if (!w) {
 		fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory for the done words");
@@ -244,8 +273,18 @@ static fosc_words *words_of_locked(fos_client *c, struct fosc_async *as, const f
 	for (int i = 0; i < FOSC_WORDS; i++)
 		w->free[i] = FOSC_WORDS - 1 - i;
 	w->n_free = FOSC_WORDS;
+	pthread_mutex_lock(&as->mu);
+	if ((found = words_find_locked(as, ctx))) { /* another thread made one meanwhile */
+		pthread_mutex_unlock(&as->mu);
+		t_quiet = 1;
+		fos_cuda_release(c, (void *)(uintptr_t)w->base, NULL);
+		t_quiet = 0;
+		words_free(a, w);
+		return found;
+	}
 	w->next = as->words;
 	as->words = w;
+	pthread_mutex_unlock(&as->mu);
 	return w;
 }
 
@@ -397,8 +436,8 @@ int fosc_async_call(fos_client *c, Fos__Request *rq, const opcall *oc, fos_statu
 	if (oc->nout && (code = fosc_cuda_outputs(c, rq, &so, oc->names, oc->outs, oc->nout, st)))
 		return code;
 	/* a word slot (waits while every slot is in flight) */
+	fosc_words *w = words_of(c, as, a, ctx, st);
 	pthread_mutex_lock(&as->mu);
-	fosc_words *w = words_of_locked(c, as, a, ctx, st);
 	while (w && !w->n_free)
 		pthread_cond_wait(&as->cv, &as->mu);
 	int slot = w ? w->free[--w->n_free] : -1;
@@ -529,14 +568,7 @@ void fosc_async_close(fos_client *c, int inherited)
 		as->words = w->next;
 		if (a) /* fosd lets go of its mapping before the memory goes (a gone fosd is no error) */
 			fos_cuda_release(c, (void *)(uintptr_t)w->base, NULL);
-		if (a && !a->CtxPushCurrent(w->ctx)) {
-			if (w->own && a->StreamDestroy)
-				a->StreamDestroy(w->own);
-			a->MemFree(w->base);
-			void *prev;
-			a->CtxPopCurrent(&prev);
-		}
-		free(w);
+		words_free(a, w);
 	}
 	pthread_cond_destroy(&as->cv);
 	pthread_mutex_destroy(&as->mu);

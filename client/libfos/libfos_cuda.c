@@ -289,7 +289,9 @@ static void fosc_dev_drop(fos_client *c, fosc_dev *list)
 	while (list) {
 		fosc_dev *n = list->next;
 		fos_status ist;
+		fosc_async_quiet(1); /* an asynchronous call's failure stays for the caller's next call */
 		fosc_dev_close(c, list->handle, &ist); /* fosd may have let it go already: any answer will do */
+		fosc_async_quiet(0);
 		free(list);
 		list = n;
 	}

@@ -407,6 +407,9 @@ uint64_t fosc_async_context_id(fos_client *c);
 /* Waits until c's asynchronous calls are answered; the first unreported failure, else OK. A no-op
  * on the sender thread. */
 int fosc_async_drain(fos_client *c, fos_status *st);
+/* on: the calling thread's requests are libfos's own (closing a stale mapping): fosc_call waits for
+ * the asynchronous calls but leaves their failures for the caller's calls. */
+void fosc_async_quiet(int on);
 /* c's asynchronous calls queued or being sent now (tests). */
 int fosc_async_inflight(fos_client *c);
 /* The first unreported failure of c's asynchronous calls answered so far, without waiting; else OK. */
