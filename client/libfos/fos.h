@@ -557,8 +557,8 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
  * FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS (INVALID_ARGUMENT alone or with fewer; also
  * FAILED_PRECONDITION when the driver has no cuStreamWaitValue32/cuStreamWriteValue32). With it, a
  * fos_forward (with or without save_context), fos_backward, fos_put_weight (fos_put_weight_on
- * with the default placement and out NULL; a fosd of several devices refuses it: an asynchronous
- * FAILED_PRECONDITION) or fos_linear made by this thread whose inputs are all
+ * with the default placement and out NULL; not on a fosd of several GPUs, where a put runs as
+ * stages) or fos_linear made by this thread whose inputs are all
  * device tensors and whose outputs are all the caller's device tensors (fos_tensor_cuda with a
  * dev_ptr) returns FOS_CODE_OK as soon as its request is handed to the handle's sender thread,
  * without waiting for fosd: libfos records the input event on stream, then makes stream wait

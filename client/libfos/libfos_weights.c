@@ -127,7 +127,14 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 	fosc_in ins[1] = {{&tw, w, "w"}};
 	/* asynchronously with the default placement only, and without the re-put copies (which read W) */
 	const fosc_async_desc ad = {"PutWeight", name, 0};
-	const int async = !entry && !c->reput && (!pl || (!pl->n && !pl->replicas)) && fosc_async_wanted(c, ins, 1, NULL, 0);
+	int gpus = 0; /* fosd's GPUs (Health): over several, a PutWeight runs as stages and cannot go so */
+	if (c->cuda_mu_ok) {
+		pthread_mutex_lock(&c->cuda_mu);
+		gpus = c->n_srv_gpus;
+		pthread_mutex_unlock(&c->cuda_mu);
+	}
+	const int async = !entry && !c->reput && gpus <= 1 && (!pl || (!pl->n && !pl->replicas)) &&
+			  fosc_async_wanted(c, ins, 1, NULL, 0);
 	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL,
 			   async ? &ad : NULL};
 	opreply rp;
