@@ -260,6 +260,10 @@ $(BUILD)/bench/bench_ctx_switch: bench/bench_ctx_switch.cu
 $(BUILD)/bench/bench_mma_chain: bench/bench_mma_chain.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -gencode=%,$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a $< -o $@ -lcudart
+# bench/probe_wait_value.cu (issue 27): a client stream's wait on a word another process writes
+$(BUILD)/bench/probe_wait_value: bench/probe_wait_value.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcuda
 # bench/bench_nvfp4_wgmma.cu (issue 19, step 2): likewise, for sm_90a (wgmma): make BUILD=build-x build-x/bench/bench_nvfp4_wgmma
 $(BUILD)/obj/bench/bench_nvfp4_wgmma.cu.o: bench/bench_nvfp4_wgmma.cu
 	@mkdir -p $(dir $@)

@@ -14,6 +14,7 @@ export LD_LIBRARY_PATH=$PWD/$S/lib
 date -u; nvidia-smi -L; git log --oneline -1 2>/dev/null
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
 which nvidia-cuda-mps-control; ls /usr/share/common-licenses 2>&1 | head -2
+echo "=== 0 probe_wait_value (asynchronous calls' done words, without and under MPS)"; timeout 30 $S/bench/probe_wait_value > $OUT/probe.log 2>&1; tail -5 $OUT/probe.log
 echo "=== 1 GPU suites"; timeout 200 sh tests/run-tests.sh $S $S/tests/gpu_* > $OUT/gpu.log 2>&1; tail -4 $OUT/gpu.log
 echo "=== 2 cuda fosd"; FOS_TEST_BACKEND=cuda timeout 150 sh tests/run-tests.sh $S $S/tests/test_e2e_four_over_six $S/tests/test_libfos_cuda $S/tests/test_libfos_reconnect $S/tests/test_e2e_linear $S/tests/test_cli_cuda_plugin $S/tests/test_cli_four_over_six > $OUT/cudafosd.log 2>&1; tail -4 $OUT/cudafosd.log
 echo "=== 3 python"; FOS_BUILD=$S timeout 200 python3 -m pytest -p no:cacheprovider -q -rfEs tests/python > $OUT/py.log 2>&1; tail -15 $OUT/py.log

@@ -152,6 +152,12 @@ struct fos_backend {
 	unsigned char uuid[16]; /* the GPU's UUID (cudaDeviceProp.uuid); has_uuid 0 for cpu */
 	int has_uuid;
 	void *impl;
+	/* Set by fosd's executor while an asynchronous request runs on this instance (PROTOCOL.md
+	 * "Asynchronous requests"): linear.c then leaves out the syncs that only make its results
+	 * (a weight, saved operands, gradients) safe for other instances or host reads at once, since
+	 * the executor synchronizes this instance before anything else touches them (its frees are
+	 * stream-ordered). 0 elsewhere. */
+	int defer_sync;
 
 	void (*destroy)(fos_backend *be);
 
@@ -275,6 +281,16 @@ struct fos_backend {
 	/* dst (host) = n bytes at src (device), synchronously and outside this instance's stream (a
 	 * small read on a thread that is not the instance's, e.g. of checked inputs). */
 	int (*read_sync)(fos_backend *be, void *dst, const void *src, size_t n, fos_err *err);
+	/* Asynchronous requests (PROTOCOL.md "Asynchronous requests"; optional, cpu: NULL):
+	 * write_u32 stores v at dst (4 bytes of device memory, a client's mapped word) in this
+	 * instance's stream order, after the work queued so far and visible to other processes'
+	 * streams waiting on it (cuStreamWriteValue32). mark_record records a plain event (made on
+	 * first use into *ev, reused after) after the work queued so far; mark_done says whether it
+	 * completed (1), not yet (0) or failed (-1; thread-safe, any thread); mark_free destroys it. */
+	int (*write_u32)(fos_backend *be, void *dst, uint32_t v, fos_err *err);
+	int (*mark_record)(fos_backend *be, void **ev, fos_err *err);
+	int (*mark_done)(fos_backend *be, void *ev);
+	void (*mark_free)(fos_backend *be, void *ev);
 };
 
 /* Backend constructors. fos_backend_cuda returns NULL (with err) when built without CUDA or when

@@ -298,5 +298,7 @@ int fcu_xq_small(fos_backend *be, const void *x, int64_t rows, int64_t cols, con
 		 uint16_t *dec, fos_err *err);
 /* cuda_ipc.cu: sets be's uuid and its ipc_* and read_sync ops. */
 void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16]);
+/* cuda_async.cu: sets be's write_u32 and mark_* ops (asynchronous requests). */
+void fcu_async_install(fos_backend *be);
 
 #endif

@@ -163,4 +163,5 @@ void fcu_ipc_install(fos_backend *be, const unsigned char uuid[16])
 	be->done_event_handle = fcu_done_event_handle;
 	be->done_event_record = fcu_done_event_record;
 	be->read_sync = fcu_read_sync;
+	fcu_async_install(be);
 }

@@ -426,7 +426,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 			if (!rc)
 				rc = fos_qtensor_quantize_new(be, xp ? xp : x, 1, k, mp, &cc, xq.amax, &saved->xcol,
 						  &saved->xcol_decoded, err);
-			if (!rc)
+			if (!rc && !be->defer_sync) /* (a backend's frees are stream-ordered) */
 				rc = be->sync(be, err);
 			if (xp)
 				be->free(be, xp);
@@ -439,7 +439,7 @@ int fos_linear_forward_w(fos_backend *be, const uint16_t *x, int64_t m, const fo
 	else
 		fos_qtensor_free(be, &xq);
 	/* the saved operands may be used by another backend instance (fosd's lanes): wait for them */
-	if (!rc)
+	if (!rc && !be->defer_sync)
 		rc = be->sync(be, err);
 	return rc;
 }
@@ -664,7 +664,7 @@ int fos_linear_backward_w(fos_backend *be, const fos_saved *sv, const fos_qweigh
 	}
 	if (!rc && db)
 		rc = be->colsum(be, dy, m, n, db, err);
-	if (!rc)
+	if (!rc && !be->defer_sync) /* (scr_free's frees are stream-ordered) */
 		rc = be->sync(be, err);
 	scr_free(&s);
 	return rc;

@@ -147,7 +147,7 @@ static int qweight_make_col(fos_backend *be, fos_qweight *qw, const uint16_t *w,
 {
 	fos_qcfg c = fos_linear_wcfg(&qw->opts);
 	int rc = fos_qtensor_quantize_new(be, w, 1, qw->k, qw->n, &c, qw->q.amax, &qw->qcol, NULL, err);
-	return rc ? rc : be->sync(be, err);
+	return rc || be->defer_sync ? rc : be->sync(be, err);
 }
 
 int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t k, const fos_linear_opts *o,
@@ -175,7 +175,7 @@ int fos_qweight_make_uses(fos_backend *be, const uint16_t *w, int64_t n, int64_t
 	}
 	if (!rc && (uses & FOS_USE_QUANTIZED))
 		rc = qweight_make_col(be, qw, w, err);
-	if (!rc)
+	if (!rc && !be->defer_sync)
 		rc = be->sync(be, err);
 	if (rc)
 		fos_qweight_free(be, qw);

@@ -7,7 +7,8 @@
  * the same op through host memory on the same fosd, over the socket and through a request
  * channel, and with fos_set_cuda_stream's event ordering (an input copied asynchronously on the
  * stream, not synchronized), and with fos_set_cuda_order's outputs ordered on a stream too (calls
- * answered before their GPU work ended). A weight put from device memory is put again from libfos's host copy
+ * answered before their GPU work ended), and with FOS_CUDA_ORDER_ASYNC (calls that return before fosd
+ * read them; a failure reported by the next call). A weight put from device memory is put again from libfos's host copy
  * (reput_weights) after fosd lost it. Also: fos_cuda_release closes fosd's mappings (Stats
  * device_mappings); memory freed and allocated again at the same address gets a new handle and
  * fosd reads the new bytes; a client process that exits with its mappings open leaves none behind
@@ -416,6 +417,56 @@ static void test_every_op_stream_order(void **state)
 #endif
 }
 
+/* FOS_CUDA_ORDER_ASYNC: every op again; PutWeight, Forward, Backward and Linear on device tensors
+ * return before fosd has read them (the stream waits on a done word fosd writes), the others run
+ * as before, and every result is the host path's bits. Then an asynchronous call that fails (an
+ * unknown weight) is reported by the next call with its name, and the stream it was ordered on
+ * does not hang (its word was written all the same). */
+static void test_every_op_async(void **state)
+{
+	(void)state;
+	NEED();
+#ifdef FOS_HAVE_CUDA
+	for (int chan = 0; chan < 2; chan++) {
+		fos_client *c = conn();
+		fos_status st;
+		if (chan)
+			ASSERT_OK(fos_channel_open(c, 0, 0, &st), st);
+		assert_int_equal(cudaStreamCreate(&g_order_stream), 0);
+		ASSERT_OK(fos_set_cuda_order(c, g_order_stream,
+					     FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS | FOS_CUDA_ORDER_ASYNC, &st),
+			  st);
+		every_op(c, chan ? "achan" : "asock");
+		uint64_t n = fos_async_count(c);
+		fprintf(stderr, "%s: %llu calls returned before fosd read them\n", chan ? "channel" : "socket",
+			(unsigned long long)n);
+		assert_true(n >= 4); /* PutWeight of W, Forward, Backward, Linear on the device */
+		ASSERT_OK(fos_sync(c, &st), st);
+
+		/* a failure: reported by the next call, and the stream goes on */
+		uint16_t *dX = dcopy(g_x, sizeof g_x), *dY = dalloc((size_t)M * N * 2);
+		fos_tensor dx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dX), dy = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dY);
+		ASSERT_OK(fos_forward(c, "no.such.weight", &dx, NULL, NULL, &dy, NULL, &st), st);
+		assert_int_equal(fos_async_count(c), n + 1);
+		assert_int_equal(cudaStreamSynchronize(g_order_stream), 0); /* its word was written */
+		fos_health_info hi;
+		int rc = fos_health(c, &hi, &st);
+		assert_int_equal(rc, FOS_CODE_NOT_FOUND);
+		if (!strstr(st.message, "asynchronous Forward of weight 'no.such.weight' (request "))
+			fail_msg("the failure's message does not name the call: %s", st.message);
+		ASSERT_OK(fos_health(c, &hi, &st), st); /* reported once */
+		fos_cuda_release(c, dX, &st);
+		fos_cuda_release(c, dY, &st);
+		cudaFree(dX);
+		cudaFree(dY);
+		ASSERT_OK(fos_set_cuda_order(c, NULL, 0, &st), st);
+		cudaStreamDestroy(g_order_stream);
+		g_order_stream = NULL;
+		fos_close(c);
+	}
+#endif
+}
+
 /* A weight put from device memory by a handle with reput_weights is put again from libfos's host
  * copy when fosd lost it (here: dropped by another handle of the same tenant). */
 static void test_reput_device_weight(void **state)
@@ -624,6 +675,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_every_op_channel),
 		cmocka_unit_test(test_event_stream),
 		cmocka_unit_test(test_every_op_stream_order),
+		cmocka_unit_test(test_every_op_async),
 		cmocka_unit_test(test_reput_device_weight),
 		cmocka_unit_test(test_release_closes),
 		cmocka_unit_test(test_realloc_same_address),

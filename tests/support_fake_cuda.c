@@ -6,9 +6,10 @@
 #include "support_fake_cuda.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-fake_alloc g_fa[8];
+fake_alloc g_fa[FAKE_SLOTS];
 int g_exports, g_records, g_events_made;
 
 
@@ -17,7 +18,7 @@ static fake_alloc g_many_alloc;
 
 fake_alloc *fake_find(uint64_t p)
 {
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < FAKE_SLOTS; i++)
 		if (g_fa[i].live && p >= g_fa[i].base && p < g_fa[i].base + g_fa[i].size)
 			return &g_fa[i];
 	if (g_many && p >= MANY_BASE && p < MANY_BASE + (2048ull << 20)) {
@@ -199,11 +200,20 @@ static int f_release(int dev)
 	return 0;
 }
 
-/* cuMemAlloc: a fake allocation in slot 5 (out of memory past 1 GiB) */
+/* cuMemAlloc: a fake allocation in slot 5 (out of memory past 1 GiB); with g_alloc_host, host
+ * memory in slot 11 (an in-process fosd reads and writes it) */
+static void *g_host_alloc;
 static int f_alloc(uint64_t *p, size_t n)
 {
 	if (n > (1u << 30))
 		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	if (g_alloc_host) {
+		free(g_host_alloc);
+		if (posix_memalign(&g_host_alloc, 4096, n))
+			return 2;
+		*p = (uint64_t)(uintptr_t)fake_alloc_at(FAKE_SLOTS - 1, (uint64_t)(uintptr_t)g_host_alloc, n, 78);
+		return 0;
+	}
 	*p = (uint64_t)(uintptr_t)fake_alloc_at(5, FAKE_BASE + (4ull << 30), n, 77);
 	return 0;
 }
@@ -232,7 +242,64 @@ static int f_memcpy(uint64_t dst, uint64_t src, size_t n)
 	return 0;
 }
 
+/* FOS_CUDA_ORDER_ASYNC's calls: waits on a word are logged (not blocking: the test checks the word
+ * got its value), writes store into the word (host memory here), streams are numbers */
+uint64_t g_wv_addr[FAKE_WAITS_MAX];
+uint32_t g_wv_val[FAKE_WAITS_MAX];
+void *g_wv_stream[FAKE_WAITS_MAX];
+int g_wv_n, g_self_writes, g_alloc_host;
+static int f_wait_value(void *stream, uint64_t addr, uint32_t value, unsigned flags)
+{
+	if (flags != 0 || g_wv_n >= FAKE_WAITS_MAX) /* CU_STREAM_WAIT_VALUE_GEQ */
+		return 1;
+	g_wv_addr[g_wv_n] = addr;
+	g_wv_val[g_wv_n] = value;
+	g_wv_stream[g_wv_n] = stream;
+	g_wv_n++;
+	return 0;
+}
+
+static int f_write_value(void *stream, uint64_t addr, uint32_t value, unsigned flags)
+{
+	(void)stream;
+	if (flags || !fake_find(addr))
+		return 1;
+	__atomic_store_n((uint32_t *)(uintptr_t)addr, value, __ATOMIC_SEQ_CST);
+	__atomic_fetch_add(&g_self_writes, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static int f_stream_create(void **s, unsigned flags)
+{
+	if (flags != 1) /* CU_STREAM_NON_BLOCKING */
+		return 1;
+	*s = (void *)(uintptr_t)0x5700;
+	return 0;
+}
+
+static int f_stream_destroy(void *s)
+{
+	(void)s;
+	return 0;
+}
+
+static int f_memset32(uint64_t dst, uint32_t v, size_t n)
+{
+	fake_alloc *a = fake_find(dst);
+	if (!a || dst + 4 * n > a->base + a->size)
+		return 1;
+	if (g_alloc_host)
+		for (size_t i = 0; i < n; i++)
+			__atomic_store_n((uint32_t *)(uintptr_t)dst + i, v, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
 const fosc_cuda_api g_fake = {
+	.StreamWaitValue32 = f_wait_value,
+	.StreamWriteValue32 = f_write_value,
+	.StreamCreate = f_stream_create,
+	.StreamDestroy = f_stream_destroy,
+	.MemsetD32 = f_memset32,
 	.DevicePrimaryCtxRetain = f_retain,
 	.DevicePrimaryCtxRelease = f_release,
 	.MemAlloc = f_alloc,
@@ -259,6 +326,7 @@ void fake_reset(void)
 	memset(g_fa, 0, sizeof g_fa);
 	g_exports = g_records = g_events_made = g_many = g_retained = g_freed = g_copies = g_syncs = 0;
 	g_destroyed = g_opened = g_waits = 0;
+	g_wv_n = g_self_writes = g_alloc_host = 0;
 	g_wait_stream = g_wait_event = NULL;
 	fosc_cuda_override(&g_fake);
 }

@@ -20,7 +20,8 @@ typedef struct fake_alloc {
 /* With g_many, every MiB of [MANY_BASE, MANY_BASE + 2 GiB) is an allocation of its own too. */
 #define MANY_BASE 0x7d0000000000ull
 
-extern fake_alloc g_fa[8];
+#define FAKE_SLOTS 12 /* allocations in the table; cuMemAlloc's host memory takes the last */
+extern fake_alloc g_fa[FAKE_SLOTS];
 extern int g_many;
 /* calls counted: handles exported, events recorded / made / destroyed, fosd's done events opened
  * and waited for (the last wait's stream and event), primary-context retains minus releases,
@@ -34,7 +35,7 @@ extern const fosc_cuda_api g_fake;
 
 /* The live allocation holding p, or NULL. */
 fake_alloc *fake_find(uint64_t p);
-/* A live allocation in slot i (0..7); returns base as a pointer. */
+/* A live allocation in slot i (0..FAKE_SLOTS - 1); returns base as a pointer. */
 void *fake_alloc_at(int i, uint64_t base, uint64_t size, uint64_t id);
 /* The GPU UUID of ordinal dev: 0xA0 + i + dev in byte i. */
 int f_uuid(uint8_t u[16], int dev);
@@ -42,6 +43,13 @@ int f_uuid(uint8_t u[16], int dev);
  * (flags must be 0). */
 int f_open_event(void **ev, fosc_cu_ipc_event_handle h);
 int f_wait_event(void *stream, void *ev, unsigned flags);
+/* FOS_CUDA_ORDER_ASYNC: the waits on done words queued (address, value, stream), the writes of
+ * words libfos made itself; g_alloc_host: cuMemAlloc gives host memory (slot FAKE_SLOTS - 1). */
+#define FAKE_WAITS_MAX 4096
+extern uint64_t g_wv_addr[FAKE_WAITS_MAX];
+extern uint32_t g_wv_val[FAKE_WAITS_MAX];
+extern void *g_wv_stream[FAKE_WAITS_MAX];
+extern int g_wv_n, g_self_writes, g_alloc_host;
 /* No allocations, counters 0, the driver installed. */
 void fake_reset(void);
 

@@ -553,6 +553,59 @@ int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st);
 #define FOS_CUDA_ORDER_OUTPUTS 2u
 int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *st);
 
+/* Calls that return before fosd has read them (LIBFOS_1.4): FOS_CUDA_ORDER_ASYNC together with
+ * FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS (INVALID_ARGUMENT alone or with fewer; also
+ * FAILED_PRECONDITION when the driver has no cuStreamWaitValue32/cuStreamWriteValue32). With it, a
+ * fos_forward (with or without save_context), fos_backward, fos_put_weight (fos_put_weight_on
+ * with the default placement and out NULL; not on a fosd of several GPUs, where a put runs as
+ * stages) or fos_linear made by this thread whose inputs are all
+ * device tensors and whose outputs are all the caller's device tensors (fos_tensor_cuda with a
+ * dev_ptr) returns FOS_CODE_OK as soon as its request is handed to the handle's sender thread,
+ * without waiting for fosd: libfos records the input event on stream, then makes stream wait
+ * (cuStreamWaitValue32) on a word of a small device buffer of its own that fosd writes in its
+ * stream order after the call's GPU work (PROTOCOL.md "Asynchronous requests"). Work queued on
+ * stream after the call sees the outputs; the host and other streams wait for stream first. Each
+ * output keeps the dtype, shape and size the caller gave it (fos_tensor_cuda: give the result's
+ * shape; a buffer too small is an asynchronous OUT_OF_RANGE); a backward's db must be given when the
+ * forward had a bias (else it runs synchronously); info of a PutWeight gets name, version, n, k and
+ * weight_uses, the rest 0. Other calls (a host tensor, an output libfos would allocate, other ops,
+ * a placement or out of fos_put_weight_on, a handle with reput_weights) run as with
+ * FOS_CUDA_ORDER_OUTPUTS alone.
+ *
+ * Order: the handle's asynchronous calls reach fosd one at a time in the order they were made (from
+ * every thread of the handle), so a backward finds the context of the forward made before it. Any
+ * call through the handle that does not go asynchronously first waits until every asynchronous
+ * call made before it is answered (as fos_sync), so it sees their effects (a weight put, a
+ * context saved).
+ *
+ * A forward with save_context fills *ctx at once: ctx->id is an id libfos chose (random, nonzero,
+ * unique to the handle; fosd saves the context under it), the recompute fields (weight,
+ * weight_version as asked, override, row_scaled, m, n, k, has_bias, four_over_six) from the call;
+ * resolved_override and ttl_ms stay 0 (unknown: only the reply knows them, and libfos does not
+ * write into *ctx after the call returned). An asynchronous forward does not put a missing weight
+ * again (reput_weights, the re-put hook) and an asynchronous backward does not recompute an
+ * expired context: their NOT_FOUND is reported as below.
+ *
+ * Failures: an asynchronous call that fails is reported, like CUDA's asynchronous errors, by the
+ * next call through the handle (any call, which then does not run and returns that code) or by
+ * fos_sync, with the message "asynchronous Forward of weight 'w' (request 17) failed: <fosd's
+ * message>" (Backward names its context, Linear no weight); each failure is reported once, the
+ * first one first, the count of others after it in the message. Even then the stream's wait ends:
+ * fosd writes the word after whatever it queued, and libfos writes it itself when the reply is a
+ * failure or none comes within the handle's timeout (a lost connection, a fosd that died), so a
+ * failure never leaves stream waiting for good (the outputs' contents are then undefined). After
+ * such a lost connection the calls already queued fail too, without being sent. */
+#define FOS_CUDA_ORDER_ASYNC 4u
+/* Waits until every asynchronous call of c made before it is answered by fosd (their GPU work is
+ * queued on fosd's side, in the order of stream: synchronize stream to wait for it), then returns
+ * the first failure not yet reported (with the message above), else FOS_CODE_OK. Without
+ * asynchronous calls: OK at once. c NULL: INVALID_ARGUMENT. fos_close waits for the handle's
+ * asynchronous calls too, but a failure not yet reported is lost with the handle: fos_sync first. */
+int fos_sync(fos_client *c, fos_status *st);
+/* Calls of c that returned asynchronously since fos_connect (tests, the Python package: whether
+ * the path was taken). */
+uint64_t fos_async_count(const fos_client *c);
+
 /* Device memory without the CUDA runtime (tests, the CLI, C programs): cuMemAlloc on device
  * ordinal device (its primary context; FAILED_PRECONDITION without a driver or such a device),
  * cuMemFree, and a copy between any two of host and device memory (cuMemcpy: complete on return). */

@@ -265,6 +265,7 @@ static void fosc_io_give(fos_client *c, fosc_io *io, int completed)
  * fosd nor the parent sees anything; nng's memory of the handle stays (the child's copy). */
 static void fosc_abandon(fos_client *c)
 {
+	fosc_async_close(c, 1);
 	fosc_chan_abandon(c);
 	fosc_shm_close(c);
 	for (fosc_io *io = c->io_free, *n; io; io = n) {
@@ -285,6 +286,7 @@ void fos_close(fos_client *c)
 		fosc_abandon(c);
 		return;
 	}
+	fosc_async_close(c, 0); /* its calls answered first */
 	fosc_chan_free_all(c); /* unregisters over the socket: first */
 	while (c->io_free) {
 		fosc_io *n = c->io_free->next;
@@ -366,13 +368,80 @@ static int fosc_check_in(const fosc_in *in, fos_status *st)
 /* fosc_call_once: the request went through the channel and its reply did not fit there: the
  * operation ran, and the caller sends the request again over the socket (with a new id). */
 #define FOSC_RETRY_SOCKET (-1)
-/* fosc_call_once: the socket's wait for the reply ended NNG_ETIMEDOUT long before the call's
- * timeout (nng 1.5.2's REQ context does this, rarely, after contexts with requests in flight were
- * closed): the request is sent again with its id, which fosd's duplicate detection answers with the
- * first one's reply (or ABORTED if it already ran: never a second run). */
-#define FOSC_RETRY_SAME_ID (-2)
 /* Timeouts shorter than this are too close to the clock's millisecond to call early. */
 #define FOSC_EARLY_TIMEOUT_MIN_MS 100
+
+int fosc_exchange(fos_client *c, nng_msg *msg, int timeout, int nochan, int same_id, nng_msg **reply,
+		  int *via_chan_out, fos_status *st)
+{
+	int code = 0, rv;
+	*reply = NULL;
+	*via_chan_out = 0;
+	fosc_io *io = NULL;
+	int completed = 0;
+	if (!nochan && fosc_chan_exchange(c, msg, timeout, reply, &code, st)) {
+		nng_msg_free(msg);
+		*via_chan_out = !code;
+		return code;
+	}
+	if ((rv = fosc_io_take(c, &io))) {
+		nng_msg_free(msg);
+		return fosc_status(st, fosc_code_of_nng(rv), "cannot open an nng context: %s", nng_strerror(rv));
+	}
+	nng_ctx ctx = io->ctx;
+	nng_aio *aio = io->aio;
+	uint64_t t0 = fosc_now_ms();
+	/* the send waits for a connection at most reconnect_wait_ms when that is set, then, if the
+	 * handle is connected after all (a slow hand-over to the pipe), for the rest of the timeout */
+	int send_timeout = timeout, wait = atomic_load(&c->reconnect_wait_ms);
+	if (wait > 0 && wait < timeout)
+		send_timeout = wait;
+	nng_aio_set_timeout(aio, send_timeout);
+	nng_aio_set_msg(aio, msg);
+	atomic_store(&io->done, 0);
+	nng_ctx_send(ctx, aio);
+	nng_aio_wait(aio);
+	rv = nng_aio_result(aio);
+	if (rv == NNG_ETIMEDOUT && send_timeout < timeout && fosc_connected(c)) {
+		nng_aio_set_timeout(aio, timeout - send_timeout);
+		send_timeout = timeout;
+		atomic_store(&io->done, 0);
+		nng_ctx_send(ctx, aio); /* the message is still the aio's */
+		nng_aio_wait(aio);
+		rv = nng_aio_result(aio);
+	}
+	if (rv) {
+		nng_msg_free(nng_aio_get_msg(aio));
+		if (rv == NNG_ETIMEDOUT && !fosc_connected(c))
+			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within %d ms (is "
+					   "fosd running? the handle keeps redialling)", c->url, send_timeout);
+		else
+			code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
+		goto done;
+	}
+	uint64_t spent = fosc_now_ms() - t0;
+	nng_aio_set_timeout(aio, spent >= (uint64_t)timeout ? 1 : (nng_duration)(timeout - (int)spent));
+	atomic_store(&io->done, 0);
+	nng_ctx_recv(ctx, aio);
+	fosc_io_spin(io, atomic_load(&c->spin_us));
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio))) {
+		code = fosc_status(st, fosc_code_of_nng(rv), "waiting for the reply from %s: %s", c->url,
+				   rv == NNG_ECONNRESET ? "the connection was lost" : nng_strerror(rv));
+		if (rv == NNG_ETIMEDOUT && !same_id && timeout >= FOSC_EARLY_TIMEOUT_MIN_MS &&
+		    (fosc_now_ms() - t0) * 2 < (uint64_t)timeout)
+			code = FOSC_RETRY_SAME_ID;
+		if (rv == NNG_ECONNRESET)
+			code = FOSC_LOST; /* fosc_call sends it again once reconnected */
+		goto done;
+	}
+	*reply = nng_aio_get_msg(aio);
+	nng_aio_set_msg(aio, NULL);
+	completed = 1;
+done:
+	fosc_io_give(c, io, completed);
+	return code;
+}
 
 /* One round trip (through the handle's request channel unless nochan, else the socket), ending by
  * deadline_ms (fosc_now_ms); *used_shm is set when a tensor of the request named a region. */
@@ -440,71 +509,10 @@ static int fosc_call_once(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin
 		if (!ins[i].t->shm && !ins[i].t->cuda)
 			memcpy(data + ins[i].t->offset, ins[i].in->data, (size_t)ins[i].t->length);
 
-	fosc_io *io = NULL;
-	int completed = 0, via_chan = 0;
-	if (!nochan && fosc_chan_exchange(c, msg, timeout, &out->msg, &code, st)) {
-		nng_msg_free(msg);
-		if (code)
-			goto done;
-		via_chan = 1;
-		goto parse;
-	}
-	if ((rv = fosc_io_take(c, &io))) {
-		nng_msg_free(msg);
-		fosc_cuda_event_done(c, ev);
-		return fosc_status(st, fosc_code_of_nng(rv), "cannot open an nng context: %s", nng_strerror(rv));
-	}
-	nng_ctx ctx = io->ctx;
-	nng_aio *aio = io->aio;
-	uint64_t t0 = fosc_now_ms();
-	/* the send waits for a connection at most reconnect_wait_ms when that is set, then, if the
-	 * handle is connected after all (a slow hand-over to the pipe), for the rest of the timeout */
-	int send_timeout = timeout, wait = atomic_load(&c->reconnect_wait_ms);
-	if (wait > 0 && wait < timeout)
-		send_timeout = wait;
-	nng_aio_set_timeout(aio, send_timeout);
-	nng_aio_set_msg(aio, msg);
-	atomic_store(&io->done, 0);
-	nng_ctx_send(ctx, aio);
-	nng_aio_wait(aio);
-	rv = nng_aio_result(aio);
-	if (rv == NNG_ETIMEDOUT && send_timeout < timeout && fosc_connected(c)) {
-		nng_aio_set_timeout(aio, timeout - send_timeout);
-		send_timeout = timeout;
-		atomic_store(&io->done, 0);
-		nng_ctx_send(ctx, aio); /* the message is still the aio's */
-		nng_aio_wait(aio);
-		rv = nng_aio_result(aio);
-	}
-	if (rv) {
-		nng_msg_free(nng_aio_get_msg(aio));
-		if (rv == NNG_ETIMEDOUT && !fosc_connected(c))
-			code = fosc_status(st, FOS_CODE_UNAVAILABLE, "no connection to %s within %d ms (is "
-					   "fosd running? the handle keeps redialling)", c->url, send_timeout);
-		else
-			code = fosc_status(st, fosc_code_of_nng(rv), "sending to %s: %s", c->url, nng_strerror(rv));
+	int via_chan = 0;
+	code = fosc_exchange(c, msg, timeout, nochan, same_id != 0, &out->msg, &via_chan, st);
+	if (code)
 		goto done;
-	}
-	uint64_t spent = fosc_now_ms() - t0;
-	nng_aio_set_timeout(aio, spent >= (uint64_t)timeout ? 1 : (nng_duration)(timeout - (int)spent));
-	atomic_store(&io->done, 0);
-	nng_ctx_recv(ctx, aio);
-	fosc_io_spin(io, atomic_load(&c->spin_us));
-	nng_aio_wait(aio);
-	if ((rv = nng_aio_result(aio))) {
-		code = fosc_status(st, fosc_code_of_nng(rv), "waiting for the reply from %s: %s", c->url,
-				   rv == NNG_ECONNRESET ? "the connection was lost" : nng_strerror(rv));
-		if (rv == NNG_ETIMEDOUT && !same_id && timeout >= FOSC_EARLY_TIMEOUT_MIN_MS &&
-		    (fosc_now_ms() - t0) * 2 < (uint64_t)timeout)
-			code = FOSC_RETRY_SAME_ID;
-		if (rv == NNG_ECONNRESET)
-			code = FOSC_LOST; /* fosc_call sends it again once reconnected */
-		goto done;
-	}
-	out->msg = nng_aio_get_msg(aio);
-	nng_aio_set_msg(aio, NULL);
-	completed = 1;
-parse:;
 	const uint8_t *hdr;
 	size_t hlen;
 	char why[256];
@@ -536,8 +544,6 @@ parse:;
 	atomic_store(&c->last_device, out->resp->device <= INT32_MAX ? (int)out->resp->device : -1);
 	fosc_status(st, FOS_CODE_OK, "ok");
 done:
-	if (io)
-		fosc_io_give(c, io, completed);
 	fosc_cuda_event_done(c, ev);
 	if (code)
 		fosc_reply_free(out);
@@ -554,6 +560,12 @@ int fosc_call(fos_client *c, Fos__Request *rq, fosc_in *ins, int nin, fosc_reply
 	if (fosc_inherited(c)) {
 		memset(out, 0, sizeof *out);
 		return fosc_inherited_status(c, sp);
+	}
+	/* after the handle's asynchronous calls, and not at all when one of them failed unreported */
+	int acode = fosc_async_drain(c, sp);
+	if (acode) {
+		memset(out, 0, sizeof *out);
+		return acode;
 	}
 	uint64_t deadline = fosc_now_ms() + (uint64_t)atomic_load(&c->timeout_ms);
 	int code = fosc_call_once(c, rq, ins, nin, out, sp, &used_shm, 0, 0, deadline);

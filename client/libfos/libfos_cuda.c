@@ -114,6 +114,12 @@ static void drv_load(void)
 	drv_sym(dl, "cuGetErrorName", NULL, &a.GetErrorName); /* optional: messages name the code */
 	drv_sym(dl, "cuIpcOpenEventHandle", NULL, &a.IpcOpenEventHandle);     /* optional: FOS_CUDA_ORDER_OUTPUTS */
 	drv_sym(dl, "cuStreamWaitEvent", NULL, &a.StreamWaitEvent);
+	/* optional: FOS_CUDA_ORDER_ASYNC (libfos_async.c) */
+	drv_sym(dl, "cuStreamWaitValue32_v2", "cuStreamWaitValue32", &a.StreamWaitValue32);
+	drv_sym(dl, "cuStreamWriteValue32_v2", "cuStreamWriteValue32", &a.StreamWriteValue32);
+	drv_sym(dl, "cuStreamCreate", NULL, &a.StreamCreate);
+	drv_sym(dl, "cuStreamDestroy_v2", "cuStreamDestroy", &a.StreamDestroy);
+	drv_sym(dl, "cuMemsetD32_v2", "cuMemsetD32", &a.MemsetD32);
 	if (missing) {
 		snprintf(g_drv_why, sizeof g_drv_why, "the CUDA driver %s has no %s", name, missing);
 		dlclose(dl);
@@ -283,7 +289,9 @@ static void fosc_dev_drop(fos_client *c, fosc_dev *list)
 	while (list) {
 		fosc_dev *n = list->next;
 		fos_status ist;
+		fosc_async_quiet(1); /* an asynchronous call's failure stays for the caller's next call */
 		fosc_dev_close(c, list->handle, &ist); /* fosd may have let it go already: any answer will do */
+		fosc_async_quiet(0);
 		free(list);
 		list = n;
 	}

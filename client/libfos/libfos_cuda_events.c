@@ -90,10 +90,13 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
 {
 	if (!c || !c->cuda_mu_ok)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no client handle");
-	if ((flags & ~(FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS)) ||
-	    ((flags & FOS_CUDA_ORDER_OUTPUTS) && !(flags & FOS_CUDA_ORDER_INPUTS)))
+	if ((flags & ~(FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS | FOS_CUDA_ORDER_ASYNC)) ||
+	    ((flags & FOS_CUDA_ORDER_OUTPUTS) && !(flags & FOS_CUDA_ORDER_INPUTS)) ||
+	    ((flags & FOS_CUDA_ORDER_ASYNC) && !(flags & FOS_CUDA_ORDER_OUTPUTS)))
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT,
-				   "fos_set_cuda_order: flags %#x (FOS_CUDA_ORDER_OUTPUTS needs FOS_CUDA_ORDER_INPUTS)", flags);
+				   "fos_set_cuda_order: flags %#x (FOS_CUDA_ORDER_OUTPUTS needs FOS_CUDA_ORDER_INPUTS, "
+				   "FOS_CUDA_ORDER_ASYNC needs both)",
+				   flags);
 	if (!stream)
 		flags = 0;
 	void *ctx = NULL;
@@ -104,6 +107,11 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
 	if ((flags & FOS_CUDA_ORDER_OUTPUTS) && (!a->IpcOpenEventHandle || !a->StreamWaitEvent))
 		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
 				   "the CUDA driver has no cuIpcOpenEventHandle or cuStreamWaitEvent");
+	if ((flags & FOS_CUDA_ORDER_ASYNC) && (!a->StreamWaitValue32 || !a->StreamWriteValue32 || !a->StreamCreate ||
+					       !a->MemsetD32 || !a->MemAlloc))
+		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
+				   "the CUDA driver has no cuStreamWaitValue32, cuStreamWriteValue32, cuStreamCreate or "
+				   "cuMemsetD32: FOS_CUDA_ORDER_ASYNC needs them");
 	pthread_mutex_lock(&c->cuda_mu);
 	fosc_order *o = order_of_locked(c);
 	if (!o && (o = calloc(1, sizeof *o))) {
@@ -121,8 +129,24 @@ int fos_set_cuda_order(fos_client *c, void *stream, unsigned flags, fos_status *
 		return fosc_status(st, FOS_CODE_RESOURCE_EXHAUSTED, "out of memory for the thread's stream order");
 	if (!flags)
 		return fosc_status(st, FOS_CODE_OK, "this thread's device tensors must be synchronized by the caller");
-	return fosc_status(st, FOS_CODE_OK, "this thread's device inputs%s are ordered by events on stream %p",
-			   (flags & FOS_CUDA_ORDER_OUTPUTS) ? " and outputs" : "", stream);
+	return fosc_status(st, FOS_CODE_OK, "this thread's device inputs%s are ordered by events on stream %p%s",
+			   (flags & FOS_CUDA_ORDER_OUTPUTS) ? " and outputs" : "", stream,
+			   (flags & FOS_CUDA_ORDER_ASYNC) ? "; calls on device tensors return before fosd answers" : "");
+}
+
+int fosc_cuda_order_async(fos_client *c, void **stream, void **ctx)
+{
+	if (!c->cuda_mu_ok)
+		return 0;
+	pthread_mutex_lock(&c->cuda_mu);
+	const fosc_order *o = order_of_locked(c);
+	int on = o && (o->flags & FOS_CUDA_ORDER_ASYNC);
+	if (on) {
+		*stream = o->stream;
+		*ctx = o->ctx;
+	}
+	pthread_mutex_unlock(&c->cuda_mu);
+	return on;
 }
 
 int fos_set_cuda_stream(fos_client *c, void *stream, fos_status *st)

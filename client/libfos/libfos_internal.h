@@ -74,6 +74,9 @@ struct fos_client {
 	fos_reput_hook reput_hook;
 	void *reput_user;
 	atomic_uint_fast64_t hook_reputs; /* weights the hook put again (in fos_reput_count) */
+	/* asynchronous calls (libfos_async.c; NULL until the first) and how many returned so */
+	struct fosc_async *_Atomic async;
+	atomic_uint_fast64_t async_calls;
 };
 
 /* Sets st (if non-NULL) and returns code. */
@@ -243,7 +246,16 @@ typedef struct fosc_cuda_api {
 	int (*IpcGetEventHandle)(uint8_t handle[64], void *ev);
 	int (*IpcOpenEventHandle)(void **ev, fosc_cu_ipc_event_handle handle); /* NULL: no early replies */
 	int (*StreamWaitEvent)(void *stream, void *ev, unsigned flags);
+	/* FOS_CUDA_ORDER_ASYNC (NULL: refused): the done words (libfos_async.c) */
+	int (*StreamWaitValue32)(void *stream, uint64_t addr, uint32_t value, unsigned flags);
+	int (*StreamWriteValue32)(void *stream, uint64_t addr, uint32_t value, unsigned flags);
+	int (*StreamCreate)(void **stream, unsigned flags);
+	int (*StreamDestroy)(void *stream);
+	int (*MemsetD32)(uint64_t dst, uint32_t value, size_t n);
 } fosc_cuda_api;
+/* cuStreamWaitValue32's CU_STREAM_WAIT_VALUE_GEQ, cuStreamCreate's CU_STREAM_NON_BLOCKING */
+#define FOSC_CU_WAIT_VALUE_GEQ 0u
+#define FOSC_CU_STREAM_NON_BLOCKING 1u
 /* The driver, or NULL with st FAILED_PRECONDITION saying why there is none (libfos_cuda.c). */
 const fosc_cuda_api *fosc_cuda_drv(fos_status *st);
 /* "CUDA_ERROR_X" for rc (a buffer of the calling thread). */
@@ -256,6 +268,17 @@ void fosc_cuda_counts(fos_client *c, uint64_t *exports, uint64_t *closes, size_t
  * reply will not come; fosd may have run it): fosc_call sends it again, with its id, once the
  * handle has reconnected (fosd's duplicate detection never runs it twice). */
 #define FOSC_LOST (-3)
+/* fosc_exchange: the socket's wait for the reply ended NNG_ETIMEDOUT long before the call's
+ * timeout (nng 1.5.2's REQ context does this, rarely, after contexts with requests in flight were
+ * closed): the request is sent again with its id, which fosd's duplicate detection answers with the
+ * first one's reply (or ABORTED if it already ran: never a second run). */
+#define FOSC_RETRY_SAME_ID (-2)
+/* One request message out and its reply in (libfos_client.c): through the handle's request channel
+ * unless nochan (or it is busy or too small), else the socket, within timeout ms; takes msg.
+ * same_id: this is a copy sent again with its id (no early-timeout retry). Returns OK with *reply
+ * (*via_chan 1 when the channel carried it), or a code: a status, FOSC_LOST, FOSC_RETRY_SAME_ID. */
+int fosc_exchange(fos_client *c, nng_msg *msg, int timeout, int nochan, int same_id, nng_msg **reply,
+		  int *via_chan, fos_status *st);
 
 /* ---- the connection (libfos_conn.c) ---- */
 
@@ -335,6 +358,13 @@ typedef struct reput_of {
 	uint64_t version;
 } reput_of;
 
+/* What an asynchronous call's failure names: "Forward of weight 'w'", "Backward of context ...". */
+typedef struct fosc_async_desc {
+	const char *op;
+	const char *weight;  /* NULL: none */
+	uint64_t context;    /* 0: none */
+} fosc_async_desc;
+
 /* One op's call: its inputs, the outputs fosd may write straight into a shared-memory region
  * (names[i] for outs[i]; NULL entries are not asked for), the result case it answers with, and
  * for a Forward the weight libfos puts again (then retries once) when fosd answers NOT_FOUND. */
@@ -347,6 +377,8 @@ typedef struct opcall {
 	Fos__Response__ResultCase want;
 	const char *what;
 	const reput_of *reput;
+	/* non-NULL: the call goes asynchronously (fosc_async_wanted said so; fosc_async_call) */
+	const fosc_async_desc *async;
 } opcall;
 
 /* What one op's call leaves: the reply (to free with fosc_reply_free when the result came), the
@@ -355,11 +387,39 @@ typedef struct opreply {
 	fosc_reply r;
 	int code;
 	outset os;
+	int async; /* the call was queued asynchronously (no reply: code OK, or why it was not queued) */
 } opreply;
 
 /* call_result for oc, after asking for its outputs in regions or device memory; fills rp. Returns
  * the result (the oneof member), or NULL with rp->code the failure. */
 const void *fosc_op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st);
+/* ---- asynchronous calls (libfos_async.c) ---- */
+
+/* Whether a call with these inputs and outputs (NULL entries: none) goes asynchronously: the
+ * calling thread's fos_set_cuda_order has FOS_CUDA_ORDER_ASYNC, every input is a device tensor,
+ * every output the caller's device tensor. */
+int fosc_async_wanted(fos_client *c, const fosc_in *ins, int nin, fos_tensor *const *outs, int nout);
+/* Queues oc's request (rq: its op filled) for the sender thread after ordering the thread's stream
+ * (input event, done word); OK once queued, or the failure (also an earlier call's, unreported). */
+int fosc_async_call(fos_client *c, Fos__Request *rq, const opcall *oc, fos_status *st);
+/* A context id for an asynchronous forward: random, nonzero, distinct within the handle. */
+uint64_t fosc_async_context_id(fos_client *c);
+/* Waits until c's asynchronous calls are answered; the first unreported failure, else OK. A no-op
+ * on the sender thread. */
+int fosc_async_drain(fos_client *c, fos_status *st);
+/* on: the calling thread's requests are libfos's own (closing a stale mapping): fosc_call waits for
+ * the asynchronous calls but leaves their failures for the caller's calls. */
+void fosc_async_quiet(int on);
+/* c's asynchronous calls queued or being sent now (tests). */
+int fosc_async_inflight(fos_client *c);
+/* The first unreported failure of c's asynchronous calls answered so far, without waiting; else OK. */
+int fosc_async_check(fos_client *c, fos_status *st);
+/* fos_close: drains (unless inherited across fork), stops the sender, frees the word buffers. */
+void fosc_async_close(fos_client *c, int inherited);
+/* libfos_cuda_events.c: 1 with the stream and its context when the calling thread's order has
+ * FOS_CUDA_ORDER_ASYNC. */
+int fosc_cuda_order_async(fos_client *c, void **stream, void **ctx);
+
 /* snprintf of src (NULL: "") into dst of n bytes */
 void fosc_copy_str(char *dst, size_t n, const char *src);
 

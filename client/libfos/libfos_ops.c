@@ -58,6 +58,15 @@ const void *fosc_op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opre
 	fosc_shm_outs so;
 	rp->os = (outset){{0}, {0}, 0};
 	memset(&rp->r, 0, sizeof rp->r);
+	rp->async = oc->async != NULL;
+	if (oc->async) { /* returns before fosd has read it (libfos_async.c) */
+		rp->code = fosc_async_call(c, rq, oc, st);
+		return NULL;
+	}
+	/* after the handle's asynchronous calls; an unreported failure of theirs is this call's (before
+	 * the re-put below could mistake it for its own NOT_FOUND) */
+	if ((rp->code = fosc_async_drain(c, st)))
+		return NULL;
 	if (oc->nout) {
 		fosc_shm_outputs(c, rq, &so, oc->names, oc->outs, oc->nout);
 		if ((rp->code = fosc_cuda_outputs(c, rq, &so, oc->names, oc->outs, oc->nout, st)))
@@ -88,7 +97,7 @@ int fos_health(fos_client *c, fos_health_info *out, fos_status *st)
 	Fos__HealthRequest h = FOS__HEALTH_REQUEST__INIT;
 	rq.op_case = FOS__REQUEST__OP_HEALTH;
 	rq.health = &h;
-	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL};
+	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL, NULL};
 	opreply rp;
 	const Fos__HealthResult *hr = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!hr)
@@ -116,7 +125,7 @@ int fos_health_devices(fos_client *c, fos_device_info *out, size_t cap, size_t *
 	Fos__HealthRequest h = FOS__HEALTH_REQUEST__INIT;
 	rq.op_case = FOS__REQUEST__OP_HEALTH;
 	rq.health = &h;
-	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL};
+	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_HEALTH, "health result", NULL, NULL};
 	opreply rp;
 	const Fos__HealthResult *hr = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!hr)
@@ -259,10 +268,27 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	static const char *const out_names[] = {"y"};
 	fos_tensor *outs[] = {skip_output ? NULL : y};
 	const reput_of ro = {weight, o ? o->weight_version : 0};
+	const fosc_async_desc ad = {"Forward", weight, 0};
+	const int async = !skip_output && fosc_async_wanted(c, ins, bias ? 2 : 1, outs, 1);
+	if (async && o && o->save_context)
+		fr.context_id = fosc_async_context_id(c); /* named by a Backward before the reply comes */
 	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD,
-			   "forward result", &ro};
+			   "forward result", &ro, async ? &ad : NULL};
 	opreply rp;
 	const Fos__ForwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
+	if (!res && rp.async && !rp.code && o && o->save_context) { /* what the call knows; the rest 0 */
+		memset(ctx, 0, sizeof *ctx);
+		ctx->id = fr.context_id;
+		fosc_copy_str(ctx->weight, sizeof ctx->weight, weight);
+		ctx->weight_version = o->weight_version;
+		ctx->override = o->override;
+		ctx->row_scaled = o->row_scaled;
+		ctx->four_over_six = o->four_over_six;
+		ctx->m = x->shape[0];
+		ctx->k = x->ndim > 1 ? x->shape[1] : 0;
+		ctx->n = y->ndim > 1 ? y->shape[1] : 0;
+		ctx->has_bias = bias != NULL;
+	}
 	if (!res)
 		return rp.code;
 	int64_t m = x->shape[0];
@@ -345,7 +371,7 @@ int fos_forward_check(fos_client *c, const char *weight, const fos_tensor *x, co
 	}
 	fosc_in ins[3] = {{&tx, x, "x"}, {&te, expect, "expect"}, {&tb, bias, "bias"}};
 	const reput_of ro = {weight, o ? o->weight_version : 0};
-	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", &ro};
+	const opcall oc = {ins, bias ? 3 : 2, NULL, NULL, 0, FOS__RESPONSE__RESULT_FORWARD, "forward result", &ro, NULL};
 	opreply rp;
 	const Fos__ForwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
@@ -394,9 +420,15 @@ static int backward_call(fos_client *c, fos_context *ctx, const fos_tensor *dy, 
 	fosc_in ins[1] = {{&tdy, dy, "dy"}};
 	static const char *const out_names[] = {"dx", "dw", "db"};
 	fos_tensor *outs[] = {dx, dw, db};
-	const opcall oc = {ins, 1, out_names, outs, 3, FOS__RESPONSE__RESULT_BACKWARD, "backward result", NULL};
+	/* asynchronously only when every result has a device target: db too, when the forward had a bias */
+	const fosc_async_desc ad = {"Backward", NULL, ctx->id};
+	const int async = (db || !ctx->has_bias) && fosc_async_wanted(c, ins, 1, outs, 3);
+	const opcall oc = {ins, 1, out_names, outs, 3, FOS__RESPONSE__RESULT_BACKWARD, "backward result", NULL,
+			   async ? &ad : NULL};
 	opreply rp;
 	const Fos__BackwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
+	if (!res && rp.async && !rp.code && !keep)
+		ctx->id = 0;
 	if (!res)
 		return rp.code;
 	int64_t m = dy->shape[0], n = dy->shape[1], k = ctx->k > 0 ? ctx->k : 0;
@@ -427,7 +459,14 @@ int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fo
 	if (!dy || dy->ndim != 2)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "dy must be a 2-D tensor (M, N)");
 	int keep = o ? o->keep_context : 0;
-	int code = FOS_CODE_NOT_FOUND;
+	/* an earlier asynchronous call's failure is this call's, never a reason to recompute */
+	fosc_in in1 = {NULL, dy, "dy"};
+	fos_tensor *outs[] = {dx, dw, db};
+	int code = (db || !ctx->has_bias) && fosc_async_wanted(c, &in1, 1, outs, 3) ? fosc_async_check(c, st)
+										    : fosc_async_drain(c, st);
+	if (code)
+		return code;
+	code = FOS_CODE_NOT_FOUND;
 	if (ctx->id)
 		code = backward_call(c, ctx, dy, keep, dx, dw, db, st);
 	else
@@ -503,7 +542,7 @@ int fos_quantize(fos_client *c, const fos_tensor *x, const fos_quant_config *cfg
 	static const char *const out_names[] = {"codes", "scales", "amax"};
 	fos_tensor *outs[] = {codes, scales, amax_out};
 	const opcall oc = {ins, amax_in ? 2 : 1, out_names, outs, 3, FOS__RESPONSE__RESULT_QUANTIZE, "quantize result",
-			   NULL};
+			   NULL, NULL};
 	opreply rp;
 	const Fos__QuantizeResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
@@ -539,7 +578,7 @@ int fos_dequantize(fos_client *c, const fos_tensor *codes, const fos_tensor *sca
 	fosc_in ins[3] = {{&tc, codes, "codes"}, {&ts, scales, "scales"}, {&ta, amax, "amax"}};
 	static const char *const out_names[] = {"out"};
 	fos_tensor *outs[] = {out};
-	const opcall oc = {ins, 3, out_names, outs, 1, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", NULL};
+	const opcall oc = {ins, 3, out_names, outs, 1, FOS__RESPONSE__RESULT_DEQUANTIZE, "dequantize result", NULL, NULL};
 	opreply rp;
 	const Fos__DequantizeResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
@@ -586,9 +625,17 @@ int fos_linear(fos_client *c, const fos_tensor *x, const fos_tensor *w, const fo
 		ins[nin++] = (fosc_in){&tdy, dy, "dy"};
 	static const char *const out_names[] = {"y", "dx", "dw", "db"};
 	fos_tensor *outs[] = {y, dy ? dx : NULL, dy ? dw : NULL, dy ? db : NULL};
-	const opcall oc = {ins, nin, out_names, outs, 4, FOS__RESPONSE__RESULT_LINEAR, "linear result", NULL};
+	static const fosc_async_desc ad = {"Linear", NULL, 0};
+	const int async = (!dy || (dx && dw && (db || !bias))) && fosc_async_wanted(c, ins, nin, outs, 4);
+	const opcall oc = {ins, nin, out_names, outs, 4, FOS__RESPONSE__RESULT_LINEAR, "linear result", NULL,
+			   async ? &ad : NULL};
 	opreply rp;
 	const Fos__LinearResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
+	if (!res && rp.async && !rp.code && !dy) {
+		fosc_out_none(dx);
+		fosc_out_none(dw);
+		fosc_out_none(db);
+	}
 	if (!res)
 		return rp.code;
 	int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];

@@ -125,9 +125,28 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		pw.replicas = pl->replicas;
 	}
 	fosc_in ins[1] = {{&tw, w, "w"}};
-	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL};
+	/* asynchronously with the default placement only, and without the re-put copies (which read W) */
+	const fosc_async_desc ad = {"PutWeight", name, 0};
+	int gpus = 0; /* fosd's GPUs (Health): over several, a PutWeight runs as stages and cannot go so */
+	if (c->cuda_mu_ok) {
+		pthread_mutex_lock(&c->cuda_mu);
+		gpus = c->n_srv_gpus;
+		pthread_mutex_unlock(&c->cuda_mu);
+	}
+	const int async = !entry && !c->reput && gpus <= 1 && (!pl || (!pl->n && !pl->replicas)) &&
+			  fosc_async_wanted(c, ins, 1, NULL, 0);
+	const opcall oc = {ins, 1, NULL, NULL, 0, FOS__RESPONSE__RESULT_PUT_WEIGHT, "weight info", NULL,
+			   async ? &ad : NULL};
 	opreply rp;
 	const Fos__PutWeightResult *pr = fosc_op_call(c, &rq, &oc, &rp, st);
+	if (!pr && rp.async && !rp.code && info) { /* what the call knows; the rest 0 */
+		memset(info, 0, sizeof *info);
+		fosc_copy_str(info->name, sizeof info->name, name);
+		info->version = version;
+		info->n = w->shape[0];
+		info->k = w->ndim > 1 ? w->shape[1] : 0;
+		info->weight_uses = cfg && cfg->uses ? cfg->uses : FOS_WEIGHT_USES_ALL;
+	}
 	if (!pr)
 		return rp.code;
 	if (!pr->info) {
@@ -202,7 +221,7 @@ static int list_page(fos_client *c, const char *page_token, uint32_t page_size, 
 	rq.list_weights = &lw;
 	lw.page_token = (char *)(page_token ? page_token : "");
 	lw.page_size = page_size;
-	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_LIST_WEIGHTS, "weight list", NULL};
+	const opcall oc = {NULL, 0, NULL, NULL, 0, FOS__RESPONSE__RESULT_LIST_WEIGHTS, "weight list", NULL, NULL};
 	opreply rp;
 	const Fos__ListWeightsResult *lr = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!lr)

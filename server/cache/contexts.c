@@ -122,6 +122,13 @@ int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgs
 	}
 	fosd_context *victims = NULL;
 	pthread_mutex_lock(&cx->mu);
+	if (c->id && cx_find_locked(cx, c->id)) { /* an id the client chose (ForwardRequest.context_id) */
+		pthread_mutex_unlock(&cx->mu);
+		snprintf(msg, msgsz, "context id %016llx is already in use; choose another (a random 64-bit one)",
+			 (unsigned long long)c->id);
+		fosd_context_free(cx, c);
+		return FOS__CODE__ALREADY_EXISTS;
+	}
 	/* the tenant's quota, from its own oldest; then the budget, the tenant's own oldest first */
 	for (int pass = 0; pass < 3; pass++) {
 		fosd_context *o = cx->oldest;
@@ -140,9 +147,8 @@ int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgs
 			o = nx;
 		}
 	}
-	do
+	while (!c->id || cx_find_locked(cx, c->id))
 		c->id = fosd_random_u64();
-	while (cx_find_locked(cx, c->id));
 	c->expires_ns = fosd_now_ns() + cx->ttl_ms * 1000000ull;
 	size_t b = cx_bucket(cx, c->id);
 	c->hnext = cx->buckets[b];

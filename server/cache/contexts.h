@@ -51,8 +51,9 @@ void fosd_contexts_destroy(fosd_contexts *cx);
  * its NOT_FOUND message says which); 0: neither. For readers without the backend lock (placement). */
 int fosd_contexts_knows(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id);
 /* Takes ownership of c (its saved operands and its weight reference): evicts the oldest contexts
- * until it fits the budget, assigns its id and expiry. Returns 0, or RESOURCE_EXHAUSTED with msg
- * (c is then freed).
+ * until it fits the budget, assigns its id (c->id when nonzero: an id the client chose, else a random
+ * one) and expiry. Returns 0, or RESOURCE_EXHAUSTED or (a chosen id that is live) ALREADY_EXISTS
+ * with msg (c is then freed).
  * A context belongs to the tenant of its weight (c->w->owner). Its tenant's context quota is
  * applied first, by evicting only that tenant's oldest contexts; then the global budget, evicting
  * the tenant's own oldest contexts before anyone else's. */

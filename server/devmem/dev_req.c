@@ -27,6 +27,11 @@ void fosd_dev_req_end(fosd_dev_req *q)
 	}
 	if (q->ev)
 		fosd_devmaps_release(q->dm, q->ev);
+	if (q->word)
+		fosd_devmaps_release(q->dm, q->word);
+	q->word = NULL;
+	q->word_ptr = NULL;
+	q->word_value = 0;
 	for (int i = 0; i < q->n_snaps; i++)
 		free(q->snaps[i]);
 	q->ev = NULL;
@@ -198,6 +203,36 @@ int fosd_dev_event_check(fosd_dev_req *q, const Fos__Request *rq, char *msg, siz
 		snprintf(msg, msgsz, "cuda_wait_event: %s", m);
 		return code;
 	}
+	return 0;
+}
+
+int fosd_dev_word_check(fosd_dev_req *q, const Fos__Request *rq, char *msg, size_t msgsz)
+{
+	if (!rq->done_word)
+		return 0;
+	if (!rq->done_value) {
+		snprintf(msg, msgsz, "done_value is 0; an asynchronous request's done word needs a nonzero value");
+		return FOS__CODE__INVALID_ARGUMENT;
+	}
+	if (rq->done_word->offset % 4) {
+		snprintf(msg, msgsz, "done_word.offset %llu is not a multiple of 4 (the word is a 32-bit value)",
+			 (unsigned long long)rq->done_word->offset);
+		return FOS__CODE__INVALID_ARGUMENT;
+	}
+	int code = ref_check(q, rq->done_word, "done_word", msg, msgsz);
+	if (code)
+		return code;
+	if (!q->dm->be->write_u32) {
+		snprintf(msg, msgsz, "done_word is set, but the %s backend cannot write it in stream order",
+			 q->dm->be->name);
+		return FOS__CODE__FAILED_PRECONDITION;
+	}
+	fosd_devmap *m = map_range(q, rq->done_word, 4, "done_word", &code, msg, msgsz);
+	if (!m)
+		return code;
+	q->word = m;
+	q->word_ptr = fosd_devmap_base(m) + rq->done_word->offset;
+	q->word_value = rq->done_value;
 	return 0;
 }
 

@@ -82,6 +82,9 @@ typedef struct fosd_dev_req {
 	Fos__CudaRef out_ref[FOSW_MAX_TENSORS];   /* the reply's references, by reply output */
 	void *borrowed[2 * FOSW_MAX_TENSORS];     /* client addresses handed to the op as buffers */
 	int n_borrowed;
+	fosd_devmap *word;  /* Request.done_word's mapping (an asynchronous request), or NULL */
+	uint8_t *word_ptr;  /* the word's address here */
+	uint32_t word_value;
 } fosd_dev_req;
 
 /* ---- the mapping table (devmaps.c) ------------------------------------------------------------ */
@@ -130,6 +133,15 @@ int fosd_dev_tensor_get(fosd_dev_req *q, const Fos__Tensor *t, const char *what,
 int fosd_dev_output_check(fosd_dev_req *q, int i, const Fos__ShmOutput *so, char *msg, size_t msgsz);
 /* Opens the request's wait event (Request.cuda_wait_event), if any. Returns 0 or a code. */
 int fosd_dev_event_check(fosd_dev_req *q, const Fos__Request *rq, char *msg, size_t msgsz);
+/* Maps the request's done word (Request.done_word, done_value; PROTOCOL.md "Asynchronous
+ * requests"), if any: the device-tensor checks of a CudaRef, 4 bytes at a 4-aligned offset inside
+ * the allocation, a nonzero value. Returns 0 or a code with msg (INVALID_ARGUMENT naming the
+ * field; FAILED_PRECONDITION on a cpu fosd or without peer credentials). */
+int fosd_dev_word_check(fosd_dev_req *q, const Fos__Request *rq, char *msg, size_t msgsz);
+/* dev_async.c: for a request with a done word, whether it may run asynchronously (the op, its
+ * tensors and results all in the client's GPU memory, one device for a PutWeight: else
+ * FAILED_PRECONDITION saying what is in the way), then fosd_dev_word_check. 0 without one. */
+int fosd_dev_async_check(fosd_dev_req *q, const Fos__Request *rq, int n_devices, char *msg, size_t msgsz);
 /* The lane's stream waits for the request's event (nothing without one). */
 int fosd_dev_wait(fosd_dev_req *q, fos_backend *be, fos_err *e);
 

@@ -123,6 +123,17 @@ void fosd_deadline_stop(fosd_exec *srv)
 	srv->deadlines = NULL;
 }
 
+void fosd_deadline_kick(fosd_exec *srv)
+{
+	fosd_deadlines *d = srv->deadlines;
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->kicked = 1;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
 void fosd_deadline_queued(fosd_exec *srv, fosd_job *s)
 {
 	fosd_deadlines *d = srv->deadlines;

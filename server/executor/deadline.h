@@ -21,6 +21,9 @@ void fosd_deadline_stop(fosd_exec *srv);
 /* Called by the executor after queuing s (its queue lock held): wakes the reaper if s has a
  * deadline. */
 void fosd_deadline_queued(fosd_exec *srv, fosd_job *s);
+/* Wakes the reaper to look at the executor again at once (an asynchronous request left resources
+ * pending on a device: fosd_executor_reap polls them). */
+void fosd_deadline_kick(fosd_exec *srv);
 
 /* The request's deadline on the monotonic clock (ns), 0 for none. */
 uint64_t fosd_deadline_of(const fosd_job *s);

@@ -11,14 +11,23 @@
  * waits for the running lanes to finish and uses lane 0. be_mu is the gate both kinds take first
  * (deadline-bounded, deadline.c); a side-by-side op lets it go once it has a lane.
  *
- * Every result is read back through the request's own lane and every lane syncs after each
+ * Settling: every result is read back through the request's own lane, and a lane syncs after each
  * request (before its lane is given back, also when the answer went out as soon as the work was
  * queued: Response.cuda_done_event, run_early), so a result never depends on which lane ran it,
- * and an error on one lane (a failed
- * allocation, a refused shape) leaves the others' state alone; a lane that cannot even sync (a
- * sticky CUDA error, which poisons the whole device context) stops fosd. With one lane (the cpu
- * default) every op holds be_mu throughout. Context expiry sweeps free backend memory, so they run
- * alone too.
+ * and an error on one lane (a failed allocation, a refused shape) leaves the others' state alone;
+ * a lane that cannot even sync (a sticky CUDA error, which poisons the whole device context) stops
+ * fosd. The one exception is an asynchronous request (Request.done_word, run_async): it runs alone
+ * on lane 0, is answered once its work and the write of its done word are queued, and leaves lane
+ * 0 unsynchronized, its held resources on the device's pending list (pending.c: released when a
+ * mark recorded after its work completes, polled by the deadline reaper). So asynchronous requests
+ * run back to back on lane 0 with no synchronize between them, and the invariant becomes: lane 0
+ * is settled (synchronized, its pending list released) before anything that is not an
+ * asynchronous request runs on the device: run_one settles under be_mu before it takes any lane
+ * (other lanes, ops that free device memory outside stream order, host outputs), as do the context
+ * sweep and the executor's stop; an asynchronous request that fails settles before it is answered
+ * (an error path); fosd_executor_try_now runs nothing at once while anything is pending. With one
+ * lane (the cpu default) every op holds be_mu throughout. Context expiry sweeps free backend
+ * memory, so they run alone too.
  *
  * This file alone owns the queue, the lanes and be_mu: the deadline reaper (deadline.c) asks it to
  * answer the expired queued requests (fosd_executor_reap). An op learns its lane only through the
@@ -27,6 +36,7 @@
 #include "executor.h"
 #include "deadline.h"
 #include "ops.h"
+#include "pending.h"
 #include "response.h"
 #include "log.h"
 #include "util.h"
@@ -43,6 +53,7 @@
 #include <unistd.h>
 
 #define FOSD_MAX_LANES 64
+#define FOSD_PENDING_POLL_NS 1000000ull /* the reaper looks at pending asynchronous work this often */
 
 /* Waits on lane_cv (lane_mu held) until woken or s's deadline; returns ETIMEDOUT once it passed. */
 static int lane_wait(fosd_device *d, const fosd_job *s)
@@ -130,6 +141,28 @@ static void lane_give(fosd_device *d, int lane, int parallel)
 	pthread_mutex_unlock(&d->lane_mu);
 }
 
+static void check_backend(fosd_exec *srv, fos_backend *be);
+
+/* A pending asynchronous request's resources (fosd_job_hold) are let go. */
+static void held_release(void *item)
+{
+	fosd_held_end(item);
+	free(item);
+}
+
+/* With be_mu held, before anything that is not an asynchronous request runs on d: lane 0's
+ * asynchronous work is done and its pending resources are released (a failed sync: a broken
+ * device, check_backend). */
+static void settle_async(fosd_device *d)
+{
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	if (fosd_pending_settle(d->pend, &e)) {
+		fosd_error("device %d: asynchronous requests' GPU work failed: %s", d->index, e.msg);
+		check_backend(d->srv, d->be);
+	}
+}
+
 /* Opens d's lanes 1.. like d->be (lane 0): the same backend and device; on the cpu, the threads
  * shared out between the lanes (the results do not depend on the thread count). */
 static int lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
@@ -194,6 +227,10 @@ static int lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 		}
 	}
 #endif
+	if (!(d->pend = fosd_pending_new(d->be, held_release))) {
+		snprintf(msg, msgsz, "out of memory");
+		return -1;
+	}
 	char of[224] = "";
 	if (srv->n_devs > 1)
 		snprintf(of, sizeof of, " of device %d, %s", d->index, d->name);
@@ -205,6 +242,8 @@ static int lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 
 static void lanes_close(fosd_device *d)
 {
+	fosd_pending_free(d->pend); /* lane 0 settled first */
+	d->pend = NULL;
 	if (!d->lanes)
 		return;
 	for (int i = 0; d->lane_bufs && i < d->n_lanes; i++)
@@ -231,6 +270,7 @@ static void run_sweep(fosd_device *d)
 			pthread_cond_wait(&d->lane_cv, &d->lane_mu);
 		pthread_mutex_unlock(&d->lane_mu);
 	}
+	settle_async(d);
 	uint64_t n = fosd_contexts_sweep(&d->cx, fosd_now_ns());
 	pthread_mutex_unlock(&d->be_mu);
 	if (n)
@@ -344,6 +384,52 @@ static void run_early(fosd_device *d, fosd_job *s, nng_msg *r, int lane, int par
 		   (unsigned long long)((t_end - t_lane) / 1000), d->index, lane);
 }
 
+/* The end of an asynchronous request (Request.done_word, PROTOCOL.md "Asynchronous requests"),
+ * run alone on lane 0: the done word is written in stream order after whatever the op queued,
+ * success or failure. An OK request is answered at once, its lane left unsynchronized and its
+ * sources and mappings kept on d's pending list until its work is done; a failed one (or one
+ * whose word or mark could not be queued) settles lane 0 first, as any error path does. */
+static void run_async(fosd_device *d, fosd_job *s, fos_backend *be, nng_msg *r, int code, int lane, atomic_int *gate)
+{
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	if (be->write_u32(be, s->shm.dev.word_ptr, s->shm.dev.word_value, &e) && !code) {
+		if (r)
+			nng_msg_free(r);
+		char m[320];
+		snprintf(m, sizeof m, "writing the done word: %s", e.msg);
+		code = FOS__CODE__INTERNAL;
+		r = fosd_error_reply(s->req_id, code, m);
+	}
+	fosd_held *h = !code && r ? malloc(sizeof *h) : NULL;
+	if (h) {
+		fosd_job_hold(s, h);
+		memset(&e, 0, sizeof e);
+		if (fosd_pending_add(d->pend, h, &e)) { /* no mark: settle now, then let it go */
+			fosd_warn("device %d: request %llu: %s; settling the lane", d->index, (unsigned long long)s->req_id,
+				  e.msg);
+			settle_async(d);
+			lane_settle(be, s, &r, &code);
+			held_release(h);
+		}
+	} else { /* an error path: the device settles before the answer */
+		lane_settle(be, s, &r, &code);
+		settle_async(d);
+	}
+	s->t_done_ns = fosd_now_ns();
+	if (code == FOS__CODE__INTERNAL)
+		check_backend(d->srv, be);
+	lane_end(d, lane, 0, s->t_done_ns - s->t_lane_ns);
+	fosd_debug("request %llu (%s): asynchronous, queued %llu us, ran %llu us on device %d lane %d, %s",
+		   (unsigned long long)s->req_id, s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
+		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), d->index, lane, fosw_code_name(code));
+	if (gate)
+		atomic_store(gate, 0);
+	if (h)
+		fosd_deadline_kick(d->srv); /* the reaper polls the pending list */
+	d->srv->finish(s, r, code);
+}
+
 /* Runs s on lane (already taken) of d and answers it, or, when the op has a stage on another
  * device left (placement.c), queues it there. gate: a flag to clear before the reply goes out
  * (fosd_executor_try_now's running_now), so that the client's next request finds it clear; NULL:
@@ -358,10 +444,17 @@ static void run_on_lane(fosd_device *d, fosd_job *s, int lane, int parallel, ato
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
 	unsigned char done_h[64];
-	c.done_event = early_event(d, s, be, done_h);
+	const int async = s->shm.dev.word != NULL; /* run alone on lane 0 (run_one) */
+	c.done_event = async ? NULL : early_event(d, s, be, done_h);
 	atomic_fetch_add(&d->running, 1);
 	s->t_lane_ns = fosd_now_ns();
+	be->defer_sync = async; /* lane 0 is settled before anything else uses what it makes */
 	nng_msg *r = op_reply(s, &c, fosd_op_run(&c), &code);
+	be->defer_sync = 0;
+	if (async) {
+		run_async(d, s, be, r, code, lane, gate);
+		return;
+	}
 	if (!code && c.early && r) {
 		run_early(d, s, r, lane, parallel, gate);
 		return;
@@ -404,7 +497,10 @@ static void run_one(fosd_device *d, fosd_job *s)
 		fosd_deadline_answer(d->srv, s);
 		return;
 	}
-	int parallel = fosd_def_beside(s->def, &s->args);
+	const int async = s->shm.dev.word != NULL; /* runs alone, on lane 0, after the last one */
+	int parallel = !async && fosd_def_beside(s->def, &s->args);
+	if (!async)
+		settle_async(d);
 	int lane = lane_take(d, s, parallel);
 	if (lane < 0) { /* the deadline passed while the lanes were busy */
 		fosd_deadline_answer(d->srv, s);
@@ -438,11 +534,18 @@ int fosd_executor_try_now(fosd_exec *srv, fosd_job *s)
 		run_one(d, s);
 		return 1;
 	}
-	if (d->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || (gate && atomic_exchange(&srv->running_now, 1)))
-		return 0;
+	if (d->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || s->shm.dev.word || fosd_pending_count(d->pend) ||
+	    (gate && atomic_exchange(&srv->running_now, 1)))
+		return 0; /* an asynchronous request, or one that must settle lane 0 first: run_one */
 	int idle = queue_idle(d);
 	int lane = -1;
 	if (idle && !pthread_mutex_trylock(&d->be_mu)) { /* no op that runs alone holds or waits for it */
+		if (fosd_pending_count(d->pend)) { /* an asynchronous request ended meanwhile: run_one settles */
+			pthread_mutex_unlock(&d->be_mu);
+			if (gate)
+				atomic_store(&srv->running_now, 0);
+			return 0;
+		}
 		pthread_mutex_lock(&d->lane_mu);
 		for (int i = 0; i < d->n_lanes; i++)
 			if (!(d->lane_busy >> i & 1)) {
@@ -579,6 +682,9 @@ uint64_t fosd_executor_reap(fosd_exec *srv, uint64_t now, uint64_t *reaped)
 	uint64_t next = 0;
 	for (int i = 0; i < srv->n_devs; i++) {
 		uint64_t t = reap_device(&srv->devs[i], now, reaped);
+		/* asynchronous requests' resources whose work is done; the rest looked at again soon */
+		if (fosd_pending_poll(srv->devs[i].pend) && (!t || t > now + FOSD_PENDING_POLL_NS))
+			t = now + FOSD_PENDING_POLL_NS;
 		if (t && (!next || t < next))
 			next = t;
 	}

@@ -62,6 +62,7 @@ typedef struct fosd_device {
 	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
 	uint64_t lane_busy;      /* bit i: lane i runs a request */
 	int lane_active;         /* requests running on lanes without holding be_mu */
+	struct fosd_pending *pend; /* asynchronous requests' held resources on lane 0 (pending.c) */
 
 	/* the device's queue and workers */
 	pthread_mutex_t q_mu;

@@ -45,6 +45,13 @@ static int outs_reply(fosd_opctx *c, Fos__Response *resp, fosd_outs *o)
 		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED,
 				 "the reply would be %llu bytes, over the %llu-byte message limit",
 				 (unsigned long long)o->pl.cursor, (unsigned long long)srv->cfg->max_message_bytes);
+	for (int i = 0; s->shm.dev.word && o && i < o->n; i++) /* asynchronous: the client no longer waits */
+		if (!o->t[i].cuda)
+			return fosd_fail(c, FOS__CODE__FAILED_PRECONDITION,
+					 "an asynchronous request (done_word) needs every result in the client's GPU memory, "
+					 "but result %d would come back in the reply (a Backward's db: give it a device "
+					 "output); send it without done_word",
+					 i);
 	int early = c->done_event != NULL; /* only when no result goes to the reply or a region */
 	for (int i = 0; early && o && i < o->n; i++)
 		early = o->t[i].cuda != NULL;

@@ -244,6 +244,7 @@ int fosd_op_forward(fosd_opctx *c)
 		ctx->saved = saved;
 		have_saved = 0;
 		ctx->w = w;
+		ctx->id = s->rq->forward->context_id; /* 0: fosd chooses */
 		fosd_wcache_acquire_ref(&c->dev->wc, w);
 		rc = fosd_contexts_add(&c->dev->cx, ctx, msg, sizeof msg); /* frees ctx on failure */
 		if (rc) {

@@ -139,6 +139,8 @@ void fosd_dispatch(fosd_request *s)
 					 sizeof msg);
 	if (!code)
 		code = fosd_shm_outputs_check(&s->shm, rq, msg, sizeof msg);
+	if (!code) /* an asynchronous request: its done word (dev_async.c) */
+		code = fosd_dev_async_check(&s->shm.dev, rq, srv->n_devs, msg, sizeof msg);
 	if (code) {
 		reply_error(s, rq->id, code, msg);
 		return;

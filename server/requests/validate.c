@@ -259,6 +259,11 @@ int fosd_validate_forward(vctx *v, const Fos__Request *rq, fosd_args *args, uint
 		return INVALID;
 	a->row_scaled = r->row_scaled;
 	a->save = r->save_context;
+	if (r->context_id && !r->save_context) {
+		snprintf(v->msg, v->msgsz, "context_id %016llx is set without save_context (it names the context to save)",
+			 (unsigned long long)r->context_id);
+		return INVALID;
+	}
 	a->skip_output = r->skip_output;
 	/* a target for Y that no Y will fill: refused, as one for a skipped gradient is */
 	int yi = fosd_shm_output_index(rq, "y");
