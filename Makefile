@@ -75,7 +75,7 @@ GPUTEST_C  := $(wildcard tests/gpu_*.c)
 BENCH_C    := $(wildcard bench/bench_*.c)
 TESTLIB_C  := $(wildcard tests/support_*.c)
 TESTLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard tests/support_*.cu))
-BENCHLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard bench/support_*.cu))
+BENCHLIB_CU := $(if $(filter 1,$(CUDA)),$(wildcard bench/support_*.cu) tests/support_smallm_variants.cu)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 cuobj = $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(1))
@@ -88,7 +88,8 @@ LIBFOSSO = $(BUILD)/libfos.so
 LIBCLI   = $(BUILD)/libfoscli.a
 LIBFMT   = $(BUILD)/libfosformats.a
 LIBTEST  = $(BUILD)/libfostest.a
-# the benchmarks' CUDA support code (bench/support_*.cu: the baseline GEMM), with CUDA=1 only
+# the benchmarks' CUDA support code (bench/support_*.cu: the baseline GEMM; the small-M kernel
+# variants of tests/support_smallm_variants.cu, which the GPU tests check), with CUDA=1 only
 LIBBENCH = $(if $(BENCHLIB_CU),$(BUILD)/libfosbench.a)
 
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))

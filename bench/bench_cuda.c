@@ -43,6 +43,7 @@
 #ifdef FOS_HAVE_CUDA
 #include "cuda_backend.h"
 #include "support_cuda_baseline.h"
+#include "../tests/support_smallm_variants.h"
 #endif
 
 #include <stdio.h>

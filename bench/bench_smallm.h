@@ -11,7 +11,9 @@
  *   - the forward with row-scaled X, and the forward saving a context (quantized override);
  *   - be->gemm_w4 alone on the decoded X (the GEMM without the X quantize), and the X quantize alone
  *     (be->quantize, 4/6 per tensor with the decoded operand, launched directly);
- * and, with `smallm variants`, gemm_w4 alone for every kernel variant (fos_cuda_smallm_variant). */
+ * and, with `smallm variants`, gemm_w4 alone for every kernel variant and, for variants 0 and 14,
+ * ring depths (fos_cuda_smallm_variant: tests/support_smallm_variants.h, in libfosbench.a, not in
+ * libfosnum). */
 #ifndef FOS_BENCH_SMALLM_H
 #define FOS_BENCH_SMALLM_H
 

@@ -1,8 +1,9 @@
 /* cuda_backend.h: CUDA-only extras of the CUDA backend (kernels/cuda_*.cu): stream-event timing,
- * the h2d and CUDA-graph switches fosd sets, the chosen GEMM algorithm's description (per operand
- * layout) and the small-M GEMM's variants. Every function returns FOS_OK or an error code with err
- * set. What only tests and benchmarks use lives with them: the GEMM path and grid the GPU tests
- * force (tests/support_cuda_hooks.h), the baseline cuBLASLt GEMM of the benchmarks
+ * the h2d and CUDA-graph switches fosd sets and the chosen GEMM algorithm's description (per
+ * operand layout). Every function returns FOS_OK or an error code with err set. What only tests and
+ * benchmarks use lives with them: the GEMM path and grid the GPU tests force
+ * (tests/support_cuda_hooks.h), the small-M GEMM's kernel variants and ring depths they run
+ * (tests/support_smallm_variants.h), the baseline cuBLASLt GEMM of the benchmarks
  * (bench/support_cuda_baseline.h), the self-tests of the kernels' fast forms
  * (tests/support_cuda_selftest.h). The backend itself is made with fos_backend_cuda (backend.h).
  * Only defined in builds with CUDA (FOS_HAVE_CUDA); callers guard their uses with
@@ -44,15 +45,6 @@ int fos_cuda_gemm_describe(fos_backend *be, int64_t m, int64_t n, int64_t k, cha
 /* Likewise for the backend's gemm_ex with the given stored-transposed layouts (0, 0: gemm's plan). */
 int fos_cuda_gemm_ex_describe(fos_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, char *buf,
 			      size_t len, fos_err *err);
-
-/* The small-M GEMM (be->gemm_w4, cuda_smallm.cu) for tests and benchmarks: variant -1 (default)
- * lets the launcher pick the tile shape by M, 0 .. fos_cuda_smallm_variants() - 1 forces one (each
- * gives the same bits); -2 picks by M too. With a forced variant or -2, be->gemm_w4_takes answers 1
- * wherever the kernel runs (M <= 128), so the forward uses it there. stages 0 lets the launcher size
- * the cp.async ring, 4..16 forces it. name (may be NULL) gets the variant's tile shape. */
-int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err);
-int fos_cuda_smallm_variants(void);
-
 
 #ifdef __cplusplus
 }

@@ -57,9 +57,6 @@ struct fcu_impl {
 	cudaEvent_t fork_ev, join_ev;
 	cudaEvent_t done_ev;     /* interprocess (backend.h done_event_*), made on first use */
 	unsigned char done_handle[64];
-	int w4_variant; /* small-M kernel variant + 1 (fos_cuda_smallm_variant; 0: by shape; -1: by
-			 * shape, and the forward uses it wherever it runs) */
-	int w4_stages;  /* its ring depth (0: the launcher's choice) */
 };
 
 static inline struct fcu_impl *fcu(fos_backend *be)
@@ -289,8 +286,15 @@ __device__ __forceinline__ uint16_t fcu_epi1(float acc, float alpha, float rs, i
 	return y;
 }
 
-/* cuda_smallm.cu: sets be's gemm_w4_takes and gemm_w4. */
+/* cuda_smallm.cu: sets be's gemm_w4_takes and gemm_w4 (the ops below; the shape rule picks the tile
+ * and the launcher the ring depth). fcu_w4_pick: the tile (cuda_smallm_kern.cuh's w4_variant) the
+ * shape rule runs m rows of an n-row weight with. */
 void fcu_smallm_install(fos_backend *be);
+int fcu_w4_takes(fos_backend *be, int64_t m, int64_t n, int64_t k);
+int fcu_gemm_w4(fos_backend *be, const uint16_t *a, const fos_qtensor *w, int64_t m, const fos_gemm_epi *epi,
+		uint16_t *y, fos_err *err);
+struct w4_variant;
+const struct w4_variant *fcu_w4_pick(int64_t m, int64_t n);
 /* cuda_smallm_xq.cu: the quantize op's one-launch path for small per-tensor bf16 1x16 inputs (amax
  * and quantize in one cluster launch, the general path's bytes); fcu_quantize asks fcu_xq_takes. */
 int fcu_xq_takes(const void *x, int dtype, int64_t rows, int64_t cols, const fos_qcfg *cfg, const float *amax_in);

@@ -2,7 +2,8 @@
  * kernels/cuda_smallm.cu) and its use by the forward (kernels/linear.c, M <= 128), against the
  * cuBLASLt path (be->decode + be->gemm), bit for bit:
  *   - gemm_w4 at M = 1, 16, 64, 128 for every epilogue option set (plain, alpha from both amaxes,
- *     row-scaled, bias, row-scaled + bias) and every kernel variant equals be->gemm on the decoded W
+ *     row-scaled, bias, row-scaled + bias) and every kernel variant (support_smallm_variants.h, which
+ *     swaps the instance's gemm_w4 entries; -1: the backend's own) equals be->gemm on the decoded W
  *     at the same M and rows 0..M-1 of be->gemm at M = 8192; be->gemm at M = 129 and 1024 equals
  *     the same rows too (the two kernels meet at the switch);
  *   - the forward at M = 1, 16, 64, 128, 129, 1024, 8192 for every option set (per-tensor and
@@ -23,7 +24,7 @@
 #include "backend.h"
 #include "fos_format.h"
 #ifdef FOS_HAVE_CUDA
-#include "cuda_backend.h"
+#include "support_smallm_variants.h"
 #endif
 
 #include <stdio.h>
