@@ -41,8 +41,10 @@ torch.empty, fos_cuda_check, which is what libfos does for each device tensor of
 autograd kept fosd's dW as the weight's grad or copied it; also Client.forward + backward with the
 backward on a second thread, as autograd runs a CUDA layer's backward; (3) with --phases-profile N
 (default 3; 0: off), this process's own GPU work and CUDA runtime calls in N steps (torch.profiler).
---overhead runs no fosd and needs no GPU: libfos stubbed, CPU tensors standing in for CUDA ones,
-it prints the package's own Python time per call on the device-tensor path (us).
+--overhead runs no fosd and needs no GPU: libfos replaced by bench/libfos_stub.c (built with the
+host's cc), CPU tensors standing in for CUDA ones (default shape 256x256x256), it prints the
+package's own Python time per call on the device-tensor path (us) beside a bare ctypes call and
+torch.nn.Linear's own call on CPU tensors, timed in the same run.
 Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
       [--steps S] [--warmup W] [--no-bias] [--json] [--profile N] [--fosd-channel-spin-us US]
@@ -55,6 +57,7 @@ the GPU's).
 """
 
 import argparse
+import contextlib
 import cProfile
 import ctypes
 import io
@@ -500,75 +503,46 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     return out
 
 
-def _deref(r):
-    """The struct behind a ctypes.byref() or a ctypes.pointer()."""
-    return r._obj if hasattr(r, "_obj") else r.contents
+def _stub_lib():
+    """--overhead: bench/libfos_stub.c compiled with the host's cc and loaded as libfos (its calls
+    declared as fosd._lib declares libfos's), or an error naming what failed."""
+    from fosd import _lib
+    out = os.path.join(tempfile.mkdtemp(prefix="fos-stub-"), "libfos_stub.so")
+    cc = os.environ.get("CC", "cc")
+    cmd = [cc, "-O2", "-shared", "-fPIC", "-I", os.path.join(REPO, "client", "libfos"), "-I", os.path.join(REPO, "proto"),
+           os.path.join(HERE, "libfos_stub.c"), "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit("--overhead: cannot build the stub libfos (%s): %s" % (" ".join(cmd), r.stderr.strip()))
+    lib = ctypes.CDLL(out)
 
-
-class _StubLib:
-    """--overhead: a libfos that answers every call at once (no fosd), filling results' shapes and
-    contexts as libfos would; with it the package's own Python per call is all that is timed."""
-
-    def __init__(self):
-        self.calls = 0
-
-    @staticmethod
-    def _fill(p, rows, cols):
-        if p:
-            t = _deref(p)
-            t.ndim = 2 if cols else 1
-            t.shape[0] = rows
-            t.shape[1] = cols
-
-    def fos_cuda_check(self, h, addr, nbytes, st):
-        return 0
-
-    def fos_put_weight(self, h, name, version, w, cfg, info, st):
-        self.calls += 1
-        return 0
-
-    def fos_put_weight_on(self, h, name, version, w, cfg, pl, entry, st):
-        self.calls += 1
-        return 0
-
-    def fos_forward(self, h, name, x, bias, fo, y, ctx, st):
-        self.calls += 1
-        xt = _deref(x)
-        m, k = xt.shape[0], xt.shape[1]
-        n = _deref(y).size // (2 * m)
-        self._fill(y, m, n)
-        c = ctx._obj
-        c.id, c.m, c.n, c.k, c.has_bias = 1, m, n, k, 1 if bias else 0
-        return 0
-
-    def fos_backward(self, h, ctx, dy, bo, dx, dw, db, st):
-        self.calls += 1
-        c = ctx._obj
-        self._fill(dx, c.m, c.k)
-        self._fill(dw, c.n, c.k)
-        self._fill(db, c.n, 0)
-        c.id = 0
-        return 0
-
-    def fos_release(self, h, ctx, st):
-        return 0
-
-    def fos_drop_weight(self, h, name, st):
-        return 0
+    class Only:  # the stub's calls get libfos's declarations; the others stay absent
+        def __getattr__(self, name):
+            try:
+                return getattr(lib, name)
+            except AttributeError:
+                return types.SimpleNamespace()
+    _lib._declare(Only())
+    lib.fos_stub_calls.restype = ctypes.c_ulonglong
+    lib.fos_stub_calls.argtypes = [ctypes.c_int]
+    return lib
 
 
 def overhead(a):
     """--overhead: the package's Python per call on the device-tensor path, measured on this host
-    without fosd or a GPU: libfos stubbed (_StubLib), CPU tensors standing in for CUDA ones
-    (fosd._arrays.Arr marks them cuda, the stream synchronize is a no-op). Prints us per call of
-    Client.put_weight, Client.forward (saving a context), Client.backward, both, and a whole
-    fosd.torch.Linear step (forward with its put, backward, SGD)."""
+    without fosd or a GPU: libfos replaced by a stub that answers at once (bench/libfos_stub.c,
+    called through ctypes as libfos is), CPU tensors standing in for CUDA ones (fosd._arrays.Arr
+    marks them cuda; the current stream is a stand-in). Prints us per call of Client.put_weight,
+    Client.forward (saving a context), Client.backward, a fosd.torch.Linear's forward and backward,
+    and a whole step (forward with its put, backward, SGD), beside baselines timed in the same run:
+    one bare ctypes call of the stub, and torch.nn.Linear's own forward and backward on small CPU
+    tensors (the autograd and call overhead a layer pays without fosd)."""
     sys.path.insert(0, os.path.join(REPO, "client", "python"))
     import weakref as _wr
     import torch
     import fosd.torch as ft
-    from fosd import _arrays, _plane, client as fclient
-    stub = _StubLib()  # only its own calls: nothing reaches libfos with its made-up handle
+    from fosd import _arrays, _conn, _lib, _plane, client as fclient
+    stub = _stub_lib()
     init = _arrays.Arr.__init__
 
     def cuda_init(self, x, what):
@@ -576,12 +550,18 @@ def overhead(a):
         if self.torch:
             self.cuda = True
     _arrays.Arr.__init__ = cuda_init
-    torch.cuda.current_stream = lambda dev=None: types.SimpleNamespace(synchronize=lambda: None)
+    stream = types.SimpleNamespace(synchronize=lambda: None, cuda_stream=1)
+    torch.cuda.current_stream = lambda dev=None: stream
+    torch.cuda.device = lambda dev: contextlib.nullcontext()
     c = fclient.Client.__new__(fclient.Client)
-    c._lib, c.url, c._box = stub, "ipc:///stub", [ctypes.c_void_p(1)]
-    c._plane = _plane.Plane(stub, c._box[0], False, True)
-    c._plane.device = True
-    c._weight_n, c._wmu = {}, threading.Lock()
+    c.url = "ipc:///stub"
+    conn = _conn._Conn(stub, ctypes.c_void_p(1))
+    conn.plane = _plane.Plane(stub, conn.handle, False, True)
+    conn.plane.device = True
+    conn.plane.mps_checked = True
+    c._holder = [conn]
+    c._weight_n, c._wmu, c._reput, c._put_pid = {}, threading.Lock(), None, {}
+    c._opts = {}
     c._fin = _wr.finalize(c, lambda: None)
     M, N, K = a.m, a.n, a.k
     g = torch.Generator().manual_seed(0)
@@ -593,6 +573,22 @@ def overhead(a):
     ctxs = []
     layer = ft.Linear(K, N, dtype=torch.bfloat16, client=c)
     params = list(layer.parameters())
+    xg = x.clone().requires_grad_(True)
+    tiny = torch.nn.Linear(16, 16)
+    tx = torch.randn(16, 16, requires_grad=True)
+    tdy = torch.randn(16, 16)
+    st = _lib.Status()
+    h = conn.handle
+
+    def bare():
+        stub.fos_cuda_check(h, 4096, 4096, ctypes.byref(st))
+
+    def torch_fwd():
+        with torch.no_grad():
+            tiny(tx)
+
+    def torch_fwd_bwd():
+        tiny(tx).backward(tdy)
 
     def put():
         c.put_weight("w", w, version=next(versions))
@@ -603,9 +599,16 @@ def overhead(a):
     def bwd():
         c.backward(ctxs.pop(), dy)
 
-    def fwd_bwd():
-        y, ctx = c.forward("w", x, bias=b, save_context=True)
-        c.backward(ctx, dy)
+    ys = []
+
+    def layer_fwd():
+        ys.append(layer(xg))
+
+    def layer_bwd():
+        ys.pop().backward(dy)
+
+    def layer_fwd_bwd():
+        layer(xg).backward(dy)
 
     def step():
         y = layer(x)
@@ -615,7 +618,7 @@ def overhead(a):
                 p.add_(p.grad, alpha=-1e-6)
                 p.grad = None
 
-    def nothing_step():  # the same torch work without fosd: autograd of a plain op and the SGD
+    def nothing_step():  # the same torch work without fosd: the SGD's two add_
         with torch.no_grad():
             for p in params:
                 p.add_(p, alpha=-1e-6)
@@ -624,6 +627,8 @@ def overhead(a):
 
     def us(fn, pairs=None):
         for _ in range(200):
+            if pairs:
+                pairs()
             fn()
         best = []
         for _ in range(5):  # best of 5 medians of n: the host's other load comes in bursts
@@ -636,22 +641,47 @@ def overhead(a):
                 ts.append((time.perf_counter() - t0) * 1e6)
             best.append(statistics.median(ts))
         return min(best)
-    rows = [("Client.put_weight", us(put)),
-            ("Client.forward (saving a context)", us(fwd)),
-            ("Client.backward", us(bwd, fwd)),
-            ("Client.forward + Client.backward", us(fwd_bwd)),
-            ("fosd.torch.Linear step (put, forward, backward, SGD)", us(step)),
-            ("the step's two add_ of the SGD alone", us(nothing_step))]
-    print("# the package's Python per call on the device-tensor path (libfos stubbed, CPU tensors as "
-          "CUDA stand-ins), %dx%dx%d, best of 5 medians of %d, torch %s, python %s" % (
+    layer_fwd_bwd()  # the first put
+    step()
+    calls0 = [stub.fos_stub_calls(i) for i in range(4)]
+    for _ in range(4):
+        step()
+    per_step = [(stub.fos_stub_calls(i) - calls0[i]) / 4 for i in range(4)]
+    if a.profile:  # where the package's time goes: cProfile of N forward + backward calls
+        for what, fn in (("Client.forward + Client.backward", lambda: (fwd(), bwd())),
+                         ("fosd.torch.Linear forward + backward", layer_fwd_bwd)):
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(a.profile):
+                fn()
+            pr.disable()
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+            log("cProfile of %d x %s:\n%s" % (a.profile, what, s.getvalue()))
+    base_ctypes, base_fwd, base_fb = us(bare), us(torch_fwd), us(torch_fwd_bwd)
+    rows = [("baseline: one bare ctypes call (the stub's fos_cuda_check)", base_ctypes, None),
+            ("baseline: torch.nn.Linear(16, 16) forward, CPU, no grad", base_fwd, None),
+            ("baseline: torch.nn.Linear(16, 16) forward + backward, CPU", base_fb, None),
+            ("Client.put_weight", us(put), base_ctypes),
+            ("Client.forward (saving a context)", us(fwd), base_ctypes),
+            ("Client.backward", us(bwd, fwd), base_ctypes),
+            ("fosd.torch.Linear forward (weight unchanged)", us(layer_fwd), base_fwd),
+            ("fosd.torch.Linear backward (y.backward)", us(layer_bwd, layer_fwd), None),
+            ("fosd.torch.Linear forward + backward", us(layer_fwd_bwd), base_fb),
+            ("fosd.torch.Linear step (put, forward, backward, SGD)", us(step), None),
+            ("the step's two add_ of the SGD alone", us(nothing_step), None)]
+    print("# the package's Python per call on the device-tensor path (libfos: bench/libfos_stub.c, CPU "
+          "tensors as CUDA stand-ins), %dx%dx%d, best of 5 medians of %d, torch %s, python %s" % (
               M, N, K, n, torch.__version__, sys.version.split()[0]))
-    print("| what | us |")
-    print("| --- | --- |")
-    for what, v in rows:
-        print("| %s | %.1f |" % (what, v))
-    c._box[0] = None  # closed: the layer's finalizer drops nothing through the stub
+    print("# libfos calls per step (put, forward, backward, forward with its put): %s" % per_step)
+    print("| what | us | ratio to its baseline |")
+    print("| --- | --- | --- |")
+    for what, v, base in rows:
+        print("| %s | %.1f | %s |" % (what, v, "%.2fx" % (v / base) if base else ""))
+    if a.json:
+        print(json.dumps({"overhead_us": {what: round(v, 2) for what, v, _ in rows}, "calls_per_step": per_step}))
+    conn.handle = None  # closed: the layer's finalizer drops nothing through the stub
     layer = params = None
-
 
 def busy_us(us):
     end = time.perf_counter() + us * 1e-6
@@ -663,9 +693,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.environ.get("FOS_BUILD") or os.path.join(REPO, "build"))
     ap.add_argument("--server")
-    ap.add_argument("--m", type=int, default=8192)
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--m", type=int)
+    ap.add_argument("--n", type=int)
+    ap.add_argument("--k", type=int)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-bias", action="store_true")
@@ -677,6 +707,9 @@ def main():
     ap.add_argument("--phases-profile", type=int, default=3)
     ap.add_argument("--overhead", action="store_true")
     a = ap.parse_args()
+    for f, dflt in (("m", 8192), ("n", 4096), ("k", 4096)):  # --overhead: 256 (CPU stand-ins)
+        if getattr(a, f) is None:
+            setattr(a, f, 256 if a.overhead else dflt)
     build = os.path.abspath(a.build)
     os.environ.setdefault("FOSD_LIBFOS", os.path.join(build, "libfos.so"))
     if a.overhead:
