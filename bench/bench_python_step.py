@@ -541,7 +541,7 @@ def overhead(a):
     import weakref as _wr
     import torch
     import fosd.torch as ft
-    from fosd import _arrays, _conn, _lib, _plane, client as fclient
+    from fosd import _arrays, _conn, _devcall, _lib, _plane, client as fclient
     stub = _stub_lib()
     init = _arrays.Arr.__init__
 
@@ -550,6 +550,7 @@ def overhead(a):
         if self.torch:
             self.cuda = True
     _arrays.Arr.__init__ = cuda_init
+    _devcall.CUDA_ATTR = "is_cpu"  # the fast path's "on a GPU"
     stream = types.SimpleNamespace(synchronize=lambda: None, cuda_stream=1)
     torch.cuda.current_stream = lambda dev=None: stream
     torch.cuda.device = lambda dev: contextlib.nullcontext()
