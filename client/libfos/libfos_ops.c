@@ -242,9 +242,9 @@ static void forward_request(Fos__Request *rq, Fos__ForwardRequest *fr, const cha
 }
 
 
-/* One Forward request; y NULL with skip_output. */
-static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
-			const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx, fos_status *st)
+int fosc_forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		      const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx,
+		      Fos__PutWeightRequest *put, const fos_tensor *w, fos_status *st)
 {
 	if (!weight)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
@@ -255,12 +255,17 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	Fos__Tensor tx, tb;
 	forward_request(&rq, &fr, weight, &tx, &tb, bias, o);
 	fr.skip_output = skip_output;
-	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
+	fosc_in ins[3] = {{&tx, x, "x"}, {&tb, bias, "bias"}, {NULL, NULL, NULL}};
+	int nin = bias ? 2 : 1;
+	if (put) { /* the put's W (its Fos__Tensor in put->w) after x and bias */
+		fr.put = put;
+		ins[nin++] = (fosc_in){put->w, w, "w"};
+	}
 	static const char *const out_names[] = {"y"};
 	fos_tensor *outs[] = {skip_output ? NULL : y};
 	const reput_of ro = {weight, o ? o->weight_version : 0};
-	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD,
-			   "forward result", &ro};
+	const opcall oc = {ins, nin, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD, "forward result",
+			   put ? NULL : &ro}; /* a put inside the forward needs no re-put */
 	opreply rp;
 	const Fos__ForwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res)
@@ -305,7 +310,7 @@ int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fo
 {
 	if (!y)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no output tensor for y");
-	return forward_call(c, weight, x, bias, o, 0, y, ctx, st);
+	return fosc_forward_call(c, weight, x, bias, o, 0, y, ctx, NULL, NULL, st);
 }
 
 static void check_point_from(const Fos__CheckPoint *p, fos_check_point *o)
@@ -440,8 +445,8 @@ int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fo
 	/* the context is gone: recompute it from X against the same weight version */
 	fos_forward_opts fo = {ctx->weight_version, ctx->override, ctx->row_scaled, 1, ctx->four_over_six};
 	fos_context fresh;
-	code = forward_call(c, ctx->weight, o->recompute_x, ctx->has_bias ? o->recompute_bias : NULL, &fo, 1, NULL,
-			    &fresh, st);
+	code = fosc_forward_call(c, ctx->weight, o->recompute_x, ctx->has_bias ? o->recompute_bias : NULL, &fo, 1, NULL,
+				 &fresh, NULL, NULL, st);
 	if (code) {
 		if (code == FOS_CODE_NOT_FOUND || code == FOS_CODE_FAILED_PRECONDITION) {
 			char m[sizeof st->message];

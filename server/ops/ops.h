@@ -66,6 +66,11 @@ nng_msg *fosd_result_reply(fosd_opctx *c, Fos__Response__ResultCase which, void 
 
 /* ops_weights.c */
 nng_msg *fosd_op_put_weight(fosd_opctx *c, int *code);
+/* A put's work on c's device (PutWeight's, and a Forward's put): the weight quantized for its uses
+ * (r's; r NULL: all) and inserted into the device's cache as *out. 0, or a gRPC code with msg;
+ * *staged says whether a failure is one PutWeight reports with the devices already holding it. */
+int fosd_put_cache(fosd_opctx *c, const fosd_put_args *a, const Fos__PutWeightRequest *r, struct fosd_weight **out,
+		   int *staged, char *msg, size_t msgsz);
 nng_msg *fosd_op_drop_weight(fosd_opctx *c, int *code);
 /* ops_linear.c */
 nng_msg *fosd_op_forward(fosd_opctx *c, int *code);

@@ -31,6 +31,8 @@ typedef struct fosd_fwd_args {
 	fosw_tensor expect;     /* a check instead of Y (has_expect): bf16, any rank until N is known */
 	int has_expect;
 	fos_cmp_criterion crit; /* the check's criterion (all zero: bitwise) */
+	fosd_put_args put;      /* the put run before the forward (has_put; ForwardRequest.put) */
+	int has_put;
 } fosd_fwd_args;
 
 typedef struct fosd_bwd_args {

@@ -167,11 +167,13 @@ def fused_put(client: Any) -> bool:
 
 def _fusion_refused(e: Error) -> bool:
     """fosd cannot run a put inside a forward: one serving several devices (FAILED_PRECONDITION
-    naming it), or one that predates it (the put ignored, the forward's version not cached)."""
+    naming it), or one that predates it: it ignores the put, so the forward's version is not
+    cached (NOT_FOUND) or, W inline, its bytes lie past the request's last tensor."""
     if is_async_failure(e):
         return False
-    return (e.code_number == _lib.FAILED_PRECONDITION and "put inside a forward" in e.message) or \
-        e.code_number == _lib.NOT_FOUND
+    c, m = e.code_number, e.message
+    return (c == _lib.FAILED_PRECONDITION and "put inside a forward" in m) or c == _lib.NOT_FOUND or \
+        (c == _lib.INVALID_ARGUMENT and "beyond its last tensor" in m)
 
 
 def _fusion_off(client: Any, e: Error) -> None:
