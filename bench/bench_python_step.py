@@ -541,7 +541,7 @@ def overhead(a):
     import weakref as _wr
     import torch
     import fosd.torch as ft
-    from fosd import _arrays, _conn, _devcall, _lib, _plane, client as fclient
+    from fosd import _arrays, _conn, _lib, _plane, client as fclient
     stub = _stub_lib()
     init = _arrays.Arr.__init__
 
@@ -550,7 +550,11 @@ def overhead(a):
         if self.torch:
             self.cuda = True
     _arrays.Arr.__init__ = cuda_init
-    _devcall.CUDA_ATTR = "is_cpu"  # the fast path's "on a GPU"
+    try:  # the fast path's "on a GPU" (a package without fosd._devcall: none to set)
+        from fosd import _devcall
+        _devcall.CUDA_ATTR = "is_cpu"
+    except ImportError:
+        pass
     stream = types.SimpleNamespace(synchronize=lambda: None, cuda_stream=1)
     torch.cuda.current_stream = lambda dev=None: stream
     torch.cuda.device = lambda dev: contextlib.nullcontext()
@@ -584,12 +588,25 @@ def overhead(a):
     def bare():
         stub.fos_cuda_check(h, 4096, 4096, ctypes.byref(st))
 
+    tys = []
+
     def torch_fwd():
-        with torch.no_grad():
-            tiny(tx)
+        tys.append(tiny(tx))
+
+    def torch_bwd():
+        tys.pop().backward(tdy)
 
     def torch_fwd_bwd():
         tiny(tx).backward(tdy)
+
+    def torch_clear():  # untimed: no graph kept, gradients assigned rather than accumulated
+        tys.clear()
+        for p in [tx] + list(tiny.parameters()):
+            p.grad = None
+
+    def torch_then_fwd():
+        torch_clear()
+        torch_fwd()
 
     def put():
         c.put_weight("w", w, version=next(versions))
@@ -607,6 +624,15 @@ def overhead(a):
 
     def layer_bwd():
         ys.pop().backward(dy)
+
+    def layer_clear():  # untimed: no graph kept, gradients assigned rather than accumulated
+        ys.clear()
+        for p in [xg] + params:
+            p.grad = None
+
+    def layer_then_fwd():
+        layer_clear()
+        layer_fwd()
 
     def layer_fwd_bwd():
         layer(xg).backward(dy)
@@ -626,22 +652,15 @@ def overhead(a):
     put()
     n = max(a.steps, 2000)
 
-    def us(fn, pairs=None):
-        for _ in range(200):
+    def median_us(fn, pairs, count):
+        ts = []
+        for _ in range(count):
             if pairs:
                 pairs()
+            t0 = time.perf_counter()
             fn()
-        best = []
-        for _ in range(5):  # best of 5 medians of n: the host's other load comes in bursts
-            ts = []
-            for _ in range(n):
-                if pairs:
-                    pairs()
-                t0 = time.perf_counter()
-                fn()
-                ts.append((time.perf_counter() - t0) * 1e6)
-            best.append(statistics.median(ts))
-        return min(best)
+            ts.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(ts)
     layer_fwd_bwd()  # the first put
     step()
     calls0 = [stub.fos_stub_calls(i) for i in range(4)]
@@ -649,31 +668,44 @@ def overhead(a):
         step()
     per_step = [(stub.fos_stub_calls(i) - calls0[i]) / 4 for i in range(4)]
     if a.profile:  # where the package's time goes: cProfile of N forward + backward calls
-        for what, fn in (("Client.forward + Client.backward", lambda: (fwd(), bwd())),
-                         ("fosd.torch.Linear forward + backward", layer_fwd_bwd)):
+        for what, fn, pairs in (("Client.forward + Client.backward", lambda: (fwd(), bwd()), None),
+                                ("fosd.torch.Linear forward", layer_fwd, layer_clear),
+                                ("fosd.torch.Linear backward", layer_bwd, layer_then_fwd)):
             pr = cProfile.Profile()
-            pr.enable()
             for _ in range(a.profile):
+                if pairs:
+                    pairs()
+                pr.enable()
                 fn()
-            pr.disable()
+                pr.disable()
             s = io.StringIO()
             pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
             log("cProfile of %d x %s:\n%s" % (a.profile, what, s.getvalue()))
-    base_ctypes, base_fwd, base_fb = us(bare), us(torch_fwd), us(torch_fwd_bwd)
-    rows = [("baseline: one bare ctypes call (the stub's fos_cuda_check)", base_ctypes, None),
-            ("baseline: torch.nn.Linear(16, 16) forward, CPU, no grad", base_fwd, None),
-            ("baseline: torch.nn.Linear(16, 16) forward + backward, CPU", base_fb, None),
-            ("Client.put_weight", us(put), base_ctypes),
-            ("Client.forward (saving a context)", us(fwd), base_ctypes),
-            ("Client.backward", us(bwd, fwd), base_ctypes),
-            ("fosd.torch.Linear forward (weight unchanged)", us(layer_fwd), base_fwd),
-            ("fosd.torch.Linear backward (y.backward)", us(layer_bwd, layer_fwd), None),
-            ("fosd.torch.Linear forward + backward", us(layer_fwd_bwd), base_fb),
-            ("fosd.torch.Linear step (put, forward, backward, SGD)", us(step), None),
-            ("the step's two add_ of the SGD alone", us(nothing_step), None)]
+    # (what, fn, untimed fn before each call, baseline row index): measured in interleaved rounds
+    # (each round takes every row's median of n calls), so that every row sees the host's load of
+    # the moment alike; a row's figure is its best round
+    spec = [("baseline: one bare ctypes call (the stub's fos_cuda_check)", bare, None, None),
+            ("baseline: torch.nn.Linear(16, 16) forward, CPU, autograd recording", torch_fwd, torch_clear, None),
+            ("baseline: torch.nn.Linear(16, 16) backward (y.backward), CPU", torch_bwd, torch_then_fwd, None),
+            ("baseline: torch.nn.Linear(16, 16) forward + backward, CPU", torch_fwd_bwd, torch_clear, None),
+            ("Client.put_weight", put, None, 0),
+            ("Client.forward (saving a context)", fwd, None, 0),
+            ("Client.backward", bwd, fwd, 0),
+            ("fosd.torch.Linear forward (weight unchanged)", layer_fwd, layer_clear, 1),
+            ("fosd.torch.Linear backward (y.backward)", layer_bwd, layer_then_fwd, 2),
+            ("fosd.torch.Linear forward + backward", layer_fwd_bwd, layer_clear, 3),
+            ("fosd.torch.Linear step (put inside the forward, backward, SGD)", step, None, None),
+            ("the step's two add_ of the SGD alone", nothing_step, None, None)]
+    for what, fn, pairs, _ in spec:
+        median_us(fn, pairs, 200)  # warm-up
+    best = [float("inf")] * len(spec)
+    for _ in range(a.rounds):
+        for i, (what, fn, pairs, _) in enumerate(spec):
+            best[i] = min(best[i], median_us(fn, pairs, n))
+    rows = [(what, best[i], best[base] if base is not None else None) for i, (what, _, _, base) in enumerate(spec)]
     print("# the package's Python per call on the device-tensor path (libfos: bench/libfos_stub.c, CPU "
-          "tensors as CUDA stand-ins), %dx%dx%d, best of 5 medians of %d, torch %s, python %s" % (
-              M, N, K, n, torch.__version__, sys.version.split()[0]))
+          "tensors as CUDA stand-ins), %dx%dx%d, best of %d interleaved rounds of medians of %d calls, torch %s, python %s" % (
+              M, N, K, a.rounds, n, torch.__version__, sys.version.split()[0]))
     print("# libfos calls per step (put, forward, backward, forward with its put): %s" % per_step)
     print("| what | us | ratio to its baseline |")
     print("| --- | --- | --- |")
@@ -707,6 +739,7 @@ def main():
     ap.add_argument("--phases", action="store_true")
     ap.add_argument("--phases-profile", type=int, default=3)
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
     for f, dflt in (("m", 8192), ("n", 4096), ("k", 4096)):  # --overhead: 256 (CPU stand-ins)
         if getattr(a, f) is None:

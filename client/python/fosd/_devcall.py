@@ -196,13 +196,14 @@ def backward(plane, lib, h, cs, dy, k, has_bias, need_dx, need_dw, keep):
     st = b.st
     out = [dx, dw, db]
     if not rc:
-        for j, (r, t, want) in enumerate(((dx, b.tdx, (m, k)), (dw, b.tdw, (n, k)), (db, b.tdb, (n,)))):
+        for j, (r, t, r0, r1) in enumerate(((dx, b.tdx, m, k), (dw, b.tdw, n, k), (db, b.tdb, n, 0))):
             if r is None:
                 continue
-            if t.size == 0 and t.ndim == 0:
+            nd = t.ndim
+            if t.size == 0 and nd == 0:
                 out[j] = None  # the reply has no such result
-            elif tuple(t.shape[:t.ndim]) != want:
-                rc, st = _shape_error(j, t, want)
+            elif nd != (2 if r1 else 1) or t.shape[0] != r0 or (r1 and t.shape[1] != r1):
+                rc, st = _shape_error(j, t, (r0, r1) if r1 else (r0,))
                 break
     if rc:
         raise plane._error(rc, st, True)
