@@ -630,6 +630,11 @@ def overhead(a):
         for p in [xg] + params:
             p.grad = None
 
+    def layer_change():  # untimed: an SGD-like in-place change of the weight, nothing kept
+        layer_clear()
+        with torch.no_grad():
+            params[0].add_(params[0], alpha=-1e-6)
+
     def layer_then_fwd():
         layer_clear()
         layer_fwd()
@@ -692,6 +697,8 @@ def overhead(a):
             ("Client.forward (saving a context)", fwd, None, 0),
             ("Client.backward", bwd, fwd, 0),
             ("fosd.torch.Linear forward (weight unchanged)", layer_fwd, layer_clear, 1),
+            ("fosd.torch.Linear forward after an in-place change of the weight (its put)", layer_fwd,
+             layer_change, 1),
             ("fosd.torch.Linear backward (y.backward)", layer_bwd, layer_then_fwd, 2),
             ("fosd.torch.Linear forward + backward", layer_fwd_bwd, layer_clear, 3),
             ("fosd.torch.Linear step (put inside the forward, backward, SGD)", step, None, None),

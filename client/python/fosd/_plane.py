@@ -110,10 +110,13 @@ def _torch_dtypes():
 
 def _current_stream(torch, dev):
     """The handle of dev's current stream in this thread (an int; 0: the legacy default stream):
-    torch's raw getter where it has one (no Stream object made), else current_stream(dev)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None and dev.type == "cuda" and dev.index is not None:
-        return raw(dev.index)
+    torch's raw getter where it has one (no Stream object made; a CUDA tensor's device has an
+    index), else current_stream(dev)."""
+    i = dev.index
+    if i is not None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(i)
     return torch.cuda.current_stream(dev).cuda_stream
 
 
