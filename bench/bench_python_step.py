@@ -41,8 +41,8 @@ torch.empty, fos_cuda_check, which is what libfos does for each device tensor of
 autograd kept fosd's dW as the weight's grad or copied it; also Client.forward + backward with the
 backward on a second thread, as autograd runs a CUDA layer's backward; (3) with --phases-profile N
 (default 3; 0: off), this process's own GPU work and CUDA runtime calls in N steps (torch.profiler).
---overhead runs no fosd and needs no GPU: libfos stubbed, CPU tensors standing in for CUDA ones,
-it prints the package's own Python time per call on the device-tensor path (us).
+--overhead runs bench/bench_python_overhead.py instead (no fosd, no GPU: the package's own Python
+per call on the device-tensor path, libfos stubbed; default shape 256x256x256).
 Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
       [--steps S] [--warmup W] [--no-bias] [--json] [--profile N] [--fosd-channel-spin-us US]
@@ -302,19 +302,26 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     pc = time.perf_counter
     layer = ft.Linear(K, N, dtype=torch.bfloat16, bias=bias, client=client, device=dev)
     params = list(layer.parameters())
-    plane = client._plane
     state = {"lib": 0.0, "events": None}
     cur = {}
-    orig_call = plane.call
+    conn = client._conn()
+    real_lib = conn.lib
 
-    def plane_call(inputs, outputs, fn):
-        def timed(i, o):
-            t0 = pc()
-            try:
-                return fn(i, o)
-            finally:
-                state["lib"] += pc() - t0
-        return orig_call(inputs, outputs, timed)
+    class TimedLib:  # the libfos calls of a put, forward and backward timed, the rest passed on
+        TIMED = ("fos_put_weight", "fos_put_weight_on", "fos_forward", "fos_forward_put", "fos_backward")
+
+        def __getattr__(self, name):
+            f = getattr(real_lib, name)
+            if name in self.TIMED:
+                def timed(*args, _call=f):
+                    t0 = pc()
+                    try:
+                        return _call(*args)
+                    finally:
+                        state["lib"] += pc() - t0
+                f = timed
+            setattr(self, name, f)
+            return f
 
     def wrap(name, method):
         def w(*args, **kw):
@@ -339,7 +346,7 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
         return w
 
     names = (("put", "_put"), ("forward", "_forward"), ("backward", "backward"))
-    plane.call = plane_call
+    conn.lib = TimedLib()
     for ph, meth in names:
         setattr(client, meth, wrap(ph, getattr(client, meth)))
     grads_stolen = []
@@ -400,7 +407,7 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
         evp = [one_step(True) for _ in range(a.steps)] if not cpu else []
     finally:
         state["events"] = None
-        del plane.call
+        conn.lib = real_lib
         for _, meth in names:
             client.__dict__.pop(meth, None)
 
@@ -425,8 +432,8 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     out.append("| phase | calls/step | wall ms | in libfos ms | Python ms (wall - libfos) | CUDA-event ms | "
           "fosd latency ms | fosd run ms |")
     out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for ph, what in (("put", "put (Client._put of W, after the update)"),
-                     ("forward", "forward (Client._forward, saving a context)"),
+    for ph, what in (("put", "put (Client._put of W, after the update; none when it goes inside the forward)"),
+                     ("forward", "forward (Client._forward, saving a context; with the put of W)"),
                      ("backward", "backward (Client.backward: dX, dW, db)")):
         lat, run, n = fosd_ms[ph]
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
@@ -500,159 +507,6 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     return out
 
 
-def _deref(r):
-    """The struct behind a ctypes.byref() or a ctypes.pointer()."""
-    return r._obj if hasattr(r, "_obj") else r.contents
-
-
-class _StubLib:
-    """--overhead: a libfos that answers every call at once (no fosd), filling results' shapes and
-    contexts as libfos would; with it the package's own Python per call is all that is timed."""
-
-    def __init__(self):
-        self.calls = 0
-
-    @staticmethod
-    def _fill(p, rows, cols):
-        if p:
-            t = _deref(p)
-            t.ndim = 2 if cols else 1
-            t.shape[0] = rows
-            t.shape[1] = cols
-
-    def fos_cuda_check(self, h, addr, nbytes, st):
-        return 0
-
-    def fos_put_weight(self, h, name, version, w, cfg, info, st):
-        self.calls += 1
-        return 0
-
-    def fos_put_weight_on(self, h, name, version, w, cfg, pl, entry, st):
-        self.calls += 1
-        return 0
-
-    def fos_forward(self, h, name, x, bias, fo, y, ctx, st):
-        self.calls += 1
-        xt = _deref(x)
-        m, k = xt.shape[0], xt.shape[1]
-        n = _deref(y).size // (2 * m)
-        self._fill(y, m, n)
-        c = ctx._obj
-        c.id, c.m, c.n, c.k, c.has_bias = 1, m, n, k, 1 if bias else 0
-        return 0
-
-    def fos_backward(self, h, ctx, dy, bo, dx, dw, db, st):
-        self.calls += 1
-        c = ctx._obj
-        self._fill(dx, c.m, c.k)
-        self._fill(dw, c.n, c.k)
-        self._fill(db, c.n, 0)
-        c.id = 0
-        return 0
-
-    def fos_release(self, h, ctx, st):
-        return 0
-
-    def fos_drop_weight(self, h, name, st):
-        return 0
-
-
-def overhead(a):
-    """--overhead: the package's Python per call on the device-tensor path, measured on this host
-    without fosd or a GPU: libfos stubbed (_StubLib), CPU tensors standing in for CUDA ones
-    (fosd._arrays.Arr marks them cuda, the stream synchronize is a no-op). Prints us per call of
-    Client.put_weight, Client.forward (saving a context), Client.backward, both, and a whole
-    fosd.torch.Linear step (forward with its put, backward, SGD)."""
-    sys.path.insert(0, os.path.join(REPO, "client", "python"))
-    import weakref as _wr
-    import torch
-    import fosd.torch as ft
-    from fosd import _arrays, _plane, client as fclient
-    stub = _StubLib()  # only its own calls: nothing reaches libfos with its made-up handle
-    init = _arrays.Arr.__init__
-
-    def cuda_init(self, x, what):
-        init(self, x, what)
-        if self.torch:
-            self.cuda = True
-    _arrays.Arr.__init__ = cuda_init
-    torch.cuda.current_stream = lambda dev=None: types.SimpleNamespace(synchronize=lambda: None)
-    c = fclient.Client.__new__(fclient.Client)
-    c._lib, c.url, c._box = stub, "ipc:///stub", [ctypes.c_void_p(1)]
-    c._plane = _plane.Plane(stub, c._box[0], False, True)
-    c._plane.device = True
-    c._weight_n, c._wmu = {}, threading.Lock()
-    c._fin = _wr.finalize(c, lambda: None)
-    M, N, K = a.m, a.n, a.k
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
-    dy = torch.randn(M, N, generator=g).to(torch.bfloat16)
-    w = torch.randn(N, K, generator=g).to(torch.bfloat16)
-    b = torch.randn(N, generator=g).to(torch.bfloat16)
-    versions = iter(range(1, 1 << 40))
-    ctxs = []
-    layer = ft.Linear(K, N, dtype=torch.bfloat16, client=c)
-    params = list(layer.parameters())
-
-    def put():
-        c.put_weight("w", w, version=next(versions))
-
-    def fwd():
-        ctxs.append(c.forward("w", x, bias=b, save_context=True)[1])
-
-    def bwd():
-        c.backward(ctxs.pop(), dy)
-
-    def fwd_bwd():
-        y, ctx = c.forward("w", x, bias=b, save_context=True)
-        c.backward(ctx, dy)
-
-    def step():
-        y = layer(x)
-        y.backward(dy)
-        with torch.no_grad():
-            for p in params:
-                p.add_(p.grad, alpha=-1e-6)
-                p.grad = None
-
-    def nothing_step():  # the same torch work without fosd: autograd of a plain op and the SGD
-        with torch.no_grad():
-            for p in params:
-                p.add_(p, alpha=-1e-6)
-    put()
-    n = max(a.steps, 2000)
-
-    def us(fn, pairs=None):
-        for _ in range(200):
-            fn()
-        best = []
-        for _ in range(5):  # best of 5 medians of n: the host's other load comes in bursts
-            ts = []
-            for _ in range(n):
-                if pairs:
-                    pairs()
-                t0 = time.perf_counter()
-                fn()
-                ts.append((time.perf_counter() - t0) * 1e6)
-            best.append(statistics.median(ts))
-        return min(best)
-    rows = [("Client.put_weight", us(put)),
-            ("Client.forward (saving a context)", us(fwd)),
-            ("Client.backward", us(bwd, fwd)),
-            ("Client.forward + Client.backward", us(fwd_bwd)),
-            ("fosd.torch.Linear step (put, forward, backward, SGD)", us(step)),
-            ("the step's two add_ of the SGD alone", us(nothing_step))]
-    print("# the package's Python per call on the device-tensor path (libfos stubbed, CPU tensors as "
-          "CUDA stand-ins), %dx%dx%d, best of 5 medians of %d, torch %s, python %s" % (
-              M, N, K, n, torch.__version__, sys.version.split()[0]))
-    print("| what | us |")
-    print("| --- | --- |")
-    for what, v in rows:
-        print("| %s | %.1f |" % (what, v))
-    c._box[0] = None  # closed: the layer's finalizer drops nothing through the stub
-    layer = params = None
-
-
 def busy_us(us):
     end = time.perf_counter() + us * 1e-6
     while time.perf_counter() < end:
@@ -663,9 +517,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.environ.get("FOS_BUILD") or os.path.join(REPO, "build"))
     ap.add_argument("--server")
-    ap.add_argument("--m", type=int, default=8192)
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--m", type=int)
+    ap.add_argument("--n", type=int)
+    ap.add_argument("--k", type=int)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-bias", action="store_true")
@@ -676,10 +530,16 @@ def main():
     ap.add_argument("--phases", action="store_true")
     ap.add_argument("--phases-profile", type=int, default=3)
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
+    for f, dflt in (("m", 8192), ("n", 4096), ("k", 4096)):  # --overhead: 256 (CPU stand-ins)
+        if getattr(a, f) is None:
+            setattr(a, f, 256 if a.overhead else dflt)
     build = os.path.abspath(a.build)
     os.environ.setdefault("FOSD_LIBFOS", os.path.join(build, "libfos.so"))
     if a.overhead:
+        sys.path.insert(0, HERE)
+        from bench_python_overhead import overhead
         return overhead(a)
     sys.path.insert(0, os.path.join(REPO, "client", "python"))
     import torch

@@ -294,6 +294,21 @@ typedef struct fos_context {
 int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
 		const fos_forward_opts *o, fos_tensor *y, fos_context *ctx, fos_status *st);
 
+/* A forward that carries the put of its own weight (LIBFOS_1.4; PROTOCOL.md "A put inside a
+ * forward"): w (N, K) bf16 put as (weight, version) with cfg's options (NULL: defaults; as
+ * fos_put_weight), then y = x W^T [+ bias] with it, in one request, so a training step whose weight
+ * changed makes one round trip per layer. version nonzero; o->weight_version 0 or version (o NULL:
+ * defaults). fosd runs it alone, as a PutWeight. A put that fails fails the call before the forward
+ * runs (fosd's message starts "put: "); one that succeeded stays cached when the forward then
+ * fails. FAILED_PRECONDITION from a fosd serving several devices ("a put inside a forward is for a
+ * fosd serving one"). A fosd that predates the field ignores the put and refuses the call: NOT_FOUND
+ * (the version is not cached) or, with W in the message, INVALID_ARGUMENT ("... bytes beyond its
+ * last tensor"); put with fos_put_weight, then fos_forward. With reput_weights the put is
+ * remembered as fos_put_weight's. */
+int fos_forward_put(fos_client *c, const char *weight, uint64_t version, const fos_tensor *w,
+		    const fos_weight_config *cfg, const fos_tensor *x, const fos_tensor *bias,
+		    const fos_forward_opts *o, fos_tensor *y, fos_context *ctx, fos_status *st);
+
 /* ---- a forward that checks the caller's Y instead of returning fosd's ---------------------- */
 
 /* When a check is consistent (the criteria of `fos check`): all zero means bitwise (every element

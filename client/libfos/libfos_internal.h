@@ -393,6 +393,17 @@ typedef struct opreply {
 /* call_result for oc, after asking for its outputs in regions or device memory; fills rp. Returns
  * the result (the oneof member), or NULL with rp->code the failure. */
 const void *fosc_op_call(fos_client *c, Fos__Request *rq, const opcall *oc, opreply *rp, fos_status *st);
+/* One Forward request (libfos_ops.c); y NULL with skip_output. put: a PutWeight carried by the
+ * forward (ForwardRequest.put, filled by fosc_put_request; its w a Fos__Tensor filled from w), or
+ * NULL. */
+int fosc_forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		      const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx,
+		      Fos__PutWeightRequest *put, const fos_tensor *w, fos_status *st);
+/* A PutWeightRequest of name, version and cfg's options (NULL: defaults) in pw, its config in wc
+ * and uses in uses, W to come into tw (libfos_weights.c); no placement. INVALID_ARGUMENT for uses
+ * bits other than FOS_WEIGHT_USE_*. */
+int fosc_put_request(Fos__PutWeightRequest *pw, Fos__WeightConfig *wc, Fos__WeightUse uses[4], Fos__Tensor *tw,
+		     const char *name, uint64_t version, const fos_weight_config *cfg, fos_status *st);
 /* ---- asynchronous calls (libfos_async.c) ---- */
 
 /* Whether a call with these inputs and outputs (NULL entries: none) goes asynchronously: the

@@ -251,9 +251,9 @@ static void forward_request(Fos__Request *rq, Fos__ForwardRequest *fr, const cha
 }
 
 
-/* One Forward request; y NULL with skip_output. */
-static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
-			const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx, fos_status *st)
+int fosc_forward_call(fos_client *c, const char *weight, const fos_tensor *x, const fos_tensor *bias,
+		      const fos_forward_opts *o, int skip_output, fos_tensor *y, fos_context *ctx,
+		      Fos__PutWeightRequest *put, const fos_tensor *w, fos_status *st)
 {
 	if (!weight)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
@@ -264,23 +264,28 @@ static int forward_call(fos_client *c, const char *weight, const fos_tensor *x, 
 	Fos__Tensor tx, tb;
 	forward_request(&rq, &fr, weight, &tx, &tb, bias, o);
 	fr.skip_output = skip_output;
-	fosc_in ins[2] = {{&tx, x, "x"}, {&tb, bias, "bias"}};
+	fosc_in ins[3] = {{&tx, x, "x"}, {&tb, bias, "bias"}, {NULL, NULL, NULL}};
+	int nin = bias ? 2 : 1;
+	if (put) { /* the put's W (its Fos__Tensor in put->w) after x and bias */
+		fr.put = put;
+		ins[nin++] = (fosc_in){put->w, w, "w"};
+	}
 	static const char *const out_names[] = {"y"};
 	fos_tensor *outs[] = {skip_output ? NULL : y};
 	const reput_of ro = {weight, o ? o->weight_version : 0};
 	const fosc_async_desc ad = {"Forward", weight, 0};
-	const int async = !skip_output && fosc_async_wanted(c, ins, bias ? 2 : 1, outs, 1);
+	const int async = !skip_output && fosc_async_wanted(c, ins, nin, outs, 1);
 	if (async && o && o->save_context)
 		fr.context_id = fosc_async_context_id(c); /* named by a Backward before the reply comes */
-	const opcall oc = {ins, bias ? 2 : 1, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD,
-			   "forward result", &ro, async ? &ad : NULL};
+	const opcall oc = {ins, nin, out_names, outs, 1, FOS__RESPONSE__RESULT_FORWARD, "forward result",
+			   put ? NULL : &ro /* a put inside the forward needs no re-put */, async ? &ad : NULL};
 	opreply rp;
 	const Fos__ForwardResult *res = fosc_op_call(c, &rq, &oc, &rp, st);
 	if (!res && rp.async && !rp.code && o && o->save_context) { /* what the call knows; the rest 0 */
 		memset(ctx, 0, sizeof *ctx);
 		ctx->id = fr.context_id;
 		fosc_copy_str(ctx->weight, sizeof ctx->weight, weight);
-		ctx->weight_version = o->weight_version;
+		ctx->weight_version = put ? put->version : o->weight_version;
 		ctx->override = o->override;
 		ctx->row_scaled = o->row_scaled;
 		ctx->four_over_six = o->four_over_six;
@@ -331,7 +336,7 @@ int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fo
 {
 	if (!y)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no output tensor for y");
-	return forward_call(c, weight, x, bias, o, 0, y, ctx, st);
+	return fosc_forward_call(c, weight, x, bias, o, 0, y, ctx, NULL, NULL, st);
 }
 
 static void check_point_from(const Fos__CheckPoint *p, fos_check_point *o)
@@ -479,8 +484,8 @@ int fos_backward(fos_client *c, fos_context *ctx, const fos_tensor *dy, const fo
 	/* the context is gone: recompute it from X against the same weight version */
 	fos_forward_opts fo = {ctx->weight_version, ctx->override, ctx->row_scaled, 1, ctx->four_over_six};
 	fos_context fresh;
-	code = forward_call(c, ctx->weight, o->recompute_x, ctx->has_bias ? o->recompute_bias : NULL, &fo, 1, NULL,
-			    &fresh, st);
+	code = fosc_forward_call(c, ctx->weight, o->recompute_x, ctx->has_bias ? o->recompute_bias : NULL, &fo, 1, NULL,
+				 &fresh, NULL, NULL, st);
 	if (code) {
 		if (code == FOS_CODE_NOT_FOUND || code == FOS_CODE_FAILED_PRECONDITION) {
 			char m[sizeof st->message];

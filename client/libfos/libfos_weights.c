@@ -84,39 +84,50 @@ static int place_check(const fos_placement *pl, fosc_place *out, fos_status *st)
 	return FOS_CODE_OK;
 }
 
-static int put_weight_call(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
-			   const fos_weight_config *cfg, const fosc_place *pl, fos_weight_info *info,
-			   fos_weight_entry *entry, fos_status *st)
+int fosc_put_request(Fos__PutWeightRequest *pw, Fos__WeightConfig *wc, Fos__WeightUse uses[4], Fos__Tensor *tw,
+		     const char *name, uint64_t version, const fos_weight_config *cfg, fos_status *st)
 {
 	if (!name)
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "no weight name");
 	if (cfg && (cfg->uses & ~FOS_WEIGHT_USES_ALL))
 		return fosc_status(st, FOS_CODE_INVALID_ARGUMENT, "uses 0x%x has bits other than FOS_WEIGHT_USE_*",
 				   (unsigned)cfg->uses);
-	Fos__Request rq = FOS__REQUEST__INIT;
-	Fos__PutWeightRequest pw = FOS__PUT_WEIGHT_REQUEST__INIT;
-	Fos__WeightConfig wc = FOS__WEIGHT_CONFIG__INIT;
-	Fos__Tensor tw;
-	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
-	rq.put_weight = &pw;
-	pw.name = (char *)name;
-	pw.version = version;
-	pw.w = &tw;
-	pw.config = &wc;
+	fos__put_weight_request__init(pw);
+	fos__weight_config__init(wc);
+	pw->name = (char *)name;
+	pw->version = version;
+	pw->w = tw;
+	pw->config = wc;
 	if (cfg) {
-		wc.weight_block = cfg->weight_block;
-		wc.err_mode = cfg->err_mode;
-		wc.bound = (uint32_t)cfg->bound;
-		pw.pin = cfg->pin;
-		pw.drop_master = cfg->drop_master;
-		pw.eager_columnwise = cfg->eager_columnwise;
-		wc.four_over_six = (Fos__FourOverSix)cfg->four_over_six;
+		wc->weight_block = cfg->weight_block;
+		wc->err_mode = cfg->err_mode;
+		wc->bound = (uint32_t)cfg->bound;
+		pw->pin = cfg->pin;
+		pw->drop_master = cfg->drop_master;
+		pw->eager_columnwise = cfg->eager_columnwise;
+		wc->four_over_six = (Fos__FourOverSix)cfg->four_over_six;
 	}
-	Fos__WeightUse uses[4];
 	for (int b = 0; cfg && b < 4; b++) /* bit b is wire value b + 1 */
 		if (cfg->uses & (1 << b))
-			uses[pw.n_uses++] = (Fos__WeightUse)(b + 1);
-	pw.uses = uses;
+			uses[pw->n_uses++] = (Fos__WeightUse)(b + 1);
+	pw->uses = uses;
+	return FOS_CODE_OK;
+}
+
+static int put_weight_call(fos_client *c, const char *name, uint64_t version, const fos_tensor *w,
+			   const fos_weight_config *cfg, const fosc_place *pl, fos_weight_info *info,
+			   fos_weight_entry *entry, fos_status *st)
+{
+	Fos__Request rq = FOS__REQUEST__INIT;
+	Fos__PutWeightRequest pw;
+	Fos__WeightConfig wc;
+	Fos__Tensor tw;
+	Fos__WeightUse uses[4];
+	int code = fosc_put_request(&pw, &wc, uses, &tw, name, version, cfg, st);
+	if (code)
+		return code;
+	rq.op_case = FOS__REQUEST__OP_PUT_WEIGHT;
+	rq.put_weight = &pw;
 	uint32_t devs[FOS_DEVICES_MAX];
 	if (pl) {
 		memcpy(devs, pl->devices, pl->n * sizeof devs[0]);
@@ -153,7 +164,6 @@ static int put_weight_call(fos_client *c, const char *name, uint64_t version, co
 		fosc_reply_free(&rp.r);
 		return fosc_status(st, FOS_CODE_DATA_LOSS, "the reply has no weight info");
 	}
-	int code = FOS_CODE_OK;
 	if (info)
 		weight_info_from(pr->info, info);
 	if (entry)

@@ -57,6 +57,8 @@ typedef struct fosd_fwd_args {
 	fosw_tensor expect;     /* a check instead of Y (has_expect): bf16, any rank until N is known */
 	int has_expect;
 	fos_cmp_criterion crit; /* the check's criterion (all zero: bitwise) */
+	fosd_put_args put;      /* the put run before the forward (has_put; ForwardRequest.put) */
+	int has_put;
 } fosd_fwd_args;
 
 typedef struct fosd_bwd_args {
@@ -215,6 +217,11 @@ static inline int fosd_result(fosd_opctx *c, Fos__Response__ResultCase which, vo
 
 /* ops_weights.c */
 int fosd_op_put_weight(fosd_opctx *c);
+/* A put's work on c's device (PutWeight's, and a Forward's put): the weight quantized for its uses
+ * (r's; r NULL: all) and inserted into the device's cache as *out. 0, or a gRPC code with msg;
+ * *staged says whether a failure is one PutWeight reports with the devices already holding it. */
+int fosd_put_cache(fosd_opctx *c, const fosd_put_args *a, const Fos__PutWeightRequest *r, struct fosd_weight **out,
+		   int *staged, char *msg, size_t msgsz);
 int fosd_op_drop_weight(fosd_opctx *c);
 /* ops_linear.c */
 int fosd_op_forward(fosd_opctx *c);

@@ -142,7 +142,19 @@ int fosd_op_forward(fosd_opctx *c)
 	memset(&saved, 0, sizeof saved);
 	memset(&wtmp, 0, sizeof wtmp);
 
-	int rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
+	int rc;
+	if (a->has_put) { /* the put first, as PutWeight's (PROTOCOL.md "A put inside a forward") */
+		fosd_weight *put;
+		int staged;
+		if (srv->n_devs > 1)
+			return fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+					 "forward.put: fosd serves %d devices, and a put inside a forward is for a fosd serving "
+					 "one: put weight '%s' with PutWeight (and its placement), then forward",
+					 srv->n_devs, a->weight);
+		if ((rc = fosd_put_cache(c, &a->put, s->rq->forward->put, &put, &staged, msg, sizeof msg)))
+			return fosd_fail(s, code, rc, "put: %s", msg);
+	}
+	rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(c, rc, "%s", msg);
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = w->qw.n;

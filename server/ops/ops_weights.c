@@ -61,29 +61,33 @@ static int put_stage_fail(fosd_opctx *c, int rc, const char *what)
 			 c->dev->index, what, s->stages_done == 1 ? "" : "s");
 }
 
-int fosd_op_put_weight(fosd_opctx *c)
+int fosd_put_cache(fosd_opctx *c, const fosd_put_args *a, const Fos__PutWeightRequest *r, fosd_weight **out,
+		   int *staged, char *msg, size_t msgsz)
 {
 	fosd_opreq *s = c->s;
-	fosd_put_args *a = &s->args.u.put;
-	char msg[FOSD_MSG_MAX];
 	fos_err e;
-	if (s->placed && !(s->placed & (1u << c->dev->index)))
-		return put_leave(c);
 	int64_t n = a->w.shape[0], k = a->w.shape[1];
 	int uses;
-	int rc = put_uses(s->rq ? s->rq->put_weight : NULL, !a->keep_master, &uses, msg, sizeof msg);
+	*staged = 1;
+	int rc = put_uses(r, !a->keep_master, &uses, msg, msgsz);
 	if (rc)
-		return put_stage_fail(c, rc, msg);
+		return rc;
+	*staged = 0;
 	fosd_weight *old = fosd_wcache_find_in(&c->dev->wc, s->tenant, a->name);
-	if (old && old->version == a->version)
-		return fosd_fail(c, FOS__CODE__ALREADY_EXISTS, "weight '%s' version %llu is already cached",
-				 a->name, (unsigned long long)a->version);
-	rc = fosd_wcache_reserve_in(&c->dev->wc, s->tenant, fos_qweight_bytes_for(n, k, uses, NULL), old, msg, sizeof msg);
+	if (old && old->version == a->version) {
+		snprintf(msg, msgsz, "weight '%s' version %llu is already cached", a->name, (unsigned long long)a->version);
+		return FOS__CODE__ALREADY_EXISTS;
+	}
+	*staged = 1;
+	rc = fosd_wcache_reserve_in(&c->dev->wc, s->tenant, fos_qweight_bytes_for(n, k, uses, NULL), old, msg, msgsz);
 	if (rc)
-		return put_stage_fail(c, rc, msg);
+		return rc;
+	*staged = 0;
 	fosd_weight *w = calloc(1, sizeof *w);
-	if (!w)
-		return fosd_fail(c, FOS__CODE__RESOURCE_EXHAUSTED, "out of memory");
+	if (!w) {
+		snprintf(msg, msgsz, "out of memory");
+		return FOS__CODE__RESOURCE_EXHAUSTED;
+	}
 	snprintf(w->name, sizeof w->name, "%s", a->name);
 	w->version = a->version;
 	w->pinned = a->pin;
@@ -91,13 +95,15 @@ int fosd_op_put_weight(fosd_opctx *c)
 	void *wd = fosd_dev_from(c, &a->w, &e);
 	if (!wd) {
 		free(w);
-		return fosd_fail_be(c, e.rc, NULL, &e);
+		snprintf(msg, msgsz, "%s", e.msg);
+		return fosd_code_of_rc(e.rc);
 	}
 	rc = fos_qweight_make_uses(c->be, wd, n, k, &a->opts, uses, &w->qw, &e);
 	fosd_dev_free(c, wd);
 	if (rc) {
 		free(w);
-		return fosd_fail(c, fosd_code_of_rc(rc), "quantizing weight '%s': %s", a->name, e.msg);
+		snprintf(msg, msgsz, "quantizing weight '%s': %s", a->name, e.msg);
+		return fosd_code_of_rc(rc);
 	}
 	fosd_wcache_insert(&c->dev->wc, w);
 	char us[80];
@@ -105,6 +111,22 @@ int fosd_op_put_weight(fosd_opctx *c)
 		  w->name, s->tenant ? " of " : "", s->tenant ? s->tenant->name : "", (unsigned long long)w->version,
 		  (long long)n, (long long)k, fos_uses_str(w->qw.uses, us, sizeof us),
 		  fos_scope_name(w->qw.opts.four_over_six), w->bytes, w->pinned ? ", pinned" : "", c->dev->index);
+	*out = w;
+	return 0;
+}
+
+int fosd_op_put_weight(fosd_opctx *c)
+{
+	fosd_opreq *s = c->s;
+	fosd_put_args *a = &s->args.u.put;
+	char msg[FOSD_MSG_MAX];
+	if (s->placed && !(s->placed & (1u << c->dev->index)))
+		return put_leave(c);
+	fosd_weight *w = NULL;
+	int staged;
+	int rc = fosd_put_cache(c, a, s->rq ? s->rq->put_weight : NULL, &w, &staged, msg, sizeof msg);
+	if (rc)
+		return staged ? put_stage_fail(c, rc, msg) : fosd_fail(c, rc, "%s", msg);
 
 	fosd_weight_info info;
 	fosd_weight_info_of(w, fosd_now_ns(), &info);

@@ -7,15 +7,16 @@
 
 #include <stdio.h>
 
-/* A Forward that saves a context for Backward writes the context table: it runs alone. */
+/* A Forward that saves a context for Backward writes the context table, one with a put the weight
+ * cache (as PutWeight): it runs alone. */
 static int forward_beside(const fosd_args *a)
 {
-	return !a->u.fwd.save;
+	return !a->u.fwd.save && !a->u.fwd.has_put;
 }
 
 static int forward_small(const fosd_args *a)
 {
-	return !a->u.fwd.save && a->u.fwd.x.len <= FOSD_RUN_NOW_BYTES &&
+	return !a->u.fwd.save && !a->u.fwd.has_put && a->u.fwd.x.len <= FOSD_RUN_NOW_BYTES &&
 	       a->u.fwd.expect.len <= FOSD_RUN_NOW_BYTES; /* a check compares on the CPU */
 }
 

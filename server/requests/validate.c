@@ -161,11 +161,9 @@ static int reply_fits(vctx *v, uint64_t bytes, uint64_t max_reply)
 
 /* ---- per op --------------------------------------------------------------------------------- */
 
-int fosd_validate_put(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
+/* A PutWeightRequest's fields into a (a PutWeight's, or a Forward's put). */
+static int v_put(vctx *v, const Fos__PutWeightRequest *r, fosd_put_args *a)
 {
-	const Fos__PutWeightRequest *r = rq->put_weight;
-	fosd_put_args *a = &args->u.put;
-	(void)max_reply;
 	int rc;
 	if (fosd_check_name(r->name, "weight name", v->msg, v->msgsz))
 		return INVALID;
@@ -193,6 +191,49 @@ int fosd_validate_put(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t
 	a->keep_master = !r->drop_master;
 	/* without the master, a quantized backward needs the columnwise copy made now */
 	a->want_col = r->eager_columnwise || r->drop_master;
+	return 0;
+}
+
+int fosd_validate_put(vctx *v, const Fos__Request *rq, fosd_args *args, uint64_t max_reply)
+{
+	(void)max_reply;
+	return v_put(v, rq->put_weight, &args->u.put);
+}
+
+/* A Forward's put (ForwardRequest.put): a PutWeight of the forward's own weight, on the forward's
+ * device, without a check. */
+static int v_forward_put(vctx *v, const Fos__ForwardRequest *r, fosd_fwd_args *a)
+{
+	const Fos__PutWeightRequest *p = r->put;
+	int rc;
+	if (strcmp(p->name, r->weight)) {
+		snprintf(v->msg, v->msgsz, "forward.put.name is '%.128s' but forward.weight is '%.128s': a put inside a "
+			 "forward puts the forward's own weight", p->name, r->weight);
+		return INVALID;
+	}
+	if (!p->version) {
+		snprintf(v->msg, v->msgsz, "forward.put.version is 0: a put inside a forward names its version (nonzero)");
+		return INVALID;
+	}
+	if (r->weight_version && r->weight_version != p->version) {
+		snprintf(v->msg, v->msgsz,
+			 "forward.weight_version is %llu but forward.put.version is %llu: give 0 or the put's version",
+			 (unsigned long long)r->weight_version, (unsigned long long)p->version);
+		return INVALID;
+	}
+	if (p->n_devices || p->replicas) {
+		snprintf(v->msg, v->msgsz, "forward.put has a placement (devices or replicas): a put inside a forward goes "
+			 "to the forward's device; use PutWeight to place it");
+		return INVALID;
+	}
+	if (r->expect) {
+		snprintf(v->msg, v->msgsz, "forward.put cannot be combined with expect (a check puts nothing)");
+		return INVALID;
+	}
+	if ((rc = v_put(v, p, &a->put)))
+		return rc;
+	a->has_put = 1;
+	a->version = p->version;
 	return 0;
 }
 
@@ -265,6 +306,8 @@ int fosd_validate_forward(vctx *v, const Fos__Request *rq, fosd_args *args, uint
 		return INVALID;
 	}
 	a->skip_output = r->skip_output;
+	if (r->put && (rc = v_forward_put(v, r, a)))
+		return rc;
 	/* a target for Y that no Y will fill: refused, as one for a skipped gradient is */
 	int yi = fosd_shm_output_index(rq, "y");
 	if (yi >= 0 && (a->has_expect || a->skip_output)) {

@@ -1,6 +1,8 @@
 """Training through fosd.torch against a real CPU fosd: a 20-step SGD loop on a two-layer model
-(its loss goes down; each layer's weight is put once per step, counted by the layer, by fosd's
-weight versions and by Stats), two layers with different options in one process, contexts that
+(its loss goes down; each layer's weight is put once per step, counted by the layer and by fosd's
+weight versions, inside the layer's forward: Stats counts one forward per layer and step and no
+put_weight; the same bits as with separate puts, and separate puts where fosd refuses a put inside
+a forward), two layers with different options in one process, contexts that
 never leak (Stats contexts back to the start once the graphs are gone, also without a backward),
 an expired context recomputed from X, a second backward (retain_graph), a weight fosd lost put
 again, and a layer's weight dropped from fosd when the layer is garbage collected."""
@@ -36,7 +38,8 @@ def test_sgd_loop_reputs_once_per_step(client):
         yt = target(x).to(torch.bfloat16)
     xb = x.to(torch.bfloat16)
     opt = torch.optim.SGD(model.parameters(), lr=2.0)
-    puts0 = client.stats()["ops"]["put_weight"]["requests"]
+    ops0 = client.stats()["ops"]
+    puts0, fwd0 = ops0["put_weight"]["requests"], ops0["forward"]["requests"]
     ctx0 = client.stats()["contexts"]
     losses = []
     for step in range(20):
@@ -50,13 +53,70 @@ def test_sgd_loop_reputs_once_per_step(client):
     assert l1.puts == 20 and l2.puts == 20
     cached = weights(client)
     assert cached[l1.name].version == 20 and cached[l2.name].version == 20
-    assert client.stats()["ops"]["put_weight"]["requests"] - puts0 == 40
+    # each put went inside its layer's forward: one round trip per layer and step (fos_forward_put)
+    assert client.fused_put and client.fused_put_off_reason is None
+    ops = client.stats()["ops"]
+    assert ops["put_weight"]["requests"] - puts0 == 0
+    assert ops["forward"]["requests"] - fwd0 == 40
     assert losses[-1] < 0.7 * losses[0], losses
     assert client.stats()["contexts"] == ctx0
     # evaluation with grad off puts the stepped weight once more, saves no context
     with torch.no_grad():
         model(xb)
     assert l1.puts == 21 and client.stats()["contexts"] == ctx0
+
+
+def _train(client, steps=5):
+    """Losses and final weights of a seeded two-layer SGD run through client."""
+    torch.manual_seed(11)
+    model = torch.nn.Sequential(ft.Linear(64, 128, dtype=torch.bfloat16, client=client), torch.nn.ReLU(),
+                                ft.Linear(128, 64, dtype=torch.bfloat16, client=client))
+    g = torch.Generator().manual_seed(12)
+    x, yt = rand_bf16(g, 96, 64), rand_bf16(g, 96, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = (model(x).float() - yt.float()).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(bits(loss.detach().to(torch.bfloat16)).tobytes())
+    return losses, [bits(p.detach()) for p in model.parameters()], model
+
+
+def test_fused_put_same_bits_as_separate_puts(server):
+    """A training loop whose puts travel inside the forwards gives the bits of one that puts
+    separately (fused_put turned off by hand): losses and weights after 5 steps."""
+    with fosd.connect(server.url) as a, fosd.connect(server.url) as b:
+        b._fused_off = "turned off by the test"
+        assert a.fused_put and not b.fused_put
+        p0 = b.stats()["ops"]["put_weight"]["requests"]
+        la, wa, ma = _train(a)
+        lb, wb, mb = _train(b)
+        assert b.stats()["ops"]["put_weight"]["requests"] - p0 == 10  # b: 2 layers x 5 steps
+        assert la == lb
+        for x, y in zip(wa, wb):
+            np.testing.assert_array_equal(x, y)
+        del ma, mb
+
+
+def test_fused_put_refused_by_a_fosd_of_several_devices(start_fosd):
+    """A fosd serving several devices refuses a put inside a forward (FAILED_PRECONDITION): the
+    layer puts separately from then on, with the same bits, and says why."""
+    s = start_fosd("--devices", "0,1", backend="cpu")
+    with fosd.connect(s.url) as c:
+        assert c.fused_put
+        p0 = c.stats()["ops"]["put_weight"]["requests"]
+        losses, w, m = _train(c, steps=2)
+        assert not c.fused_put
+        assert "put inside a forward" in c.fused_put_off_reason
+        assert c.stats()["ops"]["put_weight"]["requests"] - p0 == 4
+        del m
+    with fosd.connect(s.url) as c1:
+        c1._fused_off = "off"
+        l1, w1, m1 = _train(c1, steps=2)
+        assert l1 == losses
+        del m1
 
 
 def test_two_layers_different_options(client, rng):

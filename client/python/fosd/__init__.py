@@ -11,13 +11,13 @@ fosd.Recipe is a layer's numerics options as one value; fosd.torch has the PyTor
 over libfos.so (client/libfos/fos.h) through ctypes; fosd._lib says where the library is looked for.
 """
 
-from ._errors import Error
+from ._errors import AsyncError, Error
 from ._mps import PerformanceWarning
 from ._recipe import Recipe
 from .client import Client, Context, WeightInfo, connect
 
-__all__ = ["Client", "Context", "Error", "PerformanceWarning", "Recipe", "WeightInfo", "connect",
-           "default_client", "__version__"]
+__all__ = ["AsyncError", "Client", "Context", "Error", "PerformanceWarning", "Recipe", "WeightInfo", "connect",
+           "default_client", "synchronize", "__version__"]
 __version__ = "0.2.0"
 
 _default = None
@@ -30,6 +30,15 @@ def default_client():
     if _default is None or _default.closed:
         _default = connect()
     return _default
+
+
+def synchronize(client=None):
+    """Waits for the asynchronous calls of client (default: the default client, when one is
+    connected) and raises the first failure not yet reported (fosd.AsyncError); see
+    Client.synchronize. The package's sync point besides torch.cuda.synchronize()."""
+    c = client if client is not None else _default
+    if c is not None and not c.closed:
+        c.synchronize()
 
 
 def set_default_client(client):

@@ -105,7 +105,7 @@ class Connection:
         shm = opts["shm"]
         if shm is None:
             shm = self.url.startswith("ipc://")
-        conn.plane = plane = Plane(lib, h, shm, opts["device_tensors"])
+        conn.plane = plane = Plane(lib, h, shm, opts["device_tensors"], opts.get("async_calls", True))
         if self._reput is not None and _lib.has(lib, "fos_set_reput_hook"):
             conn.hook = _reput_hook(weakref.ref(self))
             lib.fos_set_reput_hook(h, conn.hook, None)

@@ -62,7 +62,7 @@ class Status(ctypes.Structure):
 
 
 MEM_HOST, MEM_CUDA = 0, 1  # fos_tensor.mem (enum fos_mem)
-CUDA_ORDER_INPUTS, CUDA_ORDER_OUTPUTS = 1, 2  # fos_set_cuda_order flags
+CUDA_ORDER_INPUTS, CUDA_ORDER_OUTPUTS, CUDA_ORDER_ASYNC = 1, 2, 4  # fos_set_cuda_order flags
 
 
 class Tensor(ctypes.Structure):
@@ -277,6 +277,9 @@ def _declare(lib):
         "fos_set_reput_hook": (None, [V, REPUT_HOOK, V]),
         "fos_after_fork": (I, []),
         "fos_server_mps": (I, [V]),
+        "fos_forward_put": (I, [V, S, U64, T, P(WeightConfig), T, T, P(ForwardOpts), T, P(ContextStruct), ST]),
+        "fos_sync": (I, [V, ST]),
+        "fos_async_count": (U64, [V]),
     }
     for name, (res, args) in list(sig.items()) + list(optional.items()):
         try:

@@ -29,7 +29,16 @@ out in one of these ways and returns the results:
     allocator in that stream's order, so freeing an input right after the call is safe. Otherwise
     (device tensors on several GPUs, an older libfos, or a driver that cannot) the current stream
     of each GPU involved is synchronized before sending and fosd's writes are complete when the
-    reply comes. Whether memory can be shared is asked of libfos
+    reply comes. Asynchronous calls: when libfos has FOS_CUDA_ORDER_ASYNC (fos_sync; the
+    Client's async_calls, default on), the order is set with it too, and a call whose tensors are
+    all device tensors with results allocated here (torch.empty on the current stream of the
+    calling thread, before the call) returns as soon as libfos has handed it on, before fosd
+    answered; the stream waits for fosd's writes. Its failure is raised by the next call through the
+    client, or by Client.synchronize (fos_sync), as fosd.AsyncError naming the op and the request
+    id (never retried or taken for the current call's own failure). A driver that cannot (no
+    stream memory operations) turns it off (async_off_reason says why), the calls then ordered as
+    above. The device-tensor calls of forward and backward take fosd._devcall's fast path.
+    Whether memory can be shared is asked of libfos
     (fos_cuda_check, which asks the driver) once per (address, bytes): the answer "yes" is kept
     (at most CHECKS_MAX of them), since torch's caching allocator hands the same blocks out again;
     a call that fosd or libfos refuses for its device memory after such a kept answer forgets them
@@ -60,8 +69,8 @@ from ctypes import byref
 import sys
 import threading
 
-from . import _lib, _mps
-from ._errors import Error, check
+from . import _devcall, _lib, _mps
+from ._errors import Error, check, error, is_async_failure
 
 ALIGN = 256
 MIN_REGION = 1 << 20
@@ -79,8 +88,8 @@ _REPLY_SLACK = 16384
 # finish[j] of a result that libfos allocates (see _call; compared by identity: other entries may
 # be tensors, whose == is elementwise)
 _MALLOC = object()
-# Plane._device_call's answer for a call that takes _call's general layout
-_HOST = object()
+# Plane._device_call's (and fosd._devcall's) answer for a call that takes _call's general layout
+_HOST = _devcall._HOST
 
 
 _TORCH_DTYPES = None
@@ -97,6 +106,18 @@ def _torch_dtypes():
         t = _torch_mod()
         _TORCH_DTYPES = {_lib.DTYPE_BF16: t.bfloat16, _lib.DTYPE_F32: t.float32, _lib.DTYPE_U8: t.uint8}
     return _TORCH_DTYPES
+
+
+def _current_stream(torch, dev):
+    """The handle of dev's current stream in this thread (an int; 0: the legacy default stream):
+    torch's raw getter where it has one (no Stream object made; a CUDA tensor's device has an
+    index), else current_stream(dev)."""
+    i = dev.index
+    if i is not None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(i)
+    return torch.cuda.current_stream(dev).cuda_stream
 
 
 def _align(n):
@@ -177,7 +198,7 @@ def _device_refusal(e):
 class Plane:
     mps_checked = False  # _mps.check ran for this connection
 
-    def __init__(self, lib, handle, use_shm, use_device=True):
+    def __init__(self, lib, handle, use_shm, use_device=True, use_async=True):
         self._lib = lib
         self._handle = handle
         self._mu = threading.Lock()
@@ -193,6 +214,11 @@ class Plane:
         # calls ordered on a CUDA stream instead of host synchronization (_stream_order)
         self.stream_order = _lib.has(lib, "fos_set_cuda_order")
         self.stream_order_off_reason = None if self.stream_order else "libfos has no fos_set_cuda_order"
+        # stream-ordered calls that return before fosd answers (FOS_CUDA_ORDER_ASYNC; see above)
+        self.async_calls = bool(use_async) and self.stream_order and _lib.has(lib, "fos_sync")
+        self.async_off_reason = None if self.async_calls else (
+            "turned off (async_calls=False)" if not use_async else
+            "libfos has no fos_sync (FOS_CUDA_ORDER_ASYNC)" if self.stream_order else self.stream_order_off_reason)
         self._shared = {}  # (address, bytes) -> True: fos_cuda_check said yes
         self.device_checks = 0  # fos_cuda_check calls made (the driver asked)
         self.channel_off_reason = None  # set by the Client, and by _inline_reply
@@ -235,12 +261,20 @@ class Plane:
         if len(devices) == 1 and self.stream_order:
             dev = devices[0]
             # 0 is the legacy default stream: CU_STREAM_LEGACY, in the current context of dev
-            key = (dev, torch.cuda.current_stream(dev).cuda_stream or 1)
+            key = (dev, _current_stream(torch, dev) or 1)
             if tls.__dict__.get("order") == key:
                 return True
             st = _lib.Status()
             with torch.cuda.device(dev):
                 flags = _lib.CUDA_ORDER_INPUTS | _lib.CUDA_ORDER_OUTPUTS
+                if self.async_calls:
+                    rc = self._lib.fos_set_cuda_order(self._handle, key[1], flags | _lib.CUDA_ORDER_ASYNC,
+                                                      ctypes.byref(st))
+                    if rc == _lib.OK:
+                        tls.order = key
+                        return True
+                    self.async_calls = False  # a driver without stream memory operations
+                    self.async_off_reason = st.message.decode("utf-8", "replace")
                 rc = self._lib.fos_set_cuda_order(self._handle, key[1], flags, ctypes.byref(st))
             if rc == _lib.OK:
                 tls.order = key
@@ -381,7 +415,25 @@ class Plane:
         except Error as e:
             if not _device_refusal(e):
                 raise
-            err = e
+            return self._refused(e, inputs, outputs, fn)
+
+    def call_fast(self, fast, slow):
+        """A call through fast() (a fosd._devcall function bound to its arguments), which returns
+        its results or _HOST when its tensors do not all go as device tensors as they are; then
+        through call(*slow()), slow() giving call's (inputs, outputs, fn) of the same call. A
+        refusal of fast()'s device memory is handled as call()'s first try's."""
+        try:
+            r = fast()
+        except Error as e:
+            if not _device_refusal(e):
+                raise
+            return self._refused(e, *slow())
+        if r is _HOST:
+            return self.call(*slow())
+        return r
+
+    def _refused(self, err, inputs, outputs, fn):
+        """call() after fosd or libfos refused the device memory of its first try (err)."""
         if err._cached:
             self.forget_checks()
             try:
@@ -586,8 +638,8 @@ class Plane:
         return results, rc, st
 
     def _error(self, rc, st, device):
-        e = Error(rc, st.message.decode("utf-8", "replace"))
-        e._device = device  # device tensors were sent: call() may retry through host memory
+        e = error(rc, st.message.decode("utf-8", "replace"))
+        e._device = device and not is_async_failure(e)  # device tensors were sent: call() may retry through host memory
         e._cached = self._tls.cached  # ... and were known shareable from kept answers
         return e
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from . import _lib
-from ._errors import Error
+from ._errors import Error, is_async_failure
 from ._recipe import Recipe
 from .client import _arr, placement
 
@@ -101,13 +101,17 @@ class _WeightSlot:
         with self._mu:
             return self._put(w, uses)
 
-    def _put(self, w: torch.Tensor, uses: Tuple[str, ...]) -> int:
-        key = (self._key(w), uses)
+    def _cfg(self, uses: Tuple[str, ...]) -> Any:
         cfg = self._cfgs.get(uses)
         if cfg is None:
             r, c = self.recipe, self.client
             cfg = self._cfgs[uses] = c._weight_config(r.weight_block, r.err, r.bound, uses=uses,
                                                       **_scope_kw(c._weight_config, r.four_over_six))
+        return cfg
+
+    def _put(self, w: torch.Tensor, uses: Tuple[str, ...]) -> int:
+        key = (self._key(w), uses)
+        cfg = self._cfg(uses)
         # a new number for every try: a put whose reply was lost may have landed under the last one
         self.version += 1
         self.client._put(self.name, self.bname, _arr(w.detach(), "w", 2), self.version, cfg,
@@ -124,25 +128,79 @@ class _WeightSlot:
                 return self._put(w, uses)
             return self.version
 
+    def forward_put(self, w: torch.Tensor, uses: Tuple[str, ...], fwd: Any) -> Any:
+        """fwd(version, put) -> the forward's result, with the weight put inside the forward (put:
+        (w, cfg), fos_forward_put) when w changed since the last put and the client can carry a
+        put in a forward (fused_put), else after a separate put when it changed (put None). One
+        round trip per layer and step in a training loop."""
+        with self._mu:
+            key = (self._key(w), uses)
+            if key == self.key:
+                version = self.version
+            elif self.placement is None and fused_put(self.client):
+                self.version += 1
+                try:
+                    r = fwd(self.version, (w.detach(), self._cfg(uses)))
+                except Error as e:
+                    if not _fusion_refused(e):
+                        raise
+                    _fusion_off(self.client, e)
+                else:
+                    self.key = key
+                    self.puts += 1
+                    return r
+                version = self._put(w, uses)
+            else:
+                version = self._put(w, uses)
+        return fwd(version, None)
+
+
+def fused_put(client: Any) -> bool:
+    """Whether client's puts travel inside forwards (fos_forward_put): its libfos has the call and
+    fosd did not refuse one (Client.fused_put_off_reason says why not)."""
+    off = getattr(client, "_fused_off", None)
+    if off is None:
+        off = client._fused_off = "" if _lib.has(client._lib, "fos_forward_put") else \
+            "this libfos has no fos_forward_put"
+    return not off
+
+
+def _fusion_refused(e: Error) -> bool:
+    """fosd cannot run a put inside a forward: one serving several devices (FAILED_PRECONDITION
+    naming it), or one that predates it: it ignores the put, so the forward's version is not
+    cached (NOT_FOUND) or, W inline, its bytes lie past the request's last tensor."""
+    if is_async_failure(e):
+        return False
+    c, m = e.code_number, e.message
+    return (c == _lib.FAILED_PRECONDITION and "put inside a forward" in m) or c == _lib.NOT_FOUND or \
+        (c == _lib.INVALID_ARGUMENT and "beyond its last tensor" in m)
+
+
+def _fusion_off(client: Any, e: Error) -> None:
+    client._fused_off = "fosd refused a put inside a forward: %s" % e
+
 
 def run_forward(slot: _WeightSlot, opts: Opts, x2: torch.Tensor, weight: torch.Tensor,
                 bias: Optional[torch.Tensor], save: bool) -> Tuple[torch.Tensor, Any]:
     """y (M, N) in x2's dtype and the forward's Context (None unless save) for a 2-D x2; M = 0
-    gives an empty y without asking fosd. If fosd lost the weight (restart, eviction), it is put
+    gives an empty y without asking fosd. The weight goes with the forward when it changed since
+    its last put (_WeightSlot.forward_put). If fosd lost the weight (restart, eviction), it is put
     again and the forward retried once. The four_over_six scope travels with the weight's put
     (a forward without one follows its weight's)."""
     if x2.shape[0] == 0:
         return x2.new_empty((0, weight.shape[0])), None
     client = slot.client
-    version = slot.ensure(weight, opts.uses)
-    ax, ab = _arr(x2, "x", 2), _arr(bias, "bias", 1)
+
+    def fwd(version: int, put: Any) -> Any:
+        return client._forward(slot.name, slot.bname, x2, bias, version, opts.override, opts.row_scaled, save,
+                               put=put)
     try:
-        r = client._forward(slot.name, slot.bname, ax, ab, version, opts.override, opts.row_scaled, save)
+        r = slot.forward_put(weight, opts.uses, fwd)
     except Error as e:
-        if e.code_number != _lib.NOT_FOUND:
+        if e.code_number != _lib.NOT_FOUND or is_async_failure(e):
             raise
         version = slot.put(weight, opts.uses)
-        r = client._forward(slot.name, slot.bname, ax, ab, version, opts.override, opts.row_scaled, save)
+        r = fwd(version, None)
     y, ctx = r if save else (r, None)
     return (y if y.dtype == x2.dtype else y.to(x2.dtype)), ctx
 
@@ -167,7 +225,7 @@ def run_backward(ctx: Any, dy: torch.Tensor, x2: torch.Tensor, bias: Optional[to
     try:
         dx, dw, db = client.backward(ctx, dy, need_dx=need_dx, need_dw=need_dw)
     except Error as e:
-        if e.code_number != _lib.NOT_FOUND:
+        if e.code_number != _lib.NOT_FOUND or is_async_failure(e):
             raise
         dx, dw, db = client.backward(ctx, dy, x=x2, bias=bias, need_dx=need_dx, need_dw=need_dw)
     if dx is not None and dx.dtype != x2.dtype:

@@ -30,10 +30,11 @@ import os
 import threading
 import weakref
 
-from . import _lib
+from . import _devcall, _lib
 from ._arrays import Arr, Out
-from ._errors import Error, check
+from ._errors import Error, check, is_async_failure
 from ._conn import Connection, close_conn
+from ._records import Context, WeightInfo, _entry_devices, placement  # noqa: F401 (re-exported)
 
 DEFAULT_URL = "ipc:///tmp/fosd.sock"
 # microseconds a client of a GPU fosd polls for a reply (and asks its channel to), see the top
@@ -88,114 +89,9 @@ def _s(b):
     return b.decode("utf-8", "replace")
 
 
-class WeightInfo:
-    """A weight in fosd's cache (put_weight, list_weights)."""
-
-    __slots__ = ("name", "version", "n", "k", "weight_block", "err", "bound", "bytes", "pinned",
-                 "has_master", "has_columnwise", "uses", "idle_ms", "weight_uses", "codes_bytes",
-                 "columnwise_bytes", "master_bytes", "decoded_tier_bytes", "devices")
-
-    def __init__(self, s, devices=None):
-        self.name = _s(s.name)
-        self.version = s.version
-        self.n, self.k = s.n, s.k
-        self.weight_block = _lib.BLOCK_NAMES.get(s.weight_block, str(s.weight_block))
-        self.err = _lib.ERR_NAMES.get(s.err_mode, str(s.err_mode))
-        self.bound = s.bound
-        self.bytes = s.bytes
-        self.pinned, self.has_master, self.has_columnwise = (bool(s.pinned), bool(s.has_master),
-                                                             bool(s.has_columnwise))
-        self.uses, self.idle_ms = s.uses, s.idle_ms
-        # what it was put for, and its bytes by part (PROTOCOL.md "Weight uses")
-        self.weight_uses = tuple(u for u, b in _lib.WEIGHT_USES.items() if s.weight_uses & b)
-        self.codes_bytes, self.columnwise_bytes = s.codes_bytes, s.columnwise_bytes
-        self.master_bytes, self.decoded_tier_bytes = s.master_bytes, s.decoded_tier_bytes
-        # the indices of the devices holding a copy (PROTOCOL.md "Devices"; bytes are one copy's),
-        # None where libfos does not say (a libfos without fos_list_weight_entries)
-        self.devices = devices
-
-    def __repr__(self):
-        return "WeightInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
-
-
-def _entry_devices(e):
-    return tuple(e.devices[i] for i in range(min(e.n_devices, _lib.DEVICES_MAX)))
-
-
-def _u32(v, what):
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 32:
-        raise Error(_lib.INVALID_ARGUMENT, "%s: %r is not a device index or count (an integer 0 .. 2^32-1)"
-                    % (what, v))
-    return v
-
-
-def placement(devices=None, replicas=0):
-    """The fos_placement of put_weight's devices and replicas (checked), or None for the default
-    (neither given). Keeps its device array alive as ._keep."""
-    if replicas is None:
-        replicas = 0
-    if devices is None and not replicas:
-        _u32(replicas, "replicas")
-        return None
-    if devices is not None and replicas:
-        raise Error(_lib.INVALID_ARGUMENT, "devices and replicas: give one of them, not both")
-    pl = _lib.Placement()
-    if devices is not None:
-        if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
-            raise Error(_lib.INVALID_ARGUMENT, "devices: %r is not a list of device indices" % (devices,))
-        idx = [_u32(d, "devices") for d in devices]
-        if not idx:
-            raise Error(_lib.INVALID_ARGUMENT, "devices is empty (None: the default placement)")
-        arr = (ctypes.c_uint32 * len(idx))(*idx)
-        pl.devices, pl.n_devices = ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint32)), len(idx)
-        pl._keep = arr
-    else:
-        pl.replicas = _u32(replicas, "replicas")
-    return pl
-
-
-def _release_ctx(c, struct, pid):
-    """Finalizer of a Context: release it on fosd if it is still saved there (not from a forked
-    child: the context is its parent's)."""
-    conn = c._holder[0]
-    if not struct.id or pid != os.getpid() or conn is None or conn.handle is None or conn.pid != pid:
-        return
-    st = _lib.Status()
-    try:
-        conn.lib.fos_release(conn.handle, ctypes.byref(struct), ctypes.byref(st))
-    except Exception:  # a finalizer must not raise (interpreter shutdown)
-        pass
-
-
-class Context:
-    """A forward's saved context on fosd. .id is 0 once consumed by backward or released."""
-
-    def __init__(self, client, struct):
-        self._struct = struct
-        self._client = client
-        self._fin = weakref.finalize(self, _release_ctx, client, struct, os.getpid())
-
-    @property
-    def id(self):
-        return self._struct.id
-
-    @property
-    def saved(self):
-        return self._struct.id != 0
-
-    resolved_override = property(lambda s: _lib.OVERRIDE_NAMES.get(s._struct.resolved_override))
-    ttl_ms = property(lambda s: s._struct.ttl_ms)
-    recomputed = property(lambda s: s._struct.recomputed)
-    weight = property(lambda s: _s(s._struct.weight))
-    weight_version = property(lambda s: s._struct.weight_version)
-    m = property(lambda s: s._struct.m)
-    n = property(lambda s: s._struct.n)
-    k = property(lambda s: s._struct.k)
-    has_bias = property(lambda s: bool(s._struct.has_bias))
-
-    def __repr__(self):
-        return "Context(id=%d, weight=%r, version=%d, m=%d, n=%d, k=%d)" % (
-            self.id, self.weight, self.weight_version, self.m, self.n, self.k)
+def _n_of(w):
+    """N of a weight (N, K) given as an Arr or an array."""
+    return w.shape[0] if type(w) is Arr else int(w.shape[0])
 
 
 def _no_nul(v, what):
@@ -216,7 +112,7 @@ class Client(Connection):
 
     def __init__(self, url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *,
                  reput_weights=None, shm=None, channel=None, channel_spin_us=None, device_tensors=True,
-                 spin_us=None):
+                 spin_us=None, async_calls=True):
         self.url = _no_nul(url or os.environ.get("FOS_SERVER") or DEFAULT_URL, "url")
         if token is None:
             token = os.environ.get("FOS_TOKEN") or None
@@ -225,7 +121,8 @@ class Client(Connection):
         _no_nul(server_name, "server_name")
         self._keep = [x.encode() if isinstance(x, str) else x for x in (token, tls_ca, server_name)]
         self._opts = dict(timeout_ms=self._ms(timeout), reput_weights=reput_weights, shm=shm, channel=channel,
-                          channel_spin_us=channel_spin_us, device_tensors=device_tensors, spin_us=spin_us)
+                          channel_spin_us=channel_spin_us, device_tensors=device_tensors, spin_us=spin_us,
+                          async_calls=async_calls)
         self._weight_n = {}
         self._wmu = threading.Lock()
         # what a weight fosd lost is put again from (reput_weights not False): name -> (Arr, version,
@@ -329,6 +226,44 @@ class Client(Connection):
     def device_tensors_sent(self):
         """CUDA tensors (inputs and results) fosd read or wrote in place through this client."""
         return self._plane.device_sent
+
+    @property
+    def async_calls(self):
+        """True while device-tensor calls may return before fosd answers (FOS_CUDA_ORDER_ASYNC;
+        False: see async_off_reason)."""
+        return self._plane.async_calls
+
+    @property
+    def async_off_reason(self):
+        return self._plane.async_off_reason
+
+    @property
+    def async_calls_made(self):
+        """Calls of this client that returned before fosd answered (libfos's fos_async_count)."""
+        lib = self._lib
+        return lib.fos_async_count(self._h()) if _lib.has(lib, "fos_async_count") else 0
+
+    def synchronize(self):
+        """Waits until every asynchronous call made through this client is answered by fosd (its
+        GPU work queued in its stream's order: synchronize the stream to wait for the work itself),
+        and raises the first failure of one not yet reported, as fosd.AsyncError naming the op and
+        request id. Nothing to wait for without asynchronous calls (a libfos without fos_sync)."""
+        lib = self._lib
+        if not _lib.has(lib, "fos_sync"):
+            return
+        st = _lib.Status()
+        check(lib.fos_sync(self._h(), ctypes.byref(st)), st)
+
+    @property
+    def fused_put(self):
+        """True while a changed weight's put travels inside the forward that needs it
+        (fos_forward_put: one round trip); False: see fused_put_off_reason."""
+        from ._torch_ops import fused_put  # needs torch; the Client itself does not
+        return fused_put(self)
+
+    @property
+    def fused_put_off_reason(self):
+        return getattr(self, "_fused_off", None) or None
 
     def release_device_memory(self, tensor):
         """Tells fosd to close its mapping of the CUDA allocation holding tensor (a torch tensor or a
@@ -519,9 +454,15 @@ class Client(Connection):
             return lib.fos_put_weight(h, bname, version, i[0], ctypes.byref(cfg), ref, ctypes.byref(st)), st
 
         self._plane.call([(a, _wire(a, "w", (BF16,)))], [], fn)
-        self._weight_n[name] = a.shape[0]  # one dict store: atomic
+        self._put_done(name, a, version, cfg, placement)
+
+    def _put_done(self, name, a, version, cfg, placement):
+        """The bookkeeping of a put of a (an Arr or an array) that succeeded."""
+        self._weight_n[name] = _n_of(a)  # one dict store: atomic
         self._put_pid[name] = os.getpid()
         if self._reput is not None:  # kept for a fosd that loses it (restart, eviction): a reference
+            if type(a) is not Arr:
+                a = _arr(a, "w", 2)
             self._reput[name] = (a, version, cfg, placement, a.obj._version if a.torch else None)
 
     @staticmethod
@@ -574,34 +515,61 @@ class Client(Connection):
         """y (M, N) = x (M, K) W^T [+ bias] with the cached weight name (version 0: whichever is
         cached, else it must match). save_context: also return the Context for backward.
         four_over_six: "all", "weights", "activations" or "none" (None: the weight's scope)."""
-        ax, ab = _need(x, "x", 2), _arr(bias, "bias", 1)
+        if getattr(x, _devcall.CUDA_ATTR, False) and x.dim() == 2 and (bias is None or bias.dim() == 1):
+            ax, ab = x, bias  # checked as Arrs only if they take the general layout (_forward)
+        else:
+            ax, ab = _need(x, "x", 2), _arr(bias, "bias", 1)
         return self._forward(name, self._name(name), ax, ab, _u64(version, "version"),
                              _opt(_lib.OVERRIDES, override, "override"), int(bool(row_scaled)),
                              bool(save_context), _opt(_lib.FOUR_OVER_SIX, four_over_six, "four_over_six"))
 
-    def _forward(self, name, bname, ax, ab, version, override, row_scaled, save_context, scope=0):
-        """forward with its arguments checked: bname (name encoded), Arrs ax (2-D) and ab (1-D or
-        None), the option codes of fos_forward_opts (scope: its four_over_six)."""
-        fo = _lib.ForwardOpts(version, override, row_scaled, 1 if save_context else 0, scope)
-        ctx = _lib.ContextStruct()
-        n = self._weight_n.get(name)
+    def _forward(self, name, bname, x, bias, version, override, row_scaled, save_context, scope=0, put=None):
+        """forward with its arguments checked: bname (name encoded), x (2-D) and bias (1-D or None)
+        as arrays or Arrs, the option codes of fos_forward_opts (scope: its four_over_six).
+        put: (w, cfg), the weight put as (name, version) inside the forward (fos_forward_put;
+        cfg a checked fos_weight_config), or None. Device tensors take fosd._devcall's fast path."""
+        conn = self._conn()
+        h, lib, plane = conn.handle, conn.lib, conn.plane
+        if h is None:
+            raise Error(_lib.FAILED_PRECONDITION, "the client is closed")
+        ctx = _lib.ContextStruct() if save_context else None
+        n = self._weight_n.get(name) if put is None else _n_of(put[0])
         if n is None:  # a weight another client put: its N from the list, so Y has a buffer
             try:
                 self.list_weights()
             except Error:
                 pass
             n = self._weight_n.get(name)
-        h = self._h()
-        lib = self._lib
+        xt = x.obj if type(x) is Arr else x
+        bt = bias.obj if type(bias) is Arr else bias
+        wt = put and (put[0].obj if type(put[0]) is Arr else put[0])
 
-        def fn(i, o):
-            st = _lib.Status()
-            return lib.fos_forward(h, bname, i[0], i[1], ctypes.byref(fo), o[0], ctypes.byref(ctx),
-                                   ctypes.byref(st)), st
+        def fast():
+            return _devcall.forward(plane, lib, h, bname, xt, bt, n, version, override, row_scaled, ctx, scope,
+                                    put and (wt, put[1]))
 
-        out = Out((ax.shape[0], n) if n is not None else None, BF16, ax)
-        (y,) = self._plane.call([(ax, _wire(ax, "x", (BF16,))), (ab, _wire(ab, "bias", (BF16,)))],
-                                [out], fn)
+        def slow():
+            ax = x if type(x) is Arr else _arr(x, "x", 2)
+            ab = bias if type(bias) is Arr or bias is None else _arr(bias, "bias", 1)
+            fo = _lib.ForwardOpts(version, override, row_scaled, 1 if save_context else 0, scope)
+            rctx = ctypes.byref(ctx) if ctx is not None else None
+            ins = [(ax, _wire(ax, "x", (BF16,))), (ab, _wire(ab, "bias", (BF16,)))]
+            if put is not None:
+                aw = put[0] if type(put[0]) is Arr else _arr(put[0], "w", 2)
+                ins.append((aw, _wire(aw, "w", (BF16,))))
+
+            def fn(i, o):
+                st = _lib.Status()
+                if put is not None:
+                    return lib.fos_forward_put(h, bname, version, i[2], ctypes.byref(put[1]), i[0], i[1],
+                                               ctypes.byref(fo), o[0], rctx, ctypes.byref(st)), st
+                return lib.fos_forward(h, bname, i[0], i[1], ctypes.byref(fo), o[0], rctx, ctypes.byref(st)), st
+
+            return ins, [Out((ax.shape[0], n) if n is not None else None, BF16, ax)], fn
+
+        (y,) = plane.call_fast(fast, slow)
+        if put is not None:
+            self._put_done(name, put[0], version, put[1], None)
         if save_context:
             return y, Context(self, ctx)
         return y
@@ -613,16 +581,25 @@ class Client(Connection):
         need_dw False: that gradient is not computed (fosd skips its GEMM) and comes back None."""
         if not isinstance(ctx, Context):
             raise Error(_lib.INVALID_ARGUMENT, "ctx must be a fosd Context (from forward with save_context)")
-        ad = _need(dy, "dy", 2)
         s = ctx._struct
-        h = self._h()
-        m, n = ad.shape
-        k = s.k
-        outs = [Out((m, k), BF16, ad) if need_dx else None, Out((n, k), BF16, ad) if need_dw else None,
-                Out((n,), BF16, ad) if s.has_bias else None]
+        conn = self._conn()
+        h, lib, plane = conn.handle, conn.lib, conn.plane
+        if h is None:
+            raise Error(_lib.FAILED_PRECONDITION, "the client is closed")
+        keep = int(bool(keep_context))
+        if getattr(dy, _devcall.CUDA_ATTR, False) and dy.dim() == 2:
+            def fast():
+                return _devcall.backward(plane, lib, h, s, dy, s.k, s.has_bias, need_dx, need_dw, keep)
+        else:
+            fast = None
 
-        def run(ax, ab):
-            bo = _lib.BackwardOpts(int(bool(keep_context)), None, None)
+        def slow(ax=None, ab=None):
+            ad = _need(dy, "dy", 2)
+            m, n = ad.shape
+            k = s.k
+            outs = [Out((m, k), BF16, ad) if need_dx else None, Out((n, k), BF16, ad) if need_dw else None,
+                    Out((n,), BF16, ad) if s.has_bias else None]
+            bo = _lib.BackwardOpts(keep, None, None)
             ins = [(ad, _wire(ad, "dy", (BF16,)))]
             if ax is not None:
                 ins.append((ax, _wire(ax, "x", (BF16,))))
@@ -633,18 +610,21 @@ class Client(Connection):
                 if ax is not None:
                     bo.recompute_x = ctypes.pointer(i[1]._obj)
                     bo.recompute_bias = ctypes.pointer(i[2]._obj) if i[2] is not None else None
-                return self._lib.fos_backward(h, ctypes.byref(s), i[0], ctypes.byref(bo), o[0], o[1],
-                                              o[2], ctypes.byref(st)), st
+                return lib.fos_backward(h, ctypes.byref(s), i[0], ctypes.byref(bo), o[0], o[1], o[2],
+                                        ctypes.byref(st)), st
 
-            return self._plane.call(ins, outs, fn)
+            return ins, outs, fn
 
         try:
-            dx, dw, db = run(None, None)
+            if fast is not None:
+                dx, dw, db = plane.call_fast(fast, slow)
+            else:
+                dx, dw, db = plane.call(*slow())
         except Error as e:
-            if e.code_number != _lib.NOT_FOUND or x is None:
+            if e.code_number != _lib.NOT_FOUND or x is None or is_async_failure(e):
                 raise
             # the context expired or was consumed: send X (and bias) and let libfos recompute it
-            dx, dw, db = run(_arr(x, "x", 2), _arr(bias, "bias", 1))
+            dx, dw, db = plane.call(*slow(_arr(x, "x", 2), _arr(bias, "bias", 1)))
         return dx, dw, db
 
     def release(self, ctx):
@@ -752,5 +732,7 @@ def connect(url=None, token=None, timeout=30.0, tls_ca=None, server_name=None, *
     device_tensors (CUDA tensors read and written by fosd in place when it runs on their GPU;
     default on), spin_us (how long every call polls for its reply before it sleeps, see
     Client.set_spin; default None: DEVICE_SPIN_US for an ipc:// fosd on a GPU with device tensors
-    on unless $FOS_SPIN_US is set, else libfos's $FOS_SPIN_US or 0)."""
+    on unless $FOS_SPIN_US is set, else libfos's $FOS_SPIN_US or 0), async_calls (device-tensor
+    calls return before fosd answers where libfos can, FOS_CUDA_ORDER_ASYNC, their failures raised
+    by the next call or Client.synchronize as fosd.AsyncError; default on)."""
     return Client(url, token, timeout, tls_ca, server_name, **kw)
