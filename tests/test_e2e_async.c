@@ -215,7 +215,7 @@ static int setup(void **state)
 	fos_backend *bes[1] = {be};
 	int ids[1] = {0};
 	if (fosd_server_init(&g_srv, &g_cfg, bes, ids, 1, msg, sizeof msg) || fosd_fdlimit_setup(&g_srv, msg, sizeof msg) ||
-	    fosd_executor_start(&g_srv, msg, sizeof msg) || fosd_transport_start(&g_srv, msg, sizeof msg)) {
+	    fosd_executor_start(fosd_srv_exec(&g_srv), msg, sizeof msg) || fosd_transport_start(fosd_srv_tp(&g_srv), msg, sizeof msg)) {
 		fprintf(stderr, "fosd: %s\n", msg);
 		return -1;
 	}
@@ -225,9 +225,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	fosd_chans_stop_all(&g_srv);
-	fosd_executor_stop(&g_srv);
-	fosd_transport_close(&g_srv);
+	fosd_chans_stop_all(fosd_srv_tp(&g_srv));
+	fosd_executor_stop(fosd_srv_exec(&g_srv));
+	fosd_transport_close(fosd_srv_tp(&g_srv));
 	fosd_server_destroy(&g_srv);
 	fosd_config_free(&g_cfg);
 	fosc_cuda_override(NULL);

@@ -6,7 +6,8 @@
  * Backward or Linear whose tensors all name the client's GPU memory and whose results all go
  * there (Request.shm_outputs with cuda set): the client has returned from the call already, so
  * nothing may come back in the reply. A Backward's db is known only once its context is found; an
- * op that then has a result for the reply fails there (ops_common.c). */
+ * op that then has a result for the reply fails there (executor/response.c). A Forward carrying
+ * its weight's put (ForwardRequest.put) needs the put's W in GPU memory too. */
 #include "devmem.h"
 
 #include <stdio.h>
@@ -65,6 +66,8 @@ int fosd_dev_async_check(fosd_dev_req *q, const Fos__Request *rq, int n_devices,
 			return refuse(msg, msgsz, "cannot skip its output", NULL);
 		if (!(code = dev_in(f->x, "x", msg, msgsz)) && !(code = dev_in(f->bias, "bias", msg, msgsz)))
 			code = dev_out(rq, "y", msg, msgsz);
+		if (!code && f->put) /* a put inside the forward: its W is an input too */
+			code = dev_in(f->put->w, "put.w", msg, msgsz);
 		break;
 	}
 	case FOS__REQUEST__OP_BACKWARD: {

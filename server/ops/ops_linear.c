@@ -147,12 +147,12 @@ int fosd_op_forward(fosd_opctx *c)
 		fosd_weight *put;
 		int staged;
 		if (srv->n_devs > 1)
-			return fosd_fail(s, code, FOS__CODE__FAILED_PRECONDITION,
+			return fosd_fail(c, FOS__CODE__FAILED_PRECONDITION,
 					 "forward.put: fosd serves %d devices, and a put inside a forward is for a fosd serving "
 					 "one: put weight '%s' with PutWeight (and its placement), then forward",
 					 srv->n_devs, a->weight);
 		if ((rc = fosd_put_cache(c, &a->put, s->rq->forward->put, &put, &staged, msg, sizeof msg)))
-			return fosd_fail(s, code, rc, "put: %s", msg);
+			return fosd_fail(c, rc, "put: %s", msg);
 	}
 	rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
