@@ -28,15 +28,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chan.h"
 #include "config.h"
-#include "fdlimit.h"
 #include "fos.h"
 #include "libfos_internal.h"
 #include "server.h"
 #include "support_assert.h"
 #include "support_fake_cuda.h"
 #include "support_server.h"
+#include "support_standin.h"
 
 #define M 48
 #define K 64
@@ -180,24 +179,9 @@ static int s_read_sync(fos_backend *be, void *dst, const void *src, size_t n, fo
 
 /* ---- fixtures ---------------------------------------------------------------------------------- */
 
-static int setup(void **state)
+/* The stand-in backend's hooks (support_standin.c starts the fosd around them). */
+static void hooks(fos_backend *be)
 {
-	(void)state;
-	char msg[1024], sizes[512];
-	snprintf(g_url, sizeof g_url, "ipc:///tmp/fos-async-%d.sock", (int)getpid());
-	char *argv[] = {"fosd", "--backend", "cpu", "--listen", g_url, "--streams", "1", "--workers", "2", NULL};
-	fosd_config_defaults(&g_cfg);
-	if (fosd_config_parse_args(&g_cfg, 9, argv, msg, sizeof msg) || fosd_config_finish(&g_cfg, msg, sizeof msg)) {
-		fprintf(stderr, "config: %s\n", msg);
-		return -1;
-	}
-	fosd_config_size_auto(&g_cfg, 0, fosd_host_memory_bytes(), sizes, sizeof sizes);
-	fos_err e;
-	memset(&e, 0, sizeof e);
-	fos_backend *be = fos_backend_cpu(2, &e);
-	if (!be)
-		return -1;
-	g_cpu = *be;
 	be->sync = s_sync;
 	be->ipc_open = s_ipc_open;
 	be->ipc_close = s_ipc_close;
@@ -210,43 +194,22 @@ static int setup(void **state)
 	be->mark_record = s_mark_record;
 	be->mark_done = s_mark_done;
 	be->mark_free = s_mark_free;
-	f_uuid(be->uuid, 0); /* the fake driver's GPU */
-	be->has_uuid = 1;
-	fos_backend *bes[1] = {be};
-	int ids[1] = {0};
-	if (fosd_server_init(&g_srv, &g_cfg, bes, ids, 1, msg, sizeof msg) || fosd_fdlimit_setup(&g_srv, msg, sizeof msg) ||
-	    fosd_executor_start(fosd_srv_exec(&g_srv), msg, sizeof msg) || fosd_transport_start(fosd_srv_tp(&g_srv), msg, sizeof msg)) {
-		fprintf(stderr, "fosd: %s\n", msg);
-		return -1;
-	}
-	return 0;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return standin_start(&g_srv, &g_cfg, "async", g_url, sizeof g_url, &g_cpu, hooks);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	fosd_chans_stop_all(fosd_srv_tp(&g_srv));
-	fosd_executor_stop(fosd_srv_exec(&g_srv));
-	fosd_transport_close(fosd_srv_tp(&g_srv));
-	fosd_server_destroy(&g_srv);
-	fosd_config_free(&g_cfg);
-	fosc_cuda_override(NULL);
+	standin_stop(&g_srv, &g_cfg);
 	return 0;
 }
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
-
-static void *dev_buf(int slot, size_t n, const void *init)
-{
-	void *p = NULL;
-	assert_int_equal(posix_memalign(&p, 4096, n), 0);
-	if (init)
-		memcpy(p, init, n);
-	else
-		memset(p, 0, n);
-	fake_alloc_at(slot, (uint64_t)(uintptr_t)p, n, 100 + (uint64_t)slot);
-	return p;
-}
 
 /* The fake driver with FOS_CUDA_ORDER_ASYNC's calls, its cuMemAlloc in host memory. */
 static void fake_async_driver(void)
@@ -311,11 +274,12 @@ static void test_async_calls(void **state)
 	void *stream = (void *)(uintptr_t)0x5;
 	fos_client *c = connect_async(stream);
 	fos_status st;
-	uint16_t *dW = dev_buf(0, sizeof w, w), *dX = dev_buf(1, sizeof x, x), *dDY = dev_buf(2, sizeof dy, dy),
-		 *dB = dev_buf(3, sizeof b, b), *dY = dev_buf(4, sizeof ref_y, NULL), *dGX = dev_buf(5, sizeof ref_dx, NULL),
-		 *dGW = dev_buf(6, sizeof ref_dw, NULL), *dGB = dev_buf(7, sizeof ref_db, NULL);
+	uint16_t *dW = standin_dev_buf(0, sizeof w, w), *dX = standin_dev_buf(1, sizeof x, x),
+		 *dDY = standin_dev_buf(2, sizeof dy, dy), *dB = standin_dev_buf(3, sizeof b, b),
+		 *dY = standin_dev_buf(4, sizeof ref_y, NULL), *dGX = standin_dev_buf(5, sizeof ref_dx, NULL),
+		 *dGW = standin_dev_buf(6, sizeof ref_dw, NULL), *dGB = standin_dev_buf(7, sizeof ref_db, NULL);
 	/* Linear's results, at 4 KiB steps in one allocation */
-	uint8_t *dL = dev_buf(8, 4 * 8192, NULL);
+	uint8_t *dL = standin_dev_buf(8, 4 * 8192, NULL);
 	uint16_t *lY = (uint16_t *)dL, *lGX = (uint16_t *)(dL + 8192), *lGW = (uint16_t *)(dL + 16384),
 		 *lGB = (uint16_t *)(dL + 24576);
 	fos_tensor tw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dW), tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dX),
@@ -384,7 +348,7 @@ static void test_async_calls(void **state)
 	static uint16_t x2[M2 * K], ref_y2[M2 * N];
 	tsrv_fill_bf16(x2, M2 * K, 55, 1.0f);
 	assert_int_equal(tsrv_ref_linear(x2, w, b, NULL, M2, N, K, &o, ref_y2, NULL, NULL, NULL), 0);
-	uint16_t *dX2 = dev_buf(9, sizeof x2, x2), *dY2 = dev_buf(10, sizeof ref_y2, NULL);
+	uint16_t *dX2 = standin_dev_buf(9, sizeof x2, x2), *dY2 = standin_dev_buf(10, sizeof ref_y2, NULL);
 	fos_tensor tx2 = fos_tensor_cuda(FOS_DTYPE_BF16, M2, K, dX2), ty2 = fos_tensor_cuda(FOS_DTYPE_BF16, M2, N, dY2);
 	int w0 = g_wv_n;
 	__atomic_store_n(&g_marks_stuck, 1, __ATOMIC_SEQ_CST);
@@ -465,9 +429,9 @@ static void test_async_failures(void **state)
 	tsrv_fill_bf16(dy, M * N, 63, 0.1f);
 	fos_client *c = connect_async((void *)(uintptr_t)0x6);
 	fos_status st;
-	uint16_t *dW = dev_buf(0, sizeof w, w), *dX = dev_buf(1, sizeof x, x), *dDY = dev_buf(2, sizeof dy, dy),
-		 *dY = dev_buf(3, sizeof(uint16_t) * M * N, NULL), *dGX = dev_buf(4, sizeof x, NULL),
-		 *dGW = dev_buf(5, sizeof w, NULL);
+	uint16_t *dW = standin_dev_buf(0, sizeof w, w), *dX = standin_dev_buf(1, sizeof x, x),
+		 *dDY = standin_dev_buf(2, sizeof dy, dy), *dY = standin_dev_buf(3, sizeof(uint16_t) * M * N, NULL),
+		 *dGX = standin_dev_buf(4, sizeof x, NULL), *dGW = standin_dev_buf(5, sizeof w, NULL);
 	fos_tensor tw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dW), tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dX),
 		   tdy = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dDY), ty = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dY),
 		   tgx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dGX), tgw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dGW);
@@ -619,7 +583,7 @@ static void test_done_word_refused(void **state)
 	ASSERT_OK(fos_set_cuda_order(c, NULL, 0, &st), st); /* raw requests: no events of libfos's */
 	static uint16_t x[M * K];
 	tsrv_fill_bf16(x, M * K, 71, 1.0f);
-	uint32_t *words = dev_buf(0, 4096, NULL);
+	uint32_t *words = standin_dev_buf(0, 4096, NULL);
 	fos_tensor wt = fos_tensor_cuda(FOS_DTYPE_F32, 1024, 0, words);
 	Fos__Tensor wire;
 	int64_t shape[FOSW_MAX_DIMS];
@@ -661,7 +625,7 @@ static void test_done_word_refused(void **state)
 	expect_failure(rc, &st, FOS_CODE_FAILED_PRECONDITION, h);
 
 	/* a word outside its allocation, a misaligned one, value 0 */
-	uint16_t *dX = dev_buf(1, sizeof x, x), *dY = dev_buf(2, sizeof(uint16_t) * M * N, NULL);
+	uint16_t *dX = standin_dev_buf(1, sizeof x, x), *dY = standin_dev_buf(2, sizeof(uint16_t) * M * N, NULL);
 	fos_tensor dx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dX), dy = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dY);
 	fos_tensor *outs[] = {&dy};
 	static const char *const names[] = {"y"};

@@ -22,15 +22,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chan.h"
 #include "config.h"
-#include "fdlimit.h"
 #include "fos.h"
 #include "libfos_internal.h"
 #include "server.h"
 #include "support_assert.h"
 #include "support_fake_cuda.h"
 #include "support_server.h"
+#include "support_standin.h"
 
 #define M 272 /* above FOSD_TIER_MAX_M: a small forward reading the decoded tier syncs before it answers */
 #define K 128
@@ -171,24 +170,9 @@ static int s_read_sync(fos_backend *be, void *dst, const void *src, size_t n, fo
 
 /* ---- fixtures ---------------------------------------------------------------------------------- */
 
-static int setup(void **state)
+/* The stand-in backend's hooks (support_standin.c starts the fosd around them). */
+static void hooks(fos_backend *be)
 {
-	(void)state;
-	char msg[1024], sizes[512];
-	snprintf(g_url, sizeof g_url, "ipc:///tmp/fos-early-%d.sock", (int)getpid());
-	char *argv[] = {"fosd", "--backend", "cpu", "--listen", g_url, "--streams", "1", "--workers", "2", NULL};
-	fosd_config_defaults(&g_cfg);
-	if (fosd_config_parse_args(&g_cfg, 9, argv, msg, sizeof msg) || fosd_config_finish(&g_cfg, msg, sizeof msg)) {
-		fprintf(stderr, "config: %s\n", msg);
-		return -1;
-	}
-	fosd_config_size_auto(&g_cfg, 0, fosd_host_memory_bytes(), sizes, sizeof sizes);
-	fos_err e;
-	memset(&e, 0, sizeof e);
-	fos_backend *be = fos_backend_cpu(2, &e);
-	if (!be)
-		return -1;
-	g_cpu = *be;
 	be->sync = s_sync;
 	be->done_event_handle = s_done_handle;
 	be->done_event_record = s_done_record;
@@ -199,43 +183,22 @@ static int setup(void **state)
 	be->ipc_event_wait = s_ev_wait;
 	be->ipc_event_sync = s_ev_sync;
 	be->read_sync = s_read_sync;
-	f_uuid(be->uuid, 0); /* the fake driver's GPU */
-	be->has_uuid = 1;
-	fos_backend *bes[1] = {be};
-	int ids[1] = {0};
-	if (fosd_server_init(&g_srv, &g_cfg, bes, ids, 1, msg, sizeof msg) || fosd_fdlimit_setup(&g_srv, msg, sizeof msg) ||
-	    fosd_executor_start(fosd_srv_exec(&g_srv), msg, sizeof msg) || fosd_transport_start(fosd_srv_tp(&g_srv), msg, sizeof msg)) {
-		fprintf(stderr, "fosd: %s\n", msg);
-		return -1;
-	}
-	return 0;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return standin_start(&g_srv, &g_cfg, "early", g_url, sizeof g_url, &g_cpu, hooks);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	fosd_chans_stop_all(fosd_srv_tp(&g_srv));
-	fosd_executor_stop(fosd_srv_exec(&g_srv));
-	fosd_transport_close(fosd_srv_tp(&g_srv));
-	fosd_server_destroy(&g_srv);
-	fosd_config_free(&g_cfg);
-	fosc_cuda_override(NULL);
+	standin_stop(&g_srv, &g_cfg);
 	return 0;
 }
 
-/* ---- host buffers as the fake driver's allocations ---------------------------------------------- */
-
-static void *dev_buf(int slot, size_t n, const void *init)
-{
-	void *p = NULL;
-	assert_int_equal(posix_memalign(&p, 4096, n), 0);
-	if (init)
-		memcpy(p, init, n);
-	else
-		memset(p, 0, n);
-	fake_alloc_at(slot, (uint64_t)(uintptr_t)p, n, 100 + (uint64_t)slot);
-	return p;
-}
+/* ---- checks -------------------------------------------------------------------------------------- */
 
 static void expect_early(int before_settles, int before_waits, const char *what)
 {
@@ -290,9 +253,10 @@ static void test_early_answers(void **state)
 	ASSERT_OK(fos_health(c, &hi, &st), st); /* fosd's GPU: the fake driver's */
 	void *stream = (void *)(uintptr_t)0x5;
 	ASSERT_OK(fos_set_cuda_order(c, stream, FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS, &st), st);
-	uint16_t *dW = dev_buf(0, sizeof w, w), *dX = dev_buf(1, sizeof x, x), *dDY = dev_buf(2, sizeof dy, dy),
-		 *dB = dev_buf(3, sizeof b, b), *dY = dev_buf(4, sizeof ref_y, NULL), *dGX = dev_buf(5, sizeof ref_dx, NULL),
-		 *dGW = dev_buf(6, sizeof ref_dw, NULL), *dGB = dev_buf(7, sizeof ref_db, NULL);
+	uint16_t *dW = standin_dev_buf(0, sizeof w, w), *dX = standin_dev_buf(1, sizeof x, x),
+		 *dDY = standin_dev_buf(2, sizeof dy, dy), *dB = standin_dev_buf(3, sizeof b, b),
+		 *dY = standin_dev_buf(4, sizeof ref_y, NULL), *dGX = standin_dev_buf(5, sizeof ref_dx, NULL),
+		 *dGW = standin_dev_buf(6, sizeof ref_dw, NULL), *dGB = standin_dev_buf(7, sizeof ref_db, NULL);
 	fos_tensor tw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dW), tx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dX),
 		   tdy = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dDY), tb = fos_tensor_cuda(FOS_DTYPE_BF16, N, 0, dB),
 		   ty = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dY), tgx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dGX),

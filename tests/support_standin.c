@@ -1,0 +1,73 @@
+/* support_standin.c: the stand-in GPU fosd of the stream-ordered tests (support_standin.h). The
+ * backend's UUID is the fake driver's ordinal 0, so libfos sends device tensors to it. */
+#include "support_standin.h"
+#include "support_fake_cuda.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chan.h"
+#include "fdlimit.h"
+#include "util.h"
+
+int standin_start(fosd_server *srv, fosd_config *cfg, const char *tag, char *url, size_t urlsz, fos_backend *cpu,
+		  void (*hooks)(fos_backend *be))
+{
+	char msg[1024], sizes[512];
+	snprintf(url, urlsz, "ipc:///tmp/fos-%s-%d.sock", tag, (int)getpid());
+	char *argv[] = {"fosd", "--backend", "cpu", "--listen", url, "--streams", "1", "--workers", "2", NULL};
+	fosd_config_defaults(cfg);
+	if (fosd_config_parse_args(cfg, 9, argv, msg, sizeof msg) || fosd_config_finish(cfg, msg, sizeof msg)) {
+		fprintf(stderr, "config: %s\n", msg);
+		return -1;
+	}
+	fosd_config_size_auto(cfg, 0, fosd_host_memory_bytes(), sizes, sizeof sizes);
+	fos_err e;
+	memset(&e, 0, sizeof e);
+	fos_backend *be = fos_backend_cpu(2, &e);
+	if (!be) {
+		fprintf(stderr, "cpu backend: %s\n", e.msg);
+		return -1;
+	}
+	*cpu = *be;
+	hooks(be);
+	f_uuid(be->uuid, 0); /* the fake driver's GPU */
+	be->has_uuid = 1;
+	fos_backend *bes[1] = {be};
+	int ids[1] = {0};
+	if (fosd_server_init(srv, cfg, bes, ids, 1, msg, sizeof msg) || fosd_fdlimit_setup(srv, msg, sizeof msg) ||
+	    fosd_executor_start(fosd_srv_exec(srv), msg, sizeof msg) ||
+	    fosd_transport_start(fosd_srv_tp(srv), msg, sizeof msg)) {
+		fprintf(stderr, "fosd: %s\n", msg);
+		return -1;
+	}
+	return 0;
+}
+
+void standin_stop(fosd_server *srv, fosd_config *cfg)
+{
+	fosd_chans_stop_all(fosd_srv_tp(srv));
+	fosd_executor_stop(fosd_srv_exec(srv));
+	fosd_transport_close(fosd_srv_tp(srv));
+	fosd_server_destroy(srv);
+	fosd_config_free(cfg);
+	fosc_cuda_override(NULL);
+}
+
+void *standin_dev_buf(int slot, size_t n, const void *init)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 4096, n)) {
+		fprintf(stderr, "standin_dev_buf: out of memory for %zu bytes\n", n);
+		abort();
+	}
+	if (init)
+		memcpy(p, init, n);
+	else
+		memset(p, 0, n);
+	fake_alloc_at(slot, (uint64_t)(uintptr_t)p, n, 100 + (uint64_t)slot);
+	return p;
+}
