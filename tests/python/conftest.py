@@ -8,6 +8,8 @@
   when a test fails to start it.
 * `start_fosd(*extra_args)`: a private fosd of the test's own (stopped after the test).
 * `client`: a fosd.Client of `server`, closed after the test.
+* `cuda_server`: a cuda fosd per test module (skipped without a GPU that torch sees);
+  `cuda_torch()`: torch when it sees a CUDA GPU, else None.
 * `cli(*args)`: runs BUILD/fos and returns its CompletedProcess (check=True).
 * `rng`: a seeded torch generator; helpers to write and read the CLI's .npy files (bf16 as '<u2').
 """
@@ -118,6 +120,31 @@ def start_fosd():
     for s in started:
         s.kill()
         shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def cuda_torch():
+    """torch when it is installed and sees a CUDA GPU, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+@pytest.fixture(scope="module")
+def cuda_server():
+    """A cuda fosd of the test module's own; skips without a GPU torch sees or a fosd that runs on it."""
+    if cuda_torch() is None:
+        pytest.skip("torch sees no CUDA GPU")
+    try:
+        s = Fosd(backend="cuda")
+    except RuntimeError as e:
+        pytest.skip("no cuda fosd: %s" % str(e).splitlines()[0])
+    if s.health["backend"] != "cuda":
+        s.cleanup()
+        pytest.skip("fosd runs on %s" % s.health["backend"])
+    yield s
+    s.cleanup()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import pytest
 
 import fosd
 from fosd import _conn, _devcall, _lib, _plane, client as fclient
-from conftest import Fosd, bits
+from conftest import bits
 
 torch = pytest.importorskip("torch")
 
@@ -234,28 +234,6 @@ def test_layer_step_one_call_per_layer_and_async_not_found_not_reput(fake):
     calls = [k[0] for k in lib.calls[n0:] if k[0] != "order"]
     assert "put" not in calls and len(calls) == 1, calls
     layer._slot._fin.detach()
-
-
-def _cuda_torch():
-    try:
-        return torch if torch.cuda.is_available() else None
-    except Exception:
-        return None
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    if _cuda_torch() is None:
-        pytest.skip("torch sees no CUDA GPU")
-    try:
-        s = Fosd(backend="cuda")
-    except RuntimeError as e:
-        pytest.skip("no cuda fosd: %s" % str(e).splitlines()[0])
-    if s.health["backend"] != "cuda":
-        s.cleanup()
-        pytest.skip("fosd runs on %s" % s.health["backend"])
-    yield s
-    s.cleanup()
 
 
 def _steps(url, async_calls, steps=3):

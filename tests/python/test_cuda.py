@@ -9,23 +9,10 @@ import torch
 
 import fosd
 import fosd.torch as ft
-from conftest import Fosd, bits, load_bf16, save_bf16
+from conftest import bits, load_bf16, save_bf16
 
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA GPU", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    try:
-        s = Fosd(backend="cuda")
-    except RuntimeError as e:
-        pytest.skip("no cuda fosd: %s" % str(e).splitlines()[0])
-    if s.health["backend"] != "cuda":
-        s.cleanup()
-        pytest.skip("fosd runs on %s" % s.health["backend"])
-    yield s
-    s.cleanup()
 
 
 @pytest.fixture(params=[True, False], ids=["shm", "inline"])

@@ -16,7 +16,7 @@ import pytest
 
 import fosd
 from fosd import _lib
-from conftest import BACKEND, Fosd, bits
+from conftest import BACKEND, bits, cuda_torch
 
 cpu_only = pytest.mark.skipif(BACKEND != "cpu", reason="the session's fosd is not a cpu fosd")
 
@@ -367,28 +367,6 @@ def test_channel_by_default(server):
 
 # ---- on a GPU ---------------------------------------------------------------------------------
 
-def _cuda_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
-@pytest.fixture(scope="module")
-def cuda_server():
-    if _cuda_torch() is None:
-        pytest.skip("torch sees no CUDA GPU")
-    try:
-        s = Fosd(backend="cuda")
-    except RuntimeError as e:
-        pytest.skip("no cuda fosd: %s" % str(e).splitlines()[0])
-    if s.health["backend"] != "cuda":
-        s.cleanup()
-        pytest.skip("fosd runs on %s" % s.health["backend"])
-    yield s
-    s.cleanup()
-
 
 def _same(a, b, what):
     assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape), what
@@ -397,7 +375,7 @@ def _same(a, b, what):
 
 @pytest.mark.parametrize("shm", [True, False], ids=["shm", "inline"])
 def test_cuda_tensors_in_place_same_bits(cuda_server, shm):
-    torch = _cuda_torch()
+    torch = cuda_torch()
     g = torch.Generator().manual_seed(21)
     M, N, K = 256, 256, 512
     x = torch.randn(M, K, generator=g).to(torch.bfloat16)
@@ -475,7 +453,7 @@ def test_cuda_calls_stream_ordered(cuda_server):
     path's bits, also when each input is freed right after its call and its memory taken by the
     next tensors, on the default stream and on a side stream, and for a backward run by autograd
     on its own thread."""
-    torch = _cuda_torch()
+    torch = cuda_torch()
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(23)
     M, N, K = 512, 256, 512
