@@ -65,17 +65,21 @@ def _bf16():
     return _torch_bf16
 
 
+def _shareable(plane, addr, nb):
+    """Whether nb bytes at addr (nb > 0) can go to fosd as device memory (already exported: noted)."""
+    if (addr, nb) in plane._shared:
+        plane._tls.cached = True
+        return True
+    return plane._shareable(addr, nb)
+
+
 def _input(plane, t, bf):
     """(address, bytes) of tensor t as a device tensor as it is, or None."""
     if not getattr(t, CUDA_ATTR) or t.dtype is not bf or not t.is_contiguous():
         return None
     nb = t.numel() * 2
     addr = t.data_ptr()
-    if not nb:
-        return None
-    if (addr, nb) in plane._shared:
-        plane._tls.cached = True
-    elif not plane._shareable(addr, nb):
+    if not nb or not _shareable(plane, addr, nb):
         return None
     return addr, nb
 
@@ -85,11 +89,7 @@ def _output(plane, empty, shape, dev, bf, t):
     y = empty(shape, dtype=bf, device=dev)
     nb = y.numel() * 2
     addr = y.data_ptr()
-    if not nb:
-        return None
-    if (addr, nb) in plane._shared:
-        plane._tls.cached = True
-    elif not plane._shareable(addr, nb):
+    if not nb or not _shareable(plane, addr, nb):
         return None
     t.dtype, t.ndim, t.data, t.size = 0, 0, addr, nb
     return y
