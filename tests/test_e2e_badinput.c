@@ -24,6 +24,7 @@
 #include "fos_wire.h"
 #include "support_server.h"
 #include "support_assert.h"
+#include "support_trust.h"
 
 static tsrv g_srv;
 static uint16_t g_w[256 * 128], g_x[128 * 128], g_y0[128 * 256];
@@ -673,9 +674,10 @@ static void test_deadline(void **state)
 	nng_aio_wait(aio);
 	assert_int_equal(nng_aio_result(aio), 0);
 	nng_ctx_recv(ctx, aio); /* its reply is collected below */
-	/* replies aside, fosd does not order requests that arrive on different contexts: let the slow
-	 * one start (it runs for 100+ ms on 2 cores) before the quantize arrives */
-	usleep(40 * 1000);
+	/* replies aside, fosd does not order requests that arrive on different contexts: the slow one
+	 * holds the lane (it runs for 100+ ms on 2 cores) before the quantize is sent, else a quantize
+	 * arriving while it is still received could run at once */
+	assert_int_equal(tt_wait_lanes_busy(s.url, 1, 10000), 0);
 
 	Fos__Request q = FOS__REQUEST__INIT;
 	Fos__QuantizeRequest qr = FOS__QUANTIZE_REQUEST__INIT;

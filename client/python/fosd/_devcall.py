@@ -85,13 +85,19 @@ def _input(plane, t, bf):
 
 
 def _output(plane, empty, shape, dev, bf, t):
-    """A new bf16 CUDA tensor of shape on dev, its fos_tensor t filled, or None."""
+    """A new bf16 CUDA tensor of shape on dev, its fos_tensor t filled, or None. t's shape is the
+    one asked for: a reply describes the result over it, and an asynchronous call (no reply before
+    it returns) leaves it, so the caller's check of the shape holds either way."""
     y = empty(shape, dtype=bf, device=dev)
     nb = y.numel() * 2
     addr = y.data_ptr()
     if not nb or not _shareable(plane, addr, nb):
         return None
-    t.dtype, t.ndim, t.data, t.size = 0, 0, addr, nb
+    t.dtype, t.data, t.size = _BF16, addr, nb
+    t.ndim = len(shape)
+    s = t.shape
+    s[0] = shape[0]
+    s[1] = shape[1] if len(shape) > 1 else 0
     return y
 
 
