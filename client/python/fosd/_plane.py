@@ -345,7 +345,7 @@ class Plane:
         addr = y.data_ptr()
         if not self._shareable(addr, nbytes):
             return None
-        return _tensor(0, (), addr, nbytes, _lib.MEM_CUDA), y
+        return _tensor(0, tuple(out.shape), addr, nbytes, _lib.MEM_CUDA), y  # the asked shape (_device_call)
 
     # ---- the region pool ----
 
@@ -498,7 +498,8 @@ class Plane:
                 self._tls.cached = True
             elif not self._shareable(addr, nb):
                 return _HOST
-            outs.append(_tensor(0, (), addr, nb, _lib.MEM_CUDA))
+            # the asked shape: a reply describes the result over it; an asynchronous call leaves it
+            outs.append(_tensor(0, tuple(o.shape), addr, nb, _lib.MEM_CUDA))
             ys.append(y)
             n += 1
             if ref.device not in devices:
