@@ -37,12 +37,15 @@ def _deref(r):
 
 class FakeLib:
     """Answers the package's libfos calls at once, recording them; fail: (call name, code,
-    message) for the next such call."""
+    message) for the next such call. As libfos does, a call made while the thread's order has
+    FOS_CUDA_ORDER_ASYNC returns before any reply: it leaves the outputs' fos_tensors as the
+    caller filled them (no shapes written) and fills a saved context from the call alone."""
 
     def __init__(self, with_sync=True, async_refused=False):
         self.calls = []
         self.fail = None
         self.async_refused = async_refused
+        self.async_on = False
         if with_sync:
             self.fos_sync = self._sync
 
@@ -62,6 +65,7 @@ class FakeLib:
         if flags & _lib.CUDA_ORDER_ASYNC and self.async_refused:
             _deref(st).message = b"the driver has no cuStreamWaitValue32"
             return _lib.FAILED_PRECONDITION
+        self.async_on = bool(flags & _lib.CUDA_ORDER_ASYNC)
         return 0
 
     def _sync(self, h, st):
@@ -80,7 +84,8 @@ class FakeLib:
             return rc
         m, k = xt.shape[0], xt.shape[1]
         n = yt.size // (2 * m)
-        yt.ndim, yt.shape[0], yt.shape[1] = 2, m, n
+        if not self.async_on:  # the reply's description of Y
+            yt.ndim, yt.shape[0], yt.shape[1] = 2, m, n
         if ctx is not None:
             c = _deref(ctx)
             c.id, c.m, c.n, c.k, c.has_bias = 5, m, n, k, 1 if bias else 0
@@ -96,7 +101,7 @@ class FakeLib:
             return rc
         c = _deref(ctx)
         for t, shape in ((dx, (c.m, c.k)), (dw, (c.n, c.k)), (db, (c.n,))):
-            if t is not None:
+            if t is not None and not self.async_on:  # the reply's description of each result
                 t = _deref(t)
                 t.ndim = len(shape)
                 for i, d in enumerate(shape):
