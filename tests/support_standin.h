@@ -13,8 +13,9 @@
 #include "server.h"
 
 /* Starts srv (one lane, two workers) listening on a private ipc socket named after tag, written into
- * url. hooks(be) installs the test's stand-ins on the cpu backend be; *cpu gets be's own functions
- * first. 0, or -1 after printing why. */
+ * url. The cpu backend be gets interprocess events that are complete tokens and reads from
+ * "device" memory as host memory, then hooks(be) installs the test's stand-ins (over those, if it
+ * likes); *cpu gets be's own functions first. 0, or -1 after printing why. */
 int standin_start(fosd_server *srv, fosd_config *cfg, const char *tag, char *url, size_t urlsz, fos_backend *cpu,
 		  void (*hooks)(fos_backend *be));
 /* Stops srv, frees cfg and removes the fake driver from libfos. */

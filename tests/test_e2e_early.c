@@ -132,19 +132,6 @@ static void s_ipc_close(fos_backend *be, void *base)
 	pthread_mutex_unlock(&g_mu);
 }
 
-static int g_ev_token;
-static int s_ev_open(fos_backend *be, const unsigned char h[64], void **ev, fos_err *e)
-{
-	(void)be, (void)h, (void)e;
-	*ev = &g_ev_token;
-	return FOS_OK;
-}
-
-static void s_ev_close(fos_backend *be, void *ev)
-{
-	(void)be, (void)ev;
-}
-
 /* Every ordered call's op begins by making the lane wait for the client's event. */
 static int s_ev_wait(fos_backend *be, void *ev, fos_err *e)
 {
@@ -155,22 +142,9 @@ static int s_ev_wait(fos_backend *be, void *ev, fos_err *e)
 	return FOS_OK;
 }
 
-static int s_ev_sync(fos_backend *be, void *ev, fos_err *e)
-{
-	(void)be, (void)ev, (void)e;
-	return FOS_OK;
-}
-
-static int s_read_sync(fos_backend *be, void *dst, const void *src, size_t n, fos_err *e)
-{
-	(void)be, (void)e;
-	memcpy(dst, src, n);
-	return FOS_OK;
-}
-
 /* ---- fixtures ---------------------------------------------------------------------------------- */
 
-/* The stand-in backend's hooks (support_standin.c starts the fosd around them). */
+/* The stand-in backend's hooks over support_standin.c's (which starts the fosd around them). */
 static void hooks(fos_backend *be)
 {
 	be->sync = s_sync;
@@ -178,11 +152,7 @@ static void hooks(fos_backend *be)
 	be->done_event_record = s_done_record;
 	be->ipc_open = s_ipc_open;
 	be->ipc_close = s_ipc_close;
-	be->ipc_event_open = s_ev_open;
-	be->ipc_event_close = s_ev_close;
 	be->ipc_event_wait = s_ev_wait;
-	be->ipc_event_sync = s_ev_sync;
-	be->read_sync = s_read_sync;
 }
 
 static int setup(void **state)
