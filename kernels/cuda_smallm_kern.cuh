@@ -113,6 +113,23 @@ __host__ __device__ constexpr int w4_stage_bytes(int rows_n, int rows_m)
 	return rows_n * W4_CP + rows_n * 8 + rows_m * W4_XP * 2;
 }
 
+/* The CTA's decode table (threads tid of nth fill it): for each scale byte i, the 8 E2M1
+ * magnitudes times e4m3(i) as bf16, low bytes in .x/.y and high bytes in .z/.w. */
+static __device__ __forceinline__ void w4_table(uint4 *tab, int tid, int nth)
+{
+	for (int i = tid; i < 256; i += nth) {
+		const float sf = fos_e4m3_to_f32((uint32_t)i);
+		uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const uint32_t b = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)c), sf));
+			lo[c >> 2] |= (b & 0xFFu) << (8 * (c & 3));
+			hi[c >> 2] |= (b >> 8) << (8 * (c & 3));
+		}
+		tab[i] = make_uint4(lo[0], lo[1], hi[0], hi[1]);
+	}
+}
+
 /* The 4 W elements k = 2t, 2t + 1, 8 + 2t, 9 + 2t of one k16 block as the mma's b0, b1: v holds
  * their codes in nibbles 0..3, tb the scale's table entry (LO bytes of the 8 magnitudes' bf16 in
  * .x/.y, HI bytes in .z/.w). */
@@ -202,17 +219,7 @@ static __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 			issue(s, s);
 		asm volatile("cp.async.commit_group;\n" ::: "memory");
 	}
-	for (int i = tid; i < 256; i += NTH) {
-		const float sf = fos_e4m3_to_f32((uint32_t)i);
-		uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
-#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const uint32_t b = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)c), sf));
-			lo[c >> 2] |= (b & 0xFFu) << (8 * (c & 3));
-			hi[c >> 2] |= (b >> 8) << (8 * (c & 3));
-		}
-		tab[i] = make_uint4(lo[0], lo[1], hi[0], hi[1]);
-	}
+	w4_table(tab, tid, NTH);
 
 	float acc[MT][NT][4];
 #pragma unroll
@@ -390,17 +397,7 @@ static __global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
 			issue(s, s);
 		asm volatile("cp.async.commit_group;\n" ::: "memory");
 	}
-	for (int i = tid; i < 256; i += NTH) {
-		const float sf = fos_e4m3_to_f32((uint32_t)i);
-		uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
-#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const uint32_t b = fos_f32_to_bf16(FOS_MUL(fos_e2m1_value((uint32_t)c), sf));
-			lo[c >> 2] |= (b & 0xFFu) << (8 * (c & 3));
-			hi[c >> 2] |= (b >> 8) << (8 * (c & 3));
-		}
-		tab[i] = make_uint4(lo[0], lo[1], hi[0], hi[1]);
-	}
+	w4_table(tab, tid, NTH);
 
 	/* this thread's decode pieces p = tid + i NTH: W row p / 16, k 8 (p % 16) .. + 7 of the chunk */
 	auto decode = [&](int b, int db) {
