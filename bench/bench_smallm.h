@@ -11,9 +11,9 @@
  *   - the forward with row-scaled X, and the forward saving a context (quantized override);
  *   - be->gemm_w4 alone on the decoded X (the GEMM without the X quantize), and the X quantize alone
  *     (be->quantize, 4/6 per tensor with the decoded operand, launched directly);
- * and, with `smallm variants`, gemm_w4 alone for every kernel variant and, for variants 0 and 14,
- * ring depths (fos_cuda_smallm_variant: tests/support_smallm_variants.h, in libfosbench.a, not in
- * libfosnum). */
+ * and, with `smallm variants`, gemm_w4 alone for every kernel variant and timing probe (wrong bits,
+ * named "PROBE") and, for variants 0 and 19 (WSP MT1 P4), ring depths (fos_cuda_smallm_variant: tests/support_smallm_variants.h, in libfosbench.a, not in
+ * libfosnum). `smallm [variants] first`: only 4096x4096 at M = 1 (for a profiler run). */
 #ifndef FOS_BENCH_SMALLM_H
 #define FOS_BENCH_SMALLM_H
 
@@ -83,7 +83,7 @@ static void sm_w4(void *c)
 	CK(be->gemm_w4(be, s->xdec, s->w, s->m, &e, s->y, &err));
 }
 
-static void bench_smallm(int variants)
+static void bench_smallm(int variants, int first)
 {
 	const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}, ms[] = {1, 16, 32, 64, 128};
 	if (!be->gemm_w4) {
@@ -96,7 +96,7 @@ static void bench_smallm(int variants)
 		fprintf(stderr, "bench_cuda: out of device memory (L2 flush buffer)\n");
 		exit(1);
 	}
-	for (int s = 0; s < 3; s++) {
+	for (int s = 0; s < (first ? 1 : 3); s++) {
 		const int64_t n = shapes[s][0], k = shapes[s][1];
 		uint16_t *w = dev_rand(n * k, 0.02f), *x = dev_rand(128 * k, 1.0f);
 		uint16_t *y = be->alloc(be, (size_t)(128 * n) * 2), *xdec = be->alloc(be, (size_t)(128 * k) * 2);
@@ -110,7 +110,7 @@ static void bench_smallm(int variants)
 		fos_qtensor xq2; /* sm_xq's output: xq and xdec stay gemm_w4's input */
 		CK(fos_qtensor_alloc(be, &xq2, 128, k, 0, &err));
 		uint16_t *xdec2 = be->alloc(be, (size_t)(128 * k) * 2);
-		for (int i = 0; i < 5; i++) {
+		for (int i = 0; i < (first ? 1 : 5); i++) {
 			const int64_t m = ms[i];
 			char shape[64];
 			snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
@@ -118,14 +118,14 @@ static void bench_smallm(int variants)
 			l_ctx l = {x, NULL, m, &qw, o, y, NULL, NULL, {0}};
 			sm_ctx sc = {xdec, &qw.q, m, y};
 			if (variants) {
-				for (int v = 0; v < fos_cuda_smallm_variants(); v++) {
+				for (int v = 0; v < fos_cuda_smallm_all(); v++) {
 					char name[64], what[128];
 					CK(fos_cuda_smallm_variant(be, v, 0, name, sizeof name, &err));
 					snprintf(what, sizeof what, "gemm_w4 variant %d (%s)", v, name);
 					sm_row(what, shape, sm_w4, &sc, op_gemm, &g);
 				}
 				/* the ring's depth: chunks in flight hide the HBM latency */
-				const int sv[] = {0, 14}, st[] = {4, 6, 8, 12, 16};
+				const int sv[] = {0, 19}, st[] = {4, 6, 8, 12, 16};
 				for (int i = 0; i < 2; i++)
 					for (int j = 0; j < 5; j++) {
 						char name[64], what[128];
