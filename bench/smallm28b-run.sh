@@ -7,14 +7,14 @@ export LD_LIBRARY_PATH=$PWD/$S/lib
 L=$OUT/all.log
 { date -u; nvidia-smi -L; } > $L 2>&1
 echo "=== tests" >> $L
-timeout 240 sh tests/run-tests.sh $S $S/tests/gpu_smallm $S/tests/gpu_linear $S/tests/gpu_quant >> $L 2>&1
+timeout 150 sh tests/run-tests.sh $S $S/tests/gpu_smallm $S/tests/gpu_linear $S/tests/gpu_quant >> $L 2>&1
 tail -3 $L
 echo "=== variants" >> $L
-timeout 150 $S/bench/bench_cuda smallm variants >> $L 2>&1
+timeout 120 $S/bench/bench_cuda smallm variants >> $L 2>&1
 [ "$1" = fwd ] && { echo "=== forward" >> $L; timeout 120 $S/bench/bench_cuda smallm >> $L 2>&1; }
 N="ncu --clock-control none --set full --import-source no -c 1"
-timeout 90 $N -k regex:k_w4p -o $OUT/wsp $S/bench/bench_cuda smallm variants first > $OUT/ncu.log 2>&1
-timeout 90 $N -k regex:k_w4 -o $OUT/v0 $S/bench/bench_cuda smallm variants first >> $OUT/ncu.log 2>&1
+timeout 60 $N -k regex:k_w4p -o $OUT/wsp $S/bench/bench_cuda smallm variants first > $OUT/ncu.log 2>&1
+timeout 60 $N -k regex:k_w4 -o $OUT/v0 $S/bench/bench_cuda smallm variants first >> $OUT/ncu.log 2>&1
 for r in wsp v0; do
 	ncu -i $OUT/$r.ncu-rep --page details > $OUT/$r.txt 2>&1
 	ncu -i $OUT/$r.ncu-rep --page source --csv --print-source sass > $OUT/${r}_src.csv 2>&1
