@@ -489,6 +489,7 @@ static __global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
 }
 
 #include "cuda_smallm_ws.cuh"
+#include "cuda_smallm_rp.cuh"
 
 /* ---- variants and the launcher ---------------------------------------------------------------- */
 
@@ -502,14 +503,16 @@ struct w4_variant {
 	int sdec; /* k_w4s's threads (W decoded into shared memory by all warps; nt 1, wn 4, wm 1), else 0 */
 	int wsp;  /* k_w4p's producer warps (warp-specialised, cuda_smallm_ws.cuh; nt 1, wn 4, wm 1), else 0 */
 	int probe; /* 1: a timing probe with wrong bits (bench only, never tested for bits) */
+	int rp;	   /* k_w4r's ring depth (warp-private rings, register pipeline, cuda_smallm_rp.cuh), else 0 */
 };
 
 /* The table entry of k_w4<MT, NT, WN, WM> and of k_w4s<MT, T> (in the including unit). */
 #define W4_TILE(MT, NT, WN, WM) \
-	{k_w4<MT, NT, WN, WM>, MT, NT, WN, WM, "MT" #MT " NT" #NT " WN" #WN " WM" #WM, 0, 0, 0}
-#define W4_SDEC(MT, T) {k_w4s<MT, T>, MT, 1, 4, 1, "SDEC MT" #MT " T" #T, T, 0, 0}
-#define W4_WSP(MT, NP) {k_w4p<MT, NP, 0>, MT, 1, 4, 1, "WSP MT" #MT " P" #NP, 0, NP, 0}
-#define W4_WSP_NODEC(MT, NP) {k_w4p<MT, NP, 1>, MT, 1, 4, 1, "PROBE WSP MT" #MT " P" #NP " no decode", 0, NP, 1}
+	{k_w4<MT, NT, WN, WM>, MT, NT, WN, WM, "MT" #MT " NT" #NT " WN" #WN " WM" #WM, 0, 0, 0, 0}
+#define W4_SDEC(MT, T) {k_w4s<MT, T>, MT, 1, 4, 1, "SDEC MT" #MT " T" #T, T, 0, 0, 0}
+#define W4_WSP(MT, NP) {k_w4p<MT, NP, 0>, MT, 1, 4, 1, "WSP MT" #MT " P" #NP, 0, NP, 0, 0}
+#define W4_WSP_NODEC(MT, NP) {k_w4p<MT, NP, 1>, MT, 1, 4, 1, "PROBE WSP MT" #MT " P" #NP " no decode", 0, NP, 1, 0}
+#define W4_RP(MT, S) {k_w4r<MT, S>, MT, 1, 4, 1, "RP MT" #MT " S" #S, 0, 0, 0, S}
 
 /* The shapes the kernel runs. */
 static inline int w4_runs(int64_t m, int64_t n, int64_t k)
@@ -553,7 +556,11 @@ static inline int w4_launch(fos_backend *be, const struct w4_variant *v, int sta
 	S = S > maxs ? maxs : S < 4 ? 4 : S;
 	if (stages)
 		S = stages;
-	const int smem = fixed + S * sb;
+	int smem = fixed + S * sb;
+	if (v->rp) { /* its own layout: 4 warp-private rings of v->rp stages, x rows below M only */
+		S = v->rp;
+		smem = 256 * 16 + W4R_ZB + 16 + 4 * S * w4r_stage_bytes(m < rm ? (int)m : rm);
+	}
 	rc = fcu_check(cudaFuncSetAttribute((const void *)v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err,
 		       "cudaFuncSetAttribute (gemm_w4 shared memory)");
 	if (rc)

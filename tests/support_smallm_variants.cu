@@ -36,6 +36,8 @@ static const struct w4_variant w4_all[] = {
 	W4_WSP(1, 8), /* 20 */
 	W4_WSP(1, 2),
 	W4_WSP(2, 4),
+	W4_RP(1, 10), /* 23 */
+	W4_RP(1, 6),
 	W4_WSP_NODEC(1, 4), /* probes (wrong bits) last: fos_cuda_smallm_variants() counts up to them */
 };
 #define W4_NVAR ((int)(sizeof w4_all / sizeof w4_all[0]))
