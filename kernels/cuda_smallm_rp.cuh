@@ -59,17 +59,24 @@ static __global__ void __launch_bounds__(128, 1) k_w4r(const w4_args A)
 	const int son = lane < 8 && n0 + lane < A.n ? 8 : 0;
 	const uint8_t *ssrc = A.scales + (son ? (n0 + lane) * (k / 16) : 0);
 	const uint32_t sdst = (uint32_t)(8 * W4_CP + 8 * lane);
+	const int xr0 = lane >> 4, npx = (mlive * 16 + 31) / 32;
+	const uint16_t *xsrc = A.x + (int64_t)(m0 + (xr0 < mlive ? xr0 : 0)) * k + 8 * (lane & 15);
+	const uint32_t xdst = (uint32_t)(8 * W4_CP + 64 + xr0 * (W4_XP * 2) + 16 * (lane & 15));
 	auto issue = [&](int c, int b) {
 		const uint32_t base = ring_s + (uint32_t)(b * SB);
 		w4_cp16(base + cdst, csrc + (size_t)c * (size_t)(con ? W4_KC / 2 : 0), con);
 		if (lane < 8)
 			w4_cp8(base + sdst, ssrc + (size_t)c * (size_t)(son ? W4_KC / 16 : 0), son);
+		/* x piece i of this lane: row xr0 + 2 i, 16 bytes q; pieces past the live rows are skipped
+		 * by a uniform branch, so M = 1 pays for one */
+		const uint16_t *xs = xsrc + (size_t)c * W4_KC;
+		const uint32_t xd = base + xdst;
 #pragma unroll
 		for (int i = 0; i < PX; i++) {
-			const int p = lane + 32 * i, r = p >> 4, q = p & 15;
-			if (r < mlive)
-				w4_cp16(base + (uint32_t)(8 * W4_CP + 64 + r * (W4_XP * 2) + 16 * q),
-					A.x + (int64_t)(m0 + r) * k + (int64_t)c * W4_KC + 8 * q, 16);
+			if (i >= npx)
+				break;
+			if (xr0 + 2 * i < mlive)
+				w4_cp16(xd + (uint32_t)(i * 2 * W4_XP * 2), xs + (size_t)i * 2 * (size_t)k, 16);
 		}
 	};
 	for (int s = 0; s < S - 2; s++) {
