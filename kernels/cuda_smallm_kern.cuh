@@ -3,7 +3,9 @@
  * K/2: element 2j in the low nibble of byte j) and e4m3 scale bytes (N, K/16), decoded in registers.
  * A header so that two translation units instantiate the same templates: kernels/cuda_smallm.cu the
  * tiles the shape rule picks (libfosnum), tests/support_smallm_variants.cu every variant, the
- * shared-memory decode ones included (the GPU tests and the benchmarks). The kernels have internal
+ * shared-memory decode ones included (the GPU tests and the benchmarks). Two other forms of the same
+ * chain live beside it: k_w4p (cuda_smallm_ws.cuh, warp-specialised, a variant only) and k_w4r
+ * (cuda_smallm_rp.cuh, warp-private rings and a register pipeline, fosd's pick at small M). The kernels have internal
  * linkage: each of those units launches its own instantiations.
  *
  * Invariants (what makes its bits those of be->decode + be->gemm, i.e. cuBLASLt's, at every M):
