@@ -4,7 +4,8 @@
  * Why: ncu of k_w4 (BENCHMARKS.md session 10) shows each chunk's decode waiting on a chain of
  * shared-memory loads (scale byte -> table entry -> permutes) that starts after the CTA barrier, so
  * ptxas issues the chunk's 8 dependent HMMA first with NOPs between them and the decode after them;
- * the runtime ring depth's wait_group switch and the barrier add ~60 instructions per chunk.
+ * the runtime ring depth's wait_group switch, the barrier and the copy arithmetic add about 35
+ * instructions per chunk.
  * Here each of the 4 warps of a CTA owns one n8 tile (8 W rows) and its own cp.async ring of S
  * stages (compile-time: one wait_group, no switch), so __syncwarp replaces the CTA barrier, and in
  * iteration c a warp loads chunk c + 1's code words and table entries into registers, decodes chunk
