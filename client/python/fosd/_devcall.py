@@ -206,11 +206,12 @@ class _BackPlan:
     """One backward shape's argument structures, keyed by (M, N, K, bias, need_dx, need_dw) in
     its thread's _Bufs: dY's fos_tensor and those of the results asked for, every field but the
     data address filled once, their byref()s (None for a result not asked for), and outs: per
-    result asked for (index in [dx, dw, db], shape, bytes, fos_tensor), the order of the
-    call's outputs. A reply describes a result over its fos_tensor with the same fields as the
-    plan's when the result has the expected shape (libfos checks the dtype, and the length
-    against the shape), and an asynchronous call leaves them: so a call whose results all
-    passed the shape check leaves the plan as it was made; any other outcome drops it."""
+    result asked for (index in [dx, dw, db], shape, bytes, fos_tensor, and the ndim, shape[0]
+    and shape[1] its fos_tensor holds), the order of the call's outputs. A reply describes a
+    result over its fos_tensor with the same fields as the plan's when the result has the
+    expected shape (libfos checks the dtype, and the length against the shape), and an
+    asynchronous call leaves them: so a call whose results all passed the shape check leaves the
+    plan as it was made; any other outcome drops it."""
 
     __slots__ = ("tdy", "rdy", "rdx", "rdw", "rdb", "ndy", "outs")
 
@@ -222,10 +223,12 @@ class _BackPlan:
         outs = []
         for j, want, shape in ((0, need_dx, (m, k)), (1, need_dw, (n, k)), (2, has_bias, (n,))):
             if want:
-                nb = shape[0] * (shape[1] if len(shape) > 1 else 1) * 2
-                t = _tensor(len(shape), shape, nb)
+                nd = len(shape)
+                d1 = shape[1] if nd > 1 else 0
+                nb = shape[0] * (d1 or 1) * 2
+                t = _tensor(nd, shape, nb)
                 setattr(self, ("rdx", "rdw", "rdb")[j], byref(t))
-                outs.append((j, shape, nb, t))
+                outs.append((j, shape, nb, t, nd, shape[0], d1))
         self.outs = tuple(outs)
 
 
@@ -269,8 +272,8 @@ def backward(plane, lib, h, cs, dy, k, has_bias, need_dx, need_dw, keep):
     empty = _torch_empty or _empty()
     dev = dy.device
     out = [None, None, None]
-    for j, shape, nb, t in p.outs:
-        r = out[j] = empty(*shape, dtype=bf, device=dev)  # sizes as arguments: torch parses them faster than a tuple
+    for j, shape, nb, t, _, _, _ in p.outs:
+        r = out[j] = empty(*shape, dtype=bf, device=dev)  # sizes as arguments: parsed faster than a tuple
         a = r.data_ptr()
         if (a, nb) in shared:
             cached = True
@@ -281,17 +284,17 @@ def backward(plane, lib, h, cs, dy, k, has_bias, need_dx, need_dw, keep):
     b.bo.keep_context = keep
     rc = _unchecked(lib.fos_backward)(h, byref(cs), p.rdy, b.rbo, p.rdx, p.rdw, p.rdb, b.rst)
     if not rc:
-        for j, shape, nb, t in p.outs:
+        for _, _, _, t, nd, d0, d1 in p.outs:
             s = t.shape
-            if t.ndim != len(shape) or s[0] != shape[0] or s[1] != (shape[1] if len(shape) > 1 else 0):
+            if t.ndim != nd or s[0] != d0 or s[1] != d1:
                 break
         else:
             plane.device_sent += 1 + len(p.outs)
             return out
-    del plans[key]  # its structures may hold what the reply wrote
+    plans.pop(key, None)  # its structures may hold what the reply wrote
     st = b.st
     if not rc:
-        for j, shape, nb, t in p.outs:
+        for j, shape, _, t, _, _, _ in p.outs:
             nd = t.ndim
             if t.size == 0 and nd == 0:
                 out[j] = None  # the reply has no such result
