@@ -8,7 +8,8 @@ tensors stand in for CUDA ones (fosd._devcall.CUDA_ATTR). What is pinned: every 
 fos_tensors of its own shapes and byte counts whatever the shapes before it; a reply that left a
 result not as expected (another shape, no such result, a failure) changes nothing for the calls
 after it; the results are the tensors written, each with storage of its own; the unchecked libfos
-call passes its arguments as the declared one does (libfos.so's own answers compared).
+call passes its arguments as the declared one does (libfos.so's own answers compared, and a
+cpu fosd's bits of a forward with its put, a 64-bit version).
 """
 
 import contextlib
@@ -225,3 +226,52 @@ def test_unchecked_call_passes_what_the_declared_one_does(client):
                     ctypes.byref(bo), None, None, None, ctypes.byref(st))
             answers.append((rc, st.message.decode()))
         assert answers[0] == answers[1] and want in answers[0][1], answers
+
+
+def _host(arr):
+    """A host fos_tensor over a C-contiguous uint16 (bf16 bits) numpy array."""
+    t = _lib.Tensor()
+    t.dtype, t.mem, t.ndim = _lib.DTYPE_BF16, _lib.MEM_HOST, arr.ndim
+    for i, d in enumerate(arr.shape):
+        t.shape[i] = d
+    t.data, t.size = arr.ctypes.data, arr.nbytes
+    return t
+
+
+def _y_bits(y):
+    """The bytes of a result libfos allocated (freed here)."""
+    try:
+        return ctypes.string_at(y.data, y.size)
+    finally:
+        _lib.libc_free(ctypes.c_void_p(y.data))
+
+
+def test_unchecked_forwards_give_the_declared_ones_bits(client):
+    """fos_forward_put and fos_forward through _unchecked, as the fast path calls them (the
+    version a c_uint64), against a cpu fosd with host tensors: the version put is the 64-bit one
+    asked for, and Y has the bits of the declared calls'."""
+    import numpy as np
+    conn = client._conn()
+    lib, h = conn.lib, conn.handle
+    g = np.random.default_rng(3)
+    w = (g.standard_normal((16, 32)) * 0.1).astype(np.float32)
+    x = g.standard_normal((8, 32)).astype(np.float32)
+    wb = (w.view(np.uint32) >> 16).astype(np.uint16)  # bf16 bits, truncated: any bf16 values do
+    xb = (x.view(np.uint32) >> 16).astype(np.uint16)
+    tw, tx = _host(wb), _host(xb)
+    ys = []
+    for name, fp, ff, version in ((b"dc.checked", lib.fos_forward_put, lib.fos_forward, (1 << 40) + 5),
+                                  (b"dc.unchecked", _devcall._unchecked(lib.fos_forward_put),
+                                   _devcall._unchecked(lib.fos_forward), ctypes.c_uint64((1 << 40) + 5))):
+        st, y = _lib.Status(), _lib.Tensor()
+        assert fp(h, name, version, ctypes.byref(tw), None, ctypes.byref(tx), None, None, ctypes.byref(y), None,
+                  ctypes.byref(st)) == 0, st.message
+        ys.append(_y_bits(y))
+        y2 = _lib.Tensor()
+        assert ff(h, name, ctypes.byref(tx), None, None, ctypes.byref(y2), None, ctypes.byref(st)) == 0, st.message
+        ys.append(_y_bits(y2))
+    versions = {w.name: w.version for w in client.list_weights()}
+    assert versions["dc.checked"] == versions["dc.unchecked"] == (1 << 40) + 5
+    assert len(ys[0]) == 8 * 16 * 2 and ys[0] == ys[1] == ys[2] == ys[3]
+    for name in ("dc.checked", "dc.unchecked"):
+        client.drop_weight(name)

@@ -191,8 +191,10 @@ def forward(plane, lib, h, bname, x, bias, n, version, override, row_scaled, ctx
         t.data, t.size = wi
         s = t.shape
         s[0], s[1] = w.shape
-        rc = _unchecked(lib.fos_forward_put)(h, bname, c_uint64(version), b.rw, byref(put[1]), b.rx,
-                                             b.rb if bi is not None else None, b.rfo, b.ry, rctx, b.rst)
+        fp = lib.fos_forward_put
+        f = _unchecked(fp)
+        rc = f(h, bname, c_uint64(version) if f is not fp else version, b.rw, byref(put[1]), b.rx,
+               b.rb if bi is not None else None, b.rfo, b.ry, rctx, b.rst)
     st = b.st
     if not rc and (ty.ndim != 2 or ty.shape[0] != m or ty.shape[1] != n):
         rc, st = _shape_error(0, ty, (m, n))
