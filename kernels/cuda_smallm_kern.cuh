@@ -334,6 +334,35 @@ static __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 		}
 }
 
+/* The epilogue of the forms with one n8 tile per warp (k_w4s, k_w4p, k_w4r), as k_w4's: this lane's
+ * columns col, col + 1 of the rows m0 + 16 i + g + 8 h below M, through fcu_epi1 with alpha, the
+ * product of the two global scales, the row scale and the bias. */
+template <int MT>
+static __device__ __forceinline__ void w4_store1(const w4_args &A, const float (&acc)[MT][4], int m0, int g, int64_t col)
+{
+	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
+	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
+	const float alpha = FOS_MUL(ga, gb);
+	if (col >= A.n)
+		return;
+	uint32_t bb = 0;
+	if (A.bias)
+		bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
+#pragma unroll
+	for (int i = 0; i < MT; i++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = m0 + 16 * i + g + 8 * h;
+			if (row >= A.m)
+				continue;
+			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
+			const uint16_t y0 = fcu_epi1(acc[i][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb, A.bias != 0);
+			const uint16_t y1 =
+				fcu_epi1(acc[i][2 * h + 1], alpha, rs, A.row_scale != 0, (uint16_t)(bb >> 16), A.bias != 0);
+			*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
+		}
+}
+
 /* The shared-memory decode form (variants with sdec): NTH = 512 or 256 threads (16 or 8 warps) per CTA,
  * RN = 32 W rows (4 n8 tiles), RM = 16 MT x rows. Every thread decodes 512 / NTH pieces of 8
  * consecutive k of one W row per chunk (one code word, one scale byte, one table entry, two
@@ -466,28 +495,7 @@ static __global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
 	if (nch > 0)
 		steps((nch - 1) % S, (nch - 1) & 1);
 
-	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
-	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
-	const float alpha = FOS_MUL(ga, gb);
-	const int64_t col = n0 + warp * 8 + 2 * t;
-	if (col >= A.n)
-		return;
-	uint32_t bb = 0;
-	if (A.bias)
-		bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
-#pragma unroll
-	for (int i = 0; i < MT; i++)
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int row = m0 + 16 * i + g + 8 * h;
-			if (row >= A.m)
-				continue;
-			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
-			const uint16_t y0 = fcu_epi1(acc[i][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb, A.bias != 0);
-			const uint16_t y1 =
-				fcu_epi1(acc[i][2 * h + 1], alpha, rs, A.row_scale != 0, (uint16_t)(bb >> 16), A.bias != 0);
-			*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
-		}
+	w4_store1<MT>(A, acc, m0, g, n0 + warp * 8 + 2 * t);
 }
 
 #include "cuda_smallm_ws.cuh"

@@ -201,28 +201,7 @@ static __global__ void __launch_bounds__(128, 1) k_w4r(const w4_args A)
 		steps(bm, I0);
 	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
-	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
-	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
-	const float alpha = FOS_MUL(ga, gb);
-	const int64_t col = n0 + 2 * t;
-	if (col >= A.n)
-		return;
-	uint32_t bb = 0;
-	if (A.bias)
-		bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
-#pragma unroll
-	for (int i = 0; i < MT; i++)
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int row = m0 + 16 * i + g + 8 * h;
-			if (row >= A.m)
-				continue;
-			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
-			const uint16_t y0 = fcu_epi1(acc[i][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb, A.bias != 0);
-			const uint16_t y1 =
-				fcu_epi1(acc[i][2 * h + 1], alpha, rs, A.row_scale != 0, (uint16_t)(bb >> 16), A.bias != 0);
-			*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
-		}
+	w4_store1<MT>(A, acc, m0, g, n0 + 2 * t);
 }
 
 #endif
