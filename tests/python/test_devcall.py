@@ -12,15 +12,14 @@ call passes its arguments as the declared one does (libfos.so's own answers comp
 cpu fosd's bits of a forward with its put, a 64-bit version).
 """
 
-import contextlib
 import ctypes
-import threading
 import types
 
 import pytest
 
 import fosd
-from fosd import _conn, _devcall, _lib, _plane, client as fclient
+from fosd import _devcall, _lib, client as fclient
+from conftest import standin_client
 
 torch = pytest.importorskip("torch")
 
@@ -96,20 +95,8 @@ class BackLib:
 @pytest.fixture
 def back(monkeypatch):
     """(client, BackLib) with device tensors on, CPU tensors standing in for CUDA ones."""
-    stream = types.SimpleNamespace(synchronize=lambda: None, cuda_stream=5)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: stream)
-    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
-    monkeypatch.setattr(_devcall, "CUDA_ATTR", "is_cpu")
     lib = BackLib()
-    c = fclient.Client.__new__(fclient.Client)
-    c.url = "ipc:///fake"
-    conn = _conn._Conn(lib, ctypes.c_void_p(1))
-    conn.plane = _plane.Plane(lib, conn.handle, False, True)
-    conn.plane.device = True
-    conn.plane.mps_checked = True
-    c._holder = [conn]
-    c._weight_n, c._wmu, c._reput, c._put_pid, c._opts = {}, threading.Lock(), None, {}, {}
-    c._fin = lambda: None
+    c, conn, _ = standin_client(monkeypatch, lib, 5)
     yield c, lib
     conn.handle = None
 
