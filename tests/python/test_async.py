@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import fosd
-from fosd import _devcall, _lib
+from fosd import _lib
 from conftest import bits, standin_client
 
 torch = pytest.importorskip("torch")
