@@ -1,5 +1,5 @@
 #!/bin/sh
-# smallm28b-run.sh: issue 28 session 10's device call (carried in .devcarry/smallm28b.tar.xz with
+# device-smallm.sh: the small-M path on the GPU machine, one call (carried with
 # the stripped binaries under sm28b/): the GPU suites the small-M path touches, every gemm_w4
 # variant and probe, the forward rows ("fwd"), ncu of the kernels named by regex $2 (first launch:
 # 4096x4096 M = 1) with per-instruction stall samples, their SASS. Logs in $OUT.
