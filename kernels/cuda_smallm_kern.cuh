@@ -4,7 +4,7 @@
  * A header so that two translation units instantiate the same templates: kernels/cuda_smallm.cu the
  * tiles the shape rule picks (libfosnum), tests/support_smallm_variants.cu every variant, the
  * shared-memory decode ones included (the GPU tests and the benchmarks). Two other forms of the same
- * chain live beside it: k_w4p (cuda_smallm_ws.cuh, warp-specialised, a variant only) and k_w4r
+ * chain exist: k_w4p (tests/support_smallm_ws.cuh, warp-specialised, a variant only) and k_w4r
  * (cuda_smallm_rp.cuh, warp-private rings and a register pipeline, fosd's pick at small M). The kernels have internal
  * linkage: each of those units launches its own instantiations.
  *
@@ -498,7 +498,6 @@ static __global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
 	w4_store1<MT>(A, acc, m0, g, n0 + warp * 8 + 2 * t);
 }
 
-#include "cuda_smallm_ws.cuh"
 #include "cuda_smallm_rp.cuh"
 
 /* ---- variants and the launcher ---------------------------------------------------------------- */
@@ -511,18 +510,18 @@ struct w4_variant {
 	int mt, nt, wn, wm;
 	const char *name;
 	int sdec; /* k_w4s's threads (W decoded into shared memory by all warps; nt 1, wn 4, wm 1), else 0 */
-	int wsp;  /* k_w4p's producer warps (warp-specialised, cuda_smallm_ws.cuh; nt 1, wn 4, wm 1), else 0 */
+	int wsp;  /* k_w4p's producer warps (the tests' warp-specialised form, tests/support_smallm_ws.cuh;
+		   * nt 1, wn 4, wm 1), else 0 */
 	int probe; /* 1: a timing probe with wrong bits (bench only, never tested for bits) */
 	int rp;	   /* k_w4r's ring depth (warp-private rings, register pipeline, cuda_smallm_rp.cuh), else 0 */
+	int smem_extra; /* shared bytes the form needs besides the ring and the decode table */
 };
 
 /* The table entry of k_w4<MT, NT, WN, WM> and of k_w4s<MT, T> (in the including unit). */
 #define W4_TILE(MT, NT, WN, WM) \
-	{k_w4<MT, NT, WN, WM>, MT, NT, WN, WM, "MT" #MT " NT" #NT " WN" #WN " WM" #WM, 0, 0, 0, 0}
-#define W4_SDEC(MT, T) {k_w4s<MT, T>, MT, 1, 4, 1, "SDEC MT" #MT " T" #T, T, 0, 0, 0}
-#define W4_WSP(MT, NP) {k_w4p<MT, NP, 0>, MT, 1, 4, 1, "WSP MT" #MT " P" #NP, 0, NP, 0, 0}
-#define W4_WSP_NODEC(MT, NP) {k_w4p<MT, NP, 1>, MT, 1, 4, 1, "PROBE WSP MT" #MT " P" #NP " no decode", 0, NP, 1, 0}
-#define W4_RP(MT, S) {k_w4r<MT, S>, MT, 1, 4, 1, "RP MT" #MT " S" #S, 0, 0, 0, S}
+	{k_w4<MT, NT, WN, WM>, MT, NT, WN, WM, "MT" #MT " NT" #NT " WN" #WN " WM" #WM, 0, 0, 0, 0, 0}
+#define W4_SDEC(MT, T) {k_w4s<MT, T>, MT, 1, 4, 1, "SDEC MT" #MT " T" #T, T, 0, 0, 0, 2 * W4S_RN * W4_XP * 2}
+#define W4_RP(MT, S) {k_w4r<MT, S>, MT, 1, 4, 1, "RP MT" #MT " S" #S, 0, 0, 0, S, 0}
 
 /* The shapes the kernel runs. */
 static inline int w4_runs(int64_t m, int64_t n, int64_t k)
@@ -555,7 +554,7 @@ static inline int w4_launch(fos_backend *be, const struct w4_variant *v, int sta
 	const int rn = 8 * v->nt * v->wn, rm = 16 * v->mt * v->wm;
 	const int nth = v->sdec ? v->sdec : v->wsp ? 32 * (4 + v->wsp) : 32 * v->wn * v->wm;
 	const int sb = w4_stage_bytes(rn, rm);
-	const int fixed = 256 * 16 + (v->sdec ? 2 * rn * W4_XP * 2 : 0) + (v->wsp ? 128 + W4P_D * w4p_dstage_bytes(rm) : 0);
+	const int fixed = 256 * 16 + v->smem_extra;
 	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
 	/* stages: up to W4_MAXS, as many as let every CTA of the grid be resident at once (at least 4):
 	 * the chunks in flight (S - 2) are what hides the HBM latency */

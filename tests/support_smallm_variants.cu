@@ -9,6 +9,7 @@
  * from the forced launcher the instance has no recorded CUDA graph. */
 #include "support_smallm_variants.h"
 #include "cuda_smallm_kern.cuh"
+#include "support_smallm_ws.cuh"
 
 #include <stdio.h>
 

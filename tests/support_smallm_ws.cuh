@@ -1,5 +1,7 @@
-/* cuda_smallm_ws.cuh: the warp-specialised form of the small-M GEMM (k_w4p, variants "WSP"),
- * included by cuda_smallm_kern.cuh after its helpers (w4_args, w4_decode, w4_table, the copies).
+/* support_smallm_ws.cuh: the warp-specialised form of the small-M GEMM (k_w4p, variants "WSP"),
+ * measured against fosd's forms and never picked by it: test and bench code, included by
+ * support_smallm_variants.cu after kernels/cuda_smallm_kern.cuh (w4_args, w4_decode, w4_table, the
+ * copies, w4_store1, the variant table's fields).
  *
  * A CTA owns RN = 32 W rows (4 consumer warps, one n8 tile each) and RM = 16 MT x rows; NP producer
  * warps stream W's codes, scales and x through an S-stage cp.async ring (theirs alone, ordered by a
@@ -15,8 +17,8 @@
  * PROBE != 0 (bench only, wrong bits): 1 = the producers skip the decode (the W tile keeps what it
  * held), measuring the copies and the chain without the decode. x rows >= M of every decoded stage
  * are zeroed once, before the first barrier, and never written again. */
-#ifndef FOS_CUDA_SMALLM_WS_CUH
-#define FOS_CUDA_SMALLM_WS_CUH
+#ifndef FOS_SUPPORT_SMALLM_WS_CUH
+#define FOS_SUPPORT_SMALLM_WS_CUH
 
 #define W4P_RN 32 /* W rows per CTA */
 #define W4P_D 4	  /* decoded stages */
@@ -193,5 +195,13 @@ static __global__ void __launch_bounds__(32 * (4 + NP), 1) k_w4p(const w4_args A
 
 	w4_store1<MT>(A, acc, m0, g, n0 + warp * 8 + 2 * t);
 }
+
+/* Its variant-table entries (struct w4_variant, cuda_smallm_kern.cuh): NP producer warps beside the 4
+ * consumers, the decoded stages and their barriers as the form's shared memory besides the ring. */
+#define W4_WSP(MT, NP) \
+	{k_w4p<MT, NP, 0>, MT, 1, 4, 1, "WSP MT" #MT " P" #NP, 0, NP, 0, 0, 128 + W4P_D * w4p_dstage_bytes(16 * MT)}
+#define W4_WSP_NODEC(MT, NP)                                                                               \
+	{k_w4p<MT, NP, 1>, MT, 1, 4, 1, "PROBE WSP MT" #MT " P" #NP " no decode", 0, NP, 1, 0,             \
+	 128 + W4P_D * w4p_dstage_bytes(16 * MT)}
 
 #endif
