@@ -33,8 +33,7 @@ void fosd_dev_req_end(fosd_dev_req *q)
 			fosd_devmaps_release(q->dm, q->out[i].m);
 		q->out[i].m = NULL;
 	}
-	if (q->ev)
-		fosd_devmaps_release(q->dm, q->ev);
+	fosd_dev_req_event_done(q);
 	if (q->word)
 		fosd_devmaps_release(q->dm, q->word);
 	q->word = NULL;
@@ -42,8 +41,6 @@ void fosd_dev_req_end(fosd_dev_req *q)
 	q->word_value = 0;
 	for (int i = 0; i < q->n_snaps; i++)
 		free(q->snaps[i]);
-	q->ev = NULL;
-	q->ev_waited = 0;
 	q->n_refs = q->n_snaps = q->n_borrowed = 0;
 }
 
