@@ -207,6 +207,7 @@ static int lane_take_async(fosd_device *d, fosd_job *s)
 	d->lane_active++;
 	d->async_running++;
 	d->lstate[lane].owner = key;
+	d->lstate[lane].taken = fosd_now_ns();
 	pthread_mutex_unlock(&d->lane_mu);
 	pthread_mutex_unlock(&d->be_mu);
 	return lane;

@@ -91,7 +91,8 @@ typedef struct fosd_exec {
 	/* Answers j with reply (NULL: none) and code, and every duplicate that waited on it; j is then
 	 * the transport's again. Takes reply. (reply.c's fosd_finish) */
 	void (*finish)(fosd_job *j, nng_msg *reply, int code);
-	/* Tests only (NULL in fosd): opens lane i (1..) of d instead of a backend like d->be. */
+	/* Tests only (NULL in fosd): opens lane i (1..) of d, or with i 0 the instance its caches free
+	 * through, instead of a backend like d->be (lanes.c). */
 	fos_backend *(*lane_open)(struct fosd_exec *x, fosd_device *d, int i, fos_err *e);
 	/* Drops j unanswered when its client's connection is gone and no resent copy waits on it; 1
 	 * when dropped, 0 to run it. (reply.c's fosd_drop_if_client_gone) */

@@ -206,14 +206,18 @@ int fosd_lane_pick_async(fosd_device *d, uint64_t key)
 			d->lstate[i].owner = 0; /* its work is done: any lane will do */
 			break;
 		}
-	for (int pass = 0; pass < 2; pass++)
-		for (int i = 0; i < d->n_lanes; i++) {
-			if (d->lane_busy >> i & 1)
-				continue;
-			if (!d->lstate[i].owner || (pass && !fosd_pending_count(d->lstate[i].pend)))
-				return i;
-		}
-	return -1;
+	/* a lane nobody holds; else the least recently taken one whose owner's work is done (an
+	 * owner that comes back then finds its own lane, or another it took least recently) */
+	int best = -1;
+	for (int i = 0; i < d->n_lanes; i++) {
+		if (d->lane_busy >> i & 1)
+			continue;
+		if (!d->lstate[i].owner)
+			return i;
+		if ((best < 0 || d->lstate[i].taken < d->lstate[best].taken) && !fosd_pending_count(d->lstate[i].pend))
+			best = i;
+	}
+	return best;
 }
 
 /* Opens d's lanes 1.. like d->be (lane 0): the same backend and device; on the cpu, the threads
@@ -284,7 +288,9 @@ int fosd_lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 #endif
 	fos_err fe;
 	memset(&fe, 0, sizeof fe);
-	fos_backend *free_be = cpu ? fos_backend_cpu(1, &fe) : fos_backend_cuda(d->ordinal, &fe);
+	fos_backend *free_be = srv->lane_open ? srv->lane_open(srv, d, 0, &fe)
+			       : cpu	      ? fos_backend_cpu(1, &fe)
+					      : fos_backend_cuda(d->ordinal, &fe);
 	if (!free_be) {
 		snprintf(msg, msgsz, "device %d: cannot open the backend instance the caches free through: %s", d->index,
 			 fe.msg);

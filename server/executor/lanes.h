@@ -14,6 +14,7 @@ typedef struct fosd_lane {
 	struct fosd_pending *pend; /* its asynchronous requests' held resources (pending.c) */
 	uint64_t owner;            /* the connection whose asynchronous requests it runs while its
 				    * pending list is not empty (0: none); under lane_mu */
+	uint64_t taken;            /* when an asynchronous request last took it (ns); under lane_mu */
 	atomic_uint_fast64_t begun, ended; /* requests that took it; those whose work completed */
 } fosd_lane;
 
@@ -44,7 +45,8 @@ int fosd_lane_settle_pending(fosd_device *d, int lane, fos_err *e);
 size_t fosd_lanes_pending(fosd_device *d);
 size_t fosd_lanes_poll(fosd_device *d);
 /* Under lane_mu: the lane for an asynchronous request of connection key: its own (-1 while that
- * runs), else a free one no other connection's pending work holds; -1: none now. */
+ * runs with pending work), else a free one nobody holds, else the least recently taken free one
+ * whose owner's pending work is done; -1: none now. */
 int fosd_lane_pick_async(fosd_device *d, uint64_t key);
 
 #endif
