@@ -6,8 +6,9 @@
  *
  * Which ops run side by side: a Forward without a saved context, Quantize, Dequantize and Linear
  * only read shared state (the weight cache through references) and make their own buffers, so
- * they run on any free lane at once. Every other op (PutWeight, DropWeight, Forward with a saved
- * context, Backward, ReleaseContext, the regions' ops, context sweeps) runs alone: it holds be_mu,
+ * they run on any free lane at once; asynchronous requests run on their connection's lane beside
+ * the others (below). Every other op (PutWeight, DropWeight, Forward with a saved context,
+ * Backward, ReleaseContext, the regions' ops, context sweeps) runs alone: it holds be_mu,
  * waits for the running lanes to finish and uses lane 0. be_mu is the gate both kinds take first
  * (deadline-bounded, deadline.c); a side-by-side op lets it go once it has a lane.
  *
@@ -16,18 +17,39 @@
  * queued: Response.cuda_done_event, run_early), so a result never depends on which lane ran it,
  * and an error on one lane (a failed allocation, a refused shape) leaves the others' state alone;
  * a lane that cannot even sync (a sticky CUDA error, which poisons the whole device context) stops
- * fosd. The one exception is an asynchronous request (Request.done_word, run_async): it runs alone
- * on lane 0, is answered once its work and the write of its done word are queued, and leaves lane
- * 0 unsynchronized, its held resources on the device's pending list (pending.c: released when a
- * mark recorded after its work completes, polled by the deadline reaper). So asynchronous requests
- * run back to back on lane 0 with no synchronize between them, and the invariant becomes: lane 0
- * is settled (synchronized, its pending list released) before anything that is not an
- * asynchronous request runs on the device: run_one settles under be_mu before it takes any lane
- * (other lanes, ops that free device memory outside stream order, host outputs), as do the context
- * sweep and the executor's stop; an asynchronous request that fails settles before it is answered
- * (an error path); fosd_executor_try_now runs nothing at once while anything is pending. With one
- * lane (the cpu default) every op holds be_mu throughout. Context expiry sweeps free backend
- * memory, so they run alone too.
+ * fosd. The exception is an asynchronous request (Request.done_word, run_async): it is answered
+ * once its work and the write of its done word are queued, leaves its lane unsynchronized and its
+ * held resources on that lane's pending list (pending.c: released when a mark recorded after its
+ * work completes, polled by the deadline reaper). The invariant, per lane:
+ *  - Which lane: an asynchronous request runs on its connection's lane (lanes.c
+ *    fosd_lane_pick_async: the lane it used last while that lane holds its pending work, else a
+ *    free one no other connection's pending work holds), beside other connections' asynchronous
+ *    requests on other lanes; it takes be_mu only to pick the lane. So one connection's requests
+ *    run in order on one stream, back to back with no synchronize, and a lane's pending list holds
+ *    one connection's work. With one lane they run alone on lane 0 as any op that runs alone.
+ *  - What is settled: a lane is settled (synchronized, its pending list released) before anything
+ *    that is not an asynchronous request of its connection runs on it. Every other request
+ *    settles every lane: run_one waits under be_mu until no asynchronous request runs (none can
+ *    start meanwhile) and settles all lanes before it takes a lane (ops that free device memory
+ *    outside stream order such as CloseDeviceMemory, host outputs, PutWeight and DropWeight, and
+ *    side-by-side ops alike), as do the context sweep and the executor's stop; an asynchronous
+ *    request that fails settles its own lane before it is answered, and no other.
+ *    fosd_executor_try_now runs nothing at once while any asynchronous request runs or is pending.
+ *  - What lanes share, between asynchronous requests running at once: a weight entry or saved
+ *    context made by an asynchronous request carries a mark recorded on its lane after the work
+ *    that made it; a request on another lane makes its stream wait on that mark before reading it
+ *    (ops fosd_mark_made, fosd_wait_made; the device waits, not the host); another form of a weight
+ *    (fosd_wcache_form) is synchronized before it is published. Memory the caches free (a replaced,
+ *    dropped or evicted weight, a consumed, released, expired or evicted context) is not freed at
+ *    once but retired (lanes.c): freed once every request that had begun on any lane when its last
+ *    reference went has completed its work (the lanes' tickets), through an instance of its own;
+ *    so no stream reads memory freed under it, whichever lane freed it. A context found by a
+ *    backward may be evicted meanwhile by another lane's forward: removal is idempotent, and the
+ *    retired free waits for that backward.
+ *  - What still serializes: be_mu for the moment a lane is picked; every request that is not
+ *    asynchronous (it settles all lanes first); one connection's requests (one lane, in order).
+ * With one lane (the cpu default) every op holds be_mu throughout. Context expiry sweeps free
+ * backend memory, so they run alone too.
  *
  * This file alone owns the queue, the lanes and be_mu: the deadline reaper (deadline.c) asks it to
  * answer the expired queued requests (fosd_executor_reap). An op learns its lane only through the

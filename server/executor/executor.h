@@ -54,7 +54,8 @@ typedef struct fosd_device {
 	/* executor lanes (executor.c): backend instances that run requests at the same time, each on
 	 * its own stream (cuda). lanes[0] is be. Forwards without a saved context, Quantize, Dequantize
 	 * and Linear run on any free lane; asynchronous requests on their connection's lane; every other
-	 * op runs alone on lane 0, after the running ones finished (see executor.c). */
+	 * op runs alone on lane 0, after the running ones finished and every lane settled (see
+	 * executor.c). */
 	fos_backend **lanes;
 	int n_lanes;
 	fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
