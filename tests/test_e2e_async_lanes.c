@@ -302,6 +302,13 @@ static void inputs(void)
 	g_tb = fos_tensor_cuda(FOS_DTYPE_BF16, N, 0, g_dB);
 }
 
+static void inputs_end(void)
+{
+	free(g_dX);
+	free(g_dDY);
+	free(g_dB);
+}
+
 static void side_init(side *s, int slot, unsigned seed, void *stream, const char *name)
 {
 	memset(s, 0, sizeof *s);
@@ -401,6 +408,7 @@ static void test_two_lanes_at_once(void **state)
 	ASSERT_OK(fos_drop_weight(b.c, "wb", &st), st);
 	side_end(&a);
 	side_end(&b);
+	inputs_end();
 }
 
 static void test_failure_on_one_lane(void **state)
@@ -439,6 +447,7 @@ static void test_failure_on_one_lane(void **state)
 	ASSERT_OK(fos_drop_weight(b.c, "wb", &st), st);
 	side_end(&a);
 	side_end(&b);
+	inputs_end();
 }
 
 static void test_across_lanes(void **state)
@@ -523,6 +532,7 @@ static void test_across_lanes(void **state)
 	ASSERT_OK(fos_drop_weight(b.c, "b0", &st), st);
 	side_end(&a);
 	side_end(&b);
+	inputs_end();
 }
 
 int main(void)

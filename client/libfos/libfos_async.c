@@ -540,10 +540,11 @@ int fosc_async_call(fos_client *c, Fos__Request *rq, const opcall *oc, fos_statu
 		as->head = j;
 	as->tail = j;
 	as->inflight++;
+	uint64_t id = j->id; /* j is the sender's once queued (it may be answered and freed at once) */
 	pthread_cond_broadcast(&as->cv);
 	pthread_mutex_unlock(&as->mu);
 	atomic_fetch_add(&c->async_calls, 1);
-	return fosc_status(st, FOS_CODE_OK, "queued (request %llu)", (unsigned long long)j->id);
+	return fosc_status(st, FOS_CODE_OK, "queued (request %llu)", (unsigned long long)id);
 }
 
 void fosc_async_close(fos_client *c, int inherited)
