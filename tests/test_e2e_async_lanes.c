@@ -221,8 +221,13 @@ static int teardown(void **state)
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
 
+/* The fake driver for a test, and a fresh log of done words (word buffers and their values start
+ * again at the same addresses and 1). */
 static void fake_async_driver(void)
 {
+	pthread_mutex_lock(&g_mu);
+	g_wl_n = 0;
+	pthread_mutex_unlock(&g_mu);
 	fake_reset();
 	static fosc_cuda_api drv;
 	drv = g_fake;
