@@ -122,9 +122,11 @@ static int s_mark_done(fos_backend *be, void *ev)
 	return done;
 }
 
+static int g_mark_frees; /* marks destroyed */
 static void s_mark_free(fos_backend *be, void *ev)
 {
 	(void)be;
+	__atomic_fetch_add(&g_mark_frees, 1, __ATOMIC_SEQ_CST);
 	free(ev);
 }
 
@@ -393,6 +395,7 @@ static void test_two_lanes_at_once(void **state)
 	if (missed || met != 2)
 		fail_msg("the two connections' puts did not run at once on two lanes (%d missed, %d lanes met)", missed, met);
 	/* interleaved: each connection's forward, backward and Linear, a put inside a forward too */
+	int mf0 = __atomic_load_n(&g_mark_frees, __ATOMIC_SEQ_CST), fr0 = __atomic_load_n(&g_frees, __ATOMIC_SEQ_CST);
 	for (int i = 0; i < 40; i++) {
 		fwd_bwd(&a, "wa");
 		fwd_bwd(&b, "wb");
@@ -404,6 +407,10 @@ static void test_two_lanes_at_once(void **state)
 	ASSERT_OK(fos_sync(b.c, &st), st);
 	side_expect(&a, "interleaved");
 	side_expect(&b, "interleaved");
+	/* the replaced weights and consumed contexts were freed, their marks kept for the next ones */
+	wait_until(&g_frees, fr0 + 40, 3000);
+	assert_true(__atomic_load_n(&g_frees, __ATOMIC_SEQ_CST) >= fr0 + 40);
+	assert_int_equal(__atomic_load_n(&g_mark_frees, __ATOMIC_SEQ_CST), mf0);
 	fos_backend *la = writer_of(a.stream), *lb = writer_of(b.stream);
 	assert_non_null(la);
 	assert_non_null(lb);

@@ -29,8 +29,7 @@ int fosd_contexts_init(fosd_contexts *cx, fos_backend *be, fosd_wcache *wc, uint
 
 static void cx_free_now(fosd_contexts *cx, fosd_context *c)
 {
-	if (c->made_ev && cx->be->mark_free)
-		cx->be->mark_free(cx->be, c->made_ev);
+	fosd_retire_mark(&cx->retire, cx->be, c->made_ev);
 	fos_saved_free(cx->be, &c->saved);
 	if (c->w)
 		fosd_wcache_release(cx->wc, c->w);

@@ -33,8 +33,7 @@ int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
 
 static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
 {
-	if (w->made_ev && wc->be->mark_free)
-		wc->be->mark_free(wc->be, w->made_ev);
+	fosd_retire_mark(&wc->retire, wc->be, w->made_ev);
 	w->alt.master = NULL; /* qw's, borrowed */
 	fos_qweight_free(wc->be, &w->alt);
 	fos_qweight_free(wc->be, &w->qw);

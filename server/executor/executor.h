@@ -68,6 +68,8 @@ typedef struct fosd_device {
 	fos_backend *free_be;    /* the instance the caches free through (lanes.c), NULL before start */
 	pthread_mutex_t retire_mu;
 	struct fosd_retired *retired; /* frees waiting for the lanes' work (lanes.c) */
+	void **mark_pool;        /* marks of freed weights and contexts, to record again (lanes.c) */
+	int mark_n;              /* under retire_mu */
 
 	/* the device's queue and workers */
 	pthread_mutex_t q_mu;

@@ -10,7 +10,9 @@
  * runs once every lane's ended count reached its stamp: every request that could have read the
  * memory (it held a reference before the free was handed over, so it had begun) has completed its
  * device work, on whichever lane. The frees themselves go through the free instance (wc.be, cx.be),
- * whose stream nothing else uses, so any thread may run them. */
+ * whose stream nothing else uses, so any thread may run them. The marks of freed objects go to a
+ * pool (retire.h) that fosd_mark_made takes from, so that a put or a saved context costs no event
+ * made and destroyed. */
 #include "lanes.h"
 #include "pending.h"
 #include "log.h"
@@ -97,6 +99,29 @@ static void retire_run(fosd_device *d, int force)
 	}
 }
 
+#define FOSD_MARK_POOL 1024 /* marks kept for reuse per device; more are destroyed */
+
+static void mark_put(void *arg, void *ev)
+{
+	fosd_device *d = arg;
+	pthread_mutex_lock(&d->retire_mu);
+	int kept = d->mark_n < FOSD_MARK_POOL;
+	if (kept)
+		d->mark_pool[d->mark_n++] = ev;
+	pthread_mutex_unlock(&d->retire_mu);
+	if (!kept && d->free_be->mark_free)
+		d->free_be->mark_free(d->free_be, ev);
+}
+
+static void *mark_get(void *arg)
+{
+	fosd_device *d = arg;
+	pthread_mutex_lock(&d->retire_mu);
+	void *ev = d->mark_n ? d->mark_pool[--d->mark_n] : NULL;
+	pthread_mutex_unlock(&d->retire_mu);
+	return ev;
+}
+
 void fosd_lane_begun(fosd_device *d, int lane)
 {
 	atomic_fetch_add(&d->lstate[lane].begun, 1);
@@ -116,9 +141,13 @@ void fosd_lane_ended(fosd_device *d, int lane)
 int fosd_lanes_state_open(fosd_device *d, fos_backend *free_be, char *msg, size_t msgsz)
 {
 	d->lstate = calloc((size_t)d->n_lanes, sizeof *d->lstate);
-	if (!d->lstate || pthread_mutex_init(&d->retire_mu, NULL)) {
+	d->mark_pool = calloc(FOSD_MARK_POOL, sizeof *d->mark_pool);
+	d->mark_n = 0;
+	if (!d->lstate || !d->mark_pool || pthread_mutex_init(&d->retire_mu, NULL)) {
 		free(d->lstate);
+		free(d->mark_pool);
 		d->lstate = NULL;
+		d->mark_pool = NULL;
 		snprintf(msg, msgsz, "out of memory");
 		return -1;
 	}
@@ -131,6 +160,8 @@ int fosd_lanes_state_open(fosd_device *d, fos_backend *free_be, char *msg, size_
 	d->wc.be = d->cx.be = free_be;
 	d->wc.retire.arg = d->cx.retire.arg = d;
 	d->wc.retire.defer = d->cx.retire.defer = retire_defer;
+	d->wc.retire.mark_put = d->cx.retire.mark_put = mark_put;
+	d->wc.retire.mark_get = d->cx.retire.mark_get = mark_get;
 	return 0;
 }
 
@@ -142,9 +173,16 @@ void fosd_lanes_state_close(fosd_device *d)
 		fosd_pending_free(d->lstate[i].pend); /* settled first */
 		d->lstate[i].pend = NULL;
 	}
+	d->wc.retire.defer = d->cx.retire.defer = NULL;
+	retire_run(d, 1); /* every lane settled: nothing reads them (their marks go to the pool) */
 	memset(&d->wc.retire, 0, sizeof d->wc.retire);
 	memset(&d->cx.retire, 0, sizeof d->cx.retire);
-	retire_run(d, 1); /* every lane settled: nothing reads them */
+	for (int i = 0; i < d->mark_n; i++)
+		if (d->free_be->mark_free)
+			d->free_be->mark_free(d->free_be, d->mark_pool[i]);
+	free(d->mark_pool);
+	d->mark_pool = NULL;
+	d->mark_n = 0;
 	d->wc.be = d->cx.be = d->be;
 	pthread_mutex_destroy(&d->retire_mu);
 	free(d->lstate);

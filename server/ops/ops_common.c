@@ -98,8 +98,15 @@ int fosd_mark_made(fosd_opctx *c, void **ev, int *lane, fos_err *e)
 	*lane = c->lane;
 	if (!c->be->defer_sync)
 		return 0;
-	if (c->be->mark_record)
-		return c->be->mark_record(c->be, ev, e) ? -1 : 0;
+	const fosd_retirer *r = &c->dev->wc.retire;
+	if (c->be->mark_record) {
+		*ev = r->mark_get ? r->mark_get(r->arg) : NULL; /* a pooled one, else made now */
+		if (!c->be->mark_record(c->be, ev, e))
+			return 0;
+		fosd_retire_mark(r, c->be, *ev);
+		*ev = NULL;
+		return -1;
+	}
 	return c->be->sync(c->be, e) ? -1 : 0; /* no marks: done now */
 }
 
