@@ -10,7 +10,9 @@
  * runs once every lane's ended count reached its stamp: every request that could have read the
  * memory (it held a reference before the free was handed over, so it had begun) has completed its
  * device work, on whichever lane. The frees themselves go through the free instance (wc.be, cx.be),
- * whose stream nothing else uses, so any thread may run them. The marks of freed objects go to a
+ * whose stream nothing else uses, so any thread may run them. The caches count the bytes as free
+ * at once (their budgets), the device's memory follows when the retired free runs: at most the
+ * frees of the work in flight later. The marks of freed objects go to a
  * pool (retire.h) that fosd_mark_made takes from, so that a put or a saved context costs no event
  * made and destroyed. */
 #include "lanes.h"
