@@ -34,7 +34,7 @@
  *     weight (a 30B model's 30e9 elements) and a forward on each, every Y compared bit for bit with
  *     the cached decoded path's.
  *   - the small-M forward reading W's codes (issue 28): bench_smallm.h.
- * Prints markdown table rows. Usage: bench_cuda [quick | qt | small | smallm [variants] | wcache [NW]]; qt: only the
+ * Prints markdown table rows. Usage: bench_cuda [quick | qt | small | smallm [variants] [first] | wcache [NW]]; qt: only the
  * quick quantize_t rows (for a profiler: one k_quant_t launch early); small: only the small-M
  * rows; wcache: only the weight cache rows (NW puts in the 30B row, default 512). */
 #include "backend.h"
@@ -842,7 +842,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "smallm")) {
-		bench_smallm(argc > 2 && !strcmp(argv[2], "variants"));
+		const int var = argc > 2 && !strcmp(argv[2], "variants");
+		bench_smallm(var, argc > 2 + var && !strcmp(argv[2 + var], "first"));
 		be->destroy(be);
 		return 0;
 	}
@@ -858,7 +859,7 @@ int main(int argc, char **argv)
 	bench_linear(8192, 8192, 8192, quick);
 	bench_linear(8192, 4096, 4096, quick);
 	bench_small_m();
-	bench_smallm(0);
+	bench_smallm(0, 0);
 	bench_wcache(quick ? 16 : 512);
 	be->destroy(be);
 	return 0;

@@ -3,17 +3,18 @@
  * CK, dev_rand, cmpf, g_ctx, op_gemm, l_ctx, op_fwd and row). W comes from HBM: a 256 MiB
  * memset (outside the timed interval) flushes L2 before every timed op; op and baseline alternate
  * run by run (median of 11 each, after warm-ups). Shapes (N x K) 4096x4096, 4096x14336 and
- * 14336x4096 at M = 1, 16, 32, 64, 128:
+ * 14336x4096 at M = 1, 2, 4, 8, 16, 32, 64, 128 (variant rows at M = 2, 4, 8: variants 0, 1 and RP only):
  *   - the forward (4/6 quantize of X + the GEMM, no context: graph replay; 16x16 weight) as fosd
  *     runs it (gemm_w4 where be->gemm_w4_takes says so), and with gemm_w4 wherever it runs, against
  *     the plain bf16 cuBLASLt GEMM of the same shape (32 MiB workspace, heuristic's first choice);
+ *   - at M <= 16, the forward with gemm_w4's variant "RP MT1 S10" (cuda_smallm_rp.cuh);
  *   - the same forward with be->gemm_w4 switched off (the path before: decode W + cuBLASLt);
  *   - the forward with row-scaled X, and the forward saving a context (quantized override);
  *   - be->gemm_w4 alone on the decoded X (the GEMM without the X quantize), and the X quantize alone
  *     (be->quantize, 4/6 per tensor with the decoded operand, launched directly);
- * and, with `smallm variants`, gemm_w4 alone for every kernel variant and, for variants 0 and 14,
- * ring depths (fos_cuda_smallm_variant: tests/support_smallm_variants.h, in libfosbench.a, not in
- * libfosnum). */
+ * and, with `smallm variants`, gemm_w4 alone for every kernel variant and timing probe (wrong bits,
+ * named "PROBE"; the ring-depth sweeps of sessions 8 and 9 are in git history) (fos_cuda_smallm_variant:
+ * tests/support_smallm_variants.h, in libfosbench.a, not in libfosnum). `smallm [variants] first`: only 4096x4096 at M = 1 (for a profiler run). */
 #ifndef FOS_BENCH_SMALLM_H
 #define FOS_BENCH_SMALLM_H
 
@@ -49,6 +50,8 @@ static void sm_fwd_w4(void *c) /* the forward with gemm_w4 wherever it runs (M <
 	CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
 }
 
+
+
 static void sm_fwd_save(void *c)
 {
 	l_ctx *x = c;
@@ -83,20 +86,29 @@ static void sm_w4(void *c)
 	CK(be->gemm_w4(be, s->xdec, s->w, s->m, &e, s->y, &err));
 }
 
-static void bench_smallm(int variants)
+static int sm_rp = -1; /* the variant "RP MT1 S10" (warp-private rings, register pipeline) */
+
+static void bench_smallm(int variants, int first)
 {
-	const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}, ms[] = {1, 16, 32, 64, 128};
+	const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}, ms[] = {1, 2, 4, 8, 16, 32, 64, 128};
 	if (!be->gemm_w4) {
 		printf("bench_cuda: this backend has no gemm_w4\n");
 		return;
 	}
 	sm_w4_keep = be->gemm_w4;
+	for (int v = 0; v < fos_cuda_smallm_variants(); v++) {
+		char name[64];
+		CK(fos_cuda_smallm_variant(be, v, 0, name, sizeof name, &err));
+		if (!strcmp(name, "RP MT1 S10"))
+			sm_rp = v;
+	}
+	CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
 	sm_flush_buf = be->alloc(be, (size_t)256 << 20);
 	if (!sm_flush_buf) {
 		fprintf(stderr, "bench_cuda: out of device memory (L2 flush buffer)\n");
 		exit(1);
 	}
-	for (int s = 0; s < 3; s++) {
+	for (int s = 0; s < (first ? 1 : 3); s++) {
 		const int64_t n = shapes[s][0], k = shapes[s][1];
 		uint16_t *w = dev_rand(n * k, 0.02f), *x = dev_rand(128 * k, 1.0f);
 		uint16_t *y = be->alloc(be, (size_t)(128 * n) * 2), *xdec = be->alloc(be, (size_t)(128 * k) * 2);
@@ -110,7 +122,7 @@ static void bench_smallm(int variants)
 		fos_qtensor xq2; /* sm_xq's output: xq and xdec stay gemm_w4's input */
 		CK(fos_qtensor_alloc(be, &xq2, 128, k, 0, &err));
 		uint16_t *xdec2 = be->alloc(be, (size_t)(128 * k) * 2);
-		for (int i = 0; i < 5; i++) {
+		for (int i = 0; i < (first ? 1 : 8); i++) {
 			const int64_t m = ms[i];
 			char shape[64];
 			snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld", (long long)m, (long long)n, (long long)k);
@@ -118,26 +130,24 @@ static void bench_smallm(int variants)
 			l_ctx l = {x, NULL, m, &qw, o, y, NULL, NULL, {0}};
 			sm_ctx sc = {xdec, &qw.q, m, y};
 			if (variants) {
-				for (int v = 0; v < fos_cuda_smallm_variants(); v++) {
+				for (int v = 0; v < fos_cuda_smallm_all(); v++) {
 					char name[64], what[128];
 					CK(fos_cuda_smallm_variant(be, v, 0, name, sizeof name, &err));
+					if (m > 1 && m < 16 && v > 1 && strncmp(name, "RP", 2))
+						continue; /* M = 2, 4, 8: variants 0, 1 and RP only */
 					snprintf(what, sizeof what, "gemm_w4 variant %d (%s)", v, name);
 					sm_row(what, shape, sm_w4, &sc, op_gemm, &g);
 				}
-				/* the ring's depth: chunks in flight hide the HBM latency */
-				const int sv[] = {0, 14}, st[] = {4, 6, 8, 12, 16};
-				for (int i = 0; i < 2; i++)
-					for (int j = 0; j < 5; j++) {
-						char name[64], what[128];
-						CK(fos_cuda_smallm_variant(be, sv[i], st[j], name, sizeof name, &err));
-						snprintf(what, sizeof what, "gemm_w4 variant %d (%s) stages %d", sv[i], name, st[j]);
-						sm_row(what, shape, sm_w4, &sc, op_gemm, &g);
-					}
 				CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
 				continue;
 			}
 			sm_row("smallm: forward, fosd's pick (graph replay)", shape, op_fwd, &l, op_gemm, &g);
 			sm_row("smallm: forward, gemm_w4 (codes read by the GEMM)", shape, sm_fwd_w4, &l, op_gemm, &g);
+			if (sm_rp >= 0 && m <= 16) { /* forced for the whole row: a forced variant drops recorded graphs */
+				CK(fos_cuda_smallm_variant(be, sm_rp, 0, NULL, 0, &err));
+				sm_row("smallm: forward, gemm_w4 variant RP MT1 S10", shape, op_fwd, &l, op_gemm, &g);
+				CK(fos_cuda_smallm_variant(be, -1, 0, NULL, 0, &err));
+			}
 			sm_row("smallm: forward, decode W + cuBLASLt (gemm_w4 off)", shape, sm_fwd_old, &l, op_gemm, &g);
 			sm_row("smallm: gemm_w4 alone (X decoded beforehand)", shape, sm_w4, &sc, op_gemm, &g);
 			sm_xq_ctx xc = {x, m, k, &xq2, xdec2};

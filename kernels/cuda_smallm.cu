@@ -16,13 +16,16 @@ static const struct w4_variant w4_picks[] = {
 	W4_TILE(2, 1, 4, 1),
 	W4_TILE(2, 2, 4, 2),
 	W4_TILE(4, 2, 4, 2),
+	W4_RP(1, 10),
 };
 
 /* The tile for m rows of an (n, k) weight: the fastest of bench_cuda smallm variants (H200,
- * BENCHMARKS.md session 8, run 3). */
+ * BENCHMARKS.md session 8, run 3; k_w4r at M <= 4 below N = 8192: session 10). */
 const struct w4_variant *fcu_w4_pick(int64_t m, int64_t n)
 {
 	const int wide = n >= 8192; /* enough N tiles for 2 per warp */
+	if (m <= 4 && !wide)
+		return &w4_picks[5];
 	if (m <= 16)
 		return &w4_picks[wide ? 1 : 0];
 	if (m <= 32)

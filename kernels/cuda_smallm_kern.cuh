@@ -3,7 +3,9 @@
  * K/2: element 2j in the low nibble of byte j) and e4m3 scale bytes (N, K/16), decoded in registers.
  * A header so that two translation units instantiate the same templates: kernels/cuda_smallm.cu the
  * tiles the shape rule picks (libfosnum), tests/support_smallm_variants.cu every variant, the
- * shared-memory decode ones included (the GPU tests and the benchmarks). The kernels have internal
+ * shared-memory decode ones included (the GPU tests and the benchmarks). Two other forms of the same
+ * chain live beside it: k_w4p (cuda_smallm_ws.cuh, warp-specialised, a variant only) and k_w4r
+ * (cuda_smallm_rp.cuh, warp-private rings and a register pipeline, fosd's pick at small M). The kernels have internal
  * linkage: each of those units launches its own instantiations.
  *
  * Invariants (what makes its bits those of be->decode + be->gemm, i.e. cuBLASLt's, at every M):
@@ -332,6 +334,35 @@ static __global__ void __launch_bounds__(32 * WN * WM, 1) k_w4(const w4_args A)
 		}
 }
 
+/* The epilogue of the forms with one n8 tile per warp (k_w4s, k_w4p, k_w4r), as k_w4's: this lane's
+ * columns col, col + 1 of the rows m0 + 16 i + g + 8 h below M, through fcu_epi1 with alpha, the
+ * product of the two global scales, the row scale and the bias. */
+template <int MT>
+static __device__ __forceinline__ void w4_store1(const w4_args &A, const float (&acc)[MT][4], int m0, int g, int64_t col)
+{
+	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
+	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
+	const float alpha = FOS_MUL(ga, gb);
+	if (col >= A.n)
+		return;
+	uint32_t bb = 0;
+	if (A.bias)
+		bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
+#pragma unroll
+	for (int i = 0; i < MT; i++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = m0 + 16 * i + g + 8 * h;
+			if (row >= A.m)
+				continue;
+			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
+			const uint16_t y0 = fcu_epi1(acc[i][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb, A.bias != 0);
+			const uint16_t y1 =
+				fcu_epi1(acc[i][2 * h + 1], alpha, rs, A.row_scale != 0, (uint16_t)(bb >> 16), A.bias != 0);
+			*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
+		}
+}
+
 /* The shared-memory decode form (variants with sdec): NTH = 512 or 256 threads (16 or 8 warps) per CTA,
  * RN = 32 W rows (4 n8 tiles), RM = 16 MT x rows. Every thread decodes 512 / NTH pieces of 8
  * consecutive k of one W row per chunk (one code word, one scale byte, one table entry, two
@@ -464,29 +495,11 @@ static __global__ void __launch_bounds__(NTH) k_w4s(const w4_args A)
 	if (nch > 0)
 		steps((nch - 1) % S, (nch - 1) & 1);
 
-	const float ga = A.a_amax ? FOS_MUL(A.a_amax[0], A.a_dinv) : A.a_dinv;
-	const float gb = A.b_amax ? FOS_MUL(A.b_amax[0], A.b_dinv) : A.b_dinv;
-	const float alpha = FOS_MUL(ga, gb);
-	const int64_t col = n0 + warp * 8 + 2 * t;
-	if (col >= A.n)
-		return;
-	uint32_t bb = 0;
-	if (A.bias)
-		bb = *reinterpret_cast<const uint32_t *>(A.bias + col);
-#pragma unroll
-	for (int i = 0; i < MT; i++)
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int row = m0 + 16 * i + g + 8 * h;
-			if (row >= A.m)
-				continue;
-			const float rs = A.row_scale ? A.row_scale[row] : 0.0f;
-			const uint16_t y0 = fcu_epi1(acc[i][2 * h], alpha, rs, A.row_scale != 0, (uint16_t)bb, A.bias != 0);
-			const uint16_t y1 =
-				fcu_epi1(acc[i][2 * h + 1], alpha, rs, A.row_scale != 0, (uint16_t)(bb >> 16), A.bias != 0);
-			*reinterpret_cast<uint32_t *>(A.y + (int64_t)row * A.n + col) = y0 | ((uint32_t)y1 << 16);
-		}
+	w4_store1<MT>(A, acc, m0, g, n0 + warp * 8 + 2 * t);
 }
+
+#include "cuda_smallm_ws.cuh"
+#include "cuda_smallm_rp.cuh"
 
 /* ---- variants and the launcher ---------------------------------------------------------------- */
 
@@ -498,12 +511,18 @@ struct w4_variant {
 	int mt, nt, wn, wm;
 	const char *name;
 	int sdec; /* k_w4s's threads (W decoded into shared memory by all warps; nt 1, wn 4, wm 1), else 0 */
+	int wsp;  /* k_w4p's producer warps (warp-specialised, cuda_smallm_ws.cuh; nt 1, wn 4, wm 1), else 0 */
+	int probe; /* 1: a timing probe with wrong bits (bench only, never tested for bits) */
+	int rp;	   /* k_w4r's ring depth (warp-private rings, register pipeline, cuda_smallm_rp.cuh), else 0 */
 };
 
 /* The table entry of k_w4<MT, NT, WN, WM> and of k_w4s<MT, T> (in the including unit). */
 #define W4_TILE(MT, NT, WN, WM) \
-	{k_w4<MT, NT, WN, WM>, MT, NT, WN, WM, "MT" #MT " NT" #NT " WN" #WN " WM" #WM, 0}
-#define W4_SDEC(MT, T) {k_w4s<MT, T>, MT, 1, 4, 1, "SDEC MT" #MT " T" #T, T}
+	{k_w4<MT, NT, WN, WM>, MT, NT, WN, WM, "MT" #MT " NT" #NT " WN" #WN " WM" #WM, 0, 0, 0, 0}
+#define W4_SDEC(MT, T) {k_w4s<MT, T>, MT, 1, 4, 1, "SDEC MT" #MT " T" #T, T, 0, 0, 0}
+#define W4_WSP(MT, NP) {k_w4p<MT, NP, 0>, MT, 1, 4, 1, "WSP MT" #MT " P" #NP, 0, NP, 0, 0}
+#define W4_WSP_NODEC(MT, NP) {k_w4p<MT, NP, 1>, MT, 1, 4, 1, "PROBE WSP MT" #MT " P" #NP " no decode", 0, NP, 1, 0}
+#define W4_RP(MT, S) {k_w4r<MT, S>, MT, 1, 4, 1, "RP MT" #MT " S" #S, 0, 0, 0, S}
 
 /* The shapes the kernel runs. */
 static inline int w4_runs(int64_t m, int64_t n, int64_t k)
@@ -534,8 +553,9 @@ static inline int w4_launch(fos_backend *be, const struct w4_variant *v, int sta
 		epi = &plain;
 	struct fcu_impl *im = fcu(be);
 	const int rn = 8 * v->nt * v->wn, rm = 16 * v->mt * v->wm;
-	const int nth = v->sdec ? v->sdec : 32 * v->wn * v->wm;
-	const int sb = w4_stage_bytes(rn, rm), fixed = 256 * 16 + (v->sdec ? 2 * rn * W4_XP * 2 : 0);
+	const int nth = v->sdec ? v->sdec : v->wsp ? 32 * (4 + v->wsp) : 32 * v->wn * v->wm;
+	const int sb = w4_stage_bytes(rn, rm);
+	const int fixed = 256 * 16 + (v->sdec ? 2 * rn * W4_XP * 2 : 0) + (v->wsp ? 128 + W4P_D * w4p_dstage_bytes(rm) : 0);
 	const unsigned gx = (unsigned)((n + rn - 1) / rn), gy = (unsigned)((m + rm - 1) / rm);
 	/* stages: up to W4_MAXS, as many as let every CTA of the grid be resident at once (at least 4):
 	 * the chunks in flight (S - 2) are what hides the HBM latency */
@@ -546,7 +566,11 @@ static inline int w4_launch(fos_backend *be, const struct w4_variant *v, int sta
 	S = S > maxs ? maxs : S < 4 ? 4 : S;
 	if (stages)
 		S = stages;
-	const int smem = fixed + S * sb;
+	int smem = fixed + S * sb;
+	if (v->rp) { /* its own layout: 4 warp-private rings of v->rp stages, x rows below M only */
+		S = v->rp;
+		smem = 256 * 16 + W4R_ZB + 16 + 4 * S * w4r_stage_bytes(m < rm ? (int)m : rm);
+	}
 	rc = fcu_check(cudaFuncSetAttribute((const void *)v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err,
 		       "cudaFuncSetAttribute (gemm_w4 shared memory)");
 	if (rc)

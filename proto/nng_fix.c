@@ -22,8 +22,13 @@
  * connection is ever cleaned up and nng_close hangs. fosd closes exactly such pipes when a client
  * does not read its replies. The fix: when the wrapped call left the aio unstarted (result
  * NNG_ECANCELED, which the transports' own cancellation cannot produce here: they hold the pipe's
- * lock around the call and close with NNG_ECLOSED), it is completed with NNG_ECLOSED, so the
- * transport sees a closed stream and fails the message's aio.
+ * lock around the call and close with NNG_ECLOSED), it is completed with NNG_ECONNRESET, so the
+ * transport sees a broken stream and fails the message's aio. Not NNG_ECLOSED: the TLS layer stops
+ * its TCP stream's aios when the peer hangs up, and its next read (a handshake whose SP header
+ * exchange is still under way, e.g. a client that completes the TLS handshake and closes at once)
+ * lands here; its error becomes the negotiation's, and from there the listener's accept, where
+ * NNG_ECLOSED would stop the listener for good, as in 1. (tests/test_trust_tls.c
+ * test_tls_peers_that_hang_up).
  *
  * 3. (nng issue #1713, fixed upstream after 1.7) A protocol that hands a message to a pipe whose
  * send aio its close has already stopped loses the message: the transport's send returns at once
@@ -58,14 +63,14 @@ void __wrap_nng_stream_send(nng_stream *s, nng_aio *aio)
 {
 	__real_nng_stream_send(s, aio);
 	if (nng_aio_result(aio) == NNG_ECANCELED)
-		nni_aio_finish_error(aio, NNG_ECLOSED);
+		nni_aio_finish_error(aio, NNG_ECONNRESET);
 }
 
 void __wrap_nng_stream_recv(nng_stream *s, nng_aio *aio)
 {
 	__real_nng_stream_recv(s, aio);
 	if (nng_aio_result(aio) == NNG_ECANCELED)
-		nni_aio_finish_error(aio, NNG_ECLOSED);
+		nni_aio_finish_error(aio, NNG_ECONNRESET);
 }
 
 int __real_nni_plat_errno(int errnum);

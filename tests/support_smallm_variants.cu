@@ -32,8 +32,16 @@ static const struct w4_variant w4_all[] = {
 	W4_SDEC(2, 256),
 	W4_SDEC(4, 256),
 	W4_SDEC(2, 512),
+	W4_WSP(1, 4),
+	W4_WSP(1, 8), /* 20 */
+	W4_WSP(1, 2),
+	W4_WSP(2, 4),
+	W4_RP(1, 10), /* 23 */
+	W4_RP(1, 6),
+	W4_WSP_NODEC(1, 4), /* probes (wrong bits) last: fos_cuda_smallm_variants() counts up to them */
 };
 #define W4_NVAR ((int)(sizeof w4_all / sizeof w4_all[0]))
+#define W4_NPROBE 1
 
 /* The forced launcher's choice: a variant of w4_all (-1: the shape rule's tile) and the ring depth
  * (0: the launcher's). */
@@ -81,6 +89,11 @@ extern "C" int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages,
 }
 
 extern "C" int fos_cuda_smallm_variants(void)
+{
+	return W4_NVAR - W4_NPROBE;
+}
+
+extern "C" int fos_cuda_smallm_all(void)
 {
 	return W4_NVAR;
 }

@@ -26,8 +26,12 @@ extern "C" {
  * (err set). */
 int fos_cuda_smallm_variant(fos_backend *be, int variant, int stages, char *name, size_t len, fos_err *err);
 
-/* How many variants there are: the k_w4 tiles, then the shared-memory decode (SDEC) forms. */
+/* How many variants give the kernel's bits: the k_w4 tiles, the shared-memory decode (SDEC) forms,
+ * the warp-specialised (WSP) forms. */
 int fos_cuda_smallm_variants(void);
+
+/* How many there are with the timing probes (wrong bits, bench only), numbered after them. */
+int fos_cuda_smallm_all(void);
 
 #ifdef __cplusplus
 }

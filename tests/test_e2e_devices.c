@@ -5,7 +5,8 @@
  * runs on a device holding its weight and gives the same bits on every device (against the
  * in-process reference); a backward and a ReleaseContext run where their context was saved;
  * DropWeight drops every copy; ListWeights lists a name once with its devices, page by page; Stats
- * reports each device and its sums are the totals. Which device ran a request: the reply's
+ * reports each device and its sums are the totals; libfos's fos_forward_put is refused without a
+ * request (the Health at connect listed the devices). Which device ran a request: the reply's
  * Response.device (raw requests) or the per-device request counts of Stats. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -371,6 +372,37 @@ static void test_staged_put_fails(void **state)
 	tsrv_cleanup(&s2);
 }
 
+/* Forward requests fosd has received (Stats, refused ones included). */
+static uint64_t forward_requests(void)
+{
+	static fos_stats_info s;
+	fos_status st;
+	ASSERT_OK(fos_stats(g_c, &s, &st), st);
+	for (int i = 0; i < s.n_ops; i++)
+		if (!strcmp(s.ops[i].op, "forward"))
+			return s.ops[i].requests;
+	return 0;
+}
+
+/* A put inside a forward is for a fosd serving one device: libfos refuses it from the Health it
+ * got at connect, with fosd's code, and sends nothing. */
+static void test_forward_put_refused_without_a_request(void **state)
+{
+	(void)state;
+	if (g_skip)
+		skip();
+	fos_status st;
+	fos_tensor tw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, g_w), tx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x);
+	fos_tensor y = fos_tensor_out();
+	uint64_t f0 = forward_requests();
+	ASSERT_CODE(fos_forward_put(g_c, "fp.multi", 1, &tw, NULL, &tx, NULL, NULL, &y, NULL, &st),
+		    FOS_CODE_FAILED_PRECONDITION, st);
+	assert_non_null(strstr(st.message, "fosd serves 3 devices (its Health), and a put inside a forward"));
+	assert_non_null(strstr(st.message, "put weight 'fp.multi' with fos_put_weight"));
+	assert_null(y.data);
+	assert_int_equal(forward_requests(), f0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -378,6 +410,7 @@ int main(void)
 		cmocka_unit_test(test_bad_placement),        cmocka_unit_test(test_forward_each_device),
 		cmocka_unit_test(test_backward_follows_context), cmocka_unit_test(test_stats_sum),
 		cmocka_unit_test(test_list_pages),           cmocka_unit_test(test_staged_put_fails),
+		cmocka_unit_test(test_forward_put_refused_without_a_request),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -301,7 +301,8 @@ int fos_forward(fos_client *c, const char *weight, const fos_tensor *x, const fo
  * defaults). fosd runs it alone, as a PutWeight. A put that fails fails the call before the forward
  * runs (fosd's message starts "put: "); one that succeeded stays cached when the forward then
  * fails. FAILED_PRECONDITION from a fosd serving several devices ("a put inside a forward is for a
- * fosd serving one"). A fosd that predates the field ignores the put and refuses the call: NOT_FOUND
+ * fosd serving one"; libfos answers it without a request when fosd's last Health, at connect or
+ * fos_health, listed several). A fosd that predates the field ignores the put and refuses the call: NOT_FOUND
  * (the version is not cached) or, with W in the message, INVALID_ARGUMENT ("... bytes beyond its
  * last tensor"); put with fos_put_weight, then fos_forward. With reput_weights the put is
  * remembered as fos_put_weight's. */

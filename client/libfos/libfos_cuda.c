@@ -518,6 +518,7 @@ void fosc_cuda_health(fos_client *c, const Fos__HealthResult *hr)
 			memcpy(c->srv_gpus[c->n_srv_gpus++], hr->devices[i]->gpu_uuid.data, 16);
 	if (!c->n_srv_gpus && c->srv_gpu_len == 16)
 		memcpy(c->srv_gpus[c->n_srv_gpus++], c->srv_gpu, 16);
+	c->srv_devices = hr->n_devices;
 	int mps = (int)hr->mps; /* a value of a newer fosd: unknown */
 	c->srv_mps = mps >= (int)FOS_MPS_UNKNOWN && mps <= (int)FOS_MPS_ON ? mps : (int)FOS_MPS_UNKNOWN;
 	pthread_mutex_unlock(&c->cuda_mu);

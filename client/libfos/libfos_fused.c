@@ -3,7 +3,9 @@
  * would make two. Invariant: the request is a Forward whose weight_version is the put's version,
  * so a fosd that predates the field (and ignores it) refuses it (NOT_FOUND for that version, or W's
  * bytes past its last tensor) instead of running the forward on an older weight; the put is
- * remembered for the re-put after a fosd restart (reput_weights) only when the call succeeded. */
+ * remembered for the re-put after a fosd restart (reput_weights) only when the call succeeded.
+ * A fosd whose last Health (at connect, or fos_health) listed several devices refuses a put inside
+ * a forward: refused here with the same code, no request sent. */
 #include "libfos_internal.h"
 
 #include <string.h>
@@ -30,6 +32,17 @@ int fos_forward_put(fos_client *c, const char *weight, uint64_t version, const f
 	int code = fosc_put_request(&pw, &wc, uses, &tw, weight, version, cfg, st);
 	if (code)
 		return code;
+	size_t ndev = 0;
+	if (c && c->cuda_mu_ok) {
+		pthread_mutex_lock(&c->cuda_mu);
+		ndev = c->srv_devices;
+		pthread_mutex_unlock(&c->cuda_mu);
+	}
+	if (ndev > 1)
+		return fosc_status(st, FOS_CODE_FAILED_PRECONDITION,
+				   "fosd serves %zu devices (its Health), and a put inside a forward is for a fosd serving "
+				   "one: put weight '%s' with fos_put_weight (and its placement), then forward",
+				   ndev, weight);
 	fos_forward_opts fo;
 	if (o)
 		fo = *o;

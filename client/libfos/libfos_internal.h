@@ -45,7 +45,8 @@ struct fos_client {
 	atomic_uint_fast64_t chan_tried_ms;
 	/* device tensors (libfos_cuda.c), under cuda_mu: the allocations exported through this handle,
 	 * fosd's GPU UUID from its Health (srv_gpu_len 16, else 0: none; of device 0 when it serves
-	 * several) and those of all its GPUs (srv_gpus, n_srv_gpus of them), its MPS state (srv_mps,
+	 * several) and those of all its GPUs (srv_gpus, n_srv_gpus of them), the number of devices it
+	 * serves (srv_devices; 0: a fosd that predates devices), its MPS state (srv_mps,
 	 * FOS_MPS_*), the stream of
 	 * fos_set_cuda_stream (cuda_stream_on) and its context, and pooled interprocess events */
 	pthread_mutex_t cuda_mu;
@@ -55,6 +56,7 @@ struct fos_client {
 	int srv_gpu_len;
 	uint8_t srv_gpus[16][16];
 	int n_srv_gpus;
+	size_t srv_devices;
 	int srv_mps;
 	int cuda_stream_on;
 	void *cuda_stream, *cuda_stream_ctx;

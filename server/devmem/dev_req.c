@@ -16,6 +16,14 @@ void fosd_dev_req_begin(fosd_dev_req *q, fosd_devmaps *dm, uint32_t pipe, const 
 	q->no_peer = 0;
 }
 
+void fosd_dev_req_event_done(fosd_dev_req *q)
+{
+	if (q->ev)
+		fosd_devmaps_release(q->dm, q->ev);
+	q->ev = NULL;
+	q->ev_waited = 0;
+}
+
 void fosd_dev_req_end(fosd_dev_req *q)
 {
 	for (int i = 0; i < q->n_refs; i++)

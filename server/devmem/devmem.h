@@ -117,6 +117,12 @@ void fosd_devmaps_count(fosd_devmaps *dm, int tensors, int staged);
 
 void fosd_dev_req_begin(fosd_dev_req *q, fosd_devmaps *dm, uint32_t pipe, const char *tenant);
 void fosd_dev_req_end(fosd_dev_req *q);
+/* The request's input event (cuda_wait_event) once its op ran: every wait on it is in a stream by
+ * then (a wait takes the event's state when queued), so the request lets its mapping go; it stays
+ * open, idle, for the connection's next requests. A request held until its GPU work ends
+ * (fosd_job_hold) thus holds no event: a connection's events in use are those of its requests
+ * in progress, never of its pending ones. */
+void fosd_dev_req_event_done(fosd_dev_req *q);
 
 /* Whether the request's pipe may use device tensors at all (set by dispatch from the pipe's peer
  * credentials). */

@@ -758,6 +758,7 @@ void fosd_job_hold(fosd_job *s, fosd_held *h)
 	s->msg = NULL;
 	s->rq = NULL;
 	memset(&s->shm, 0, sizeof s->shm);
+	fosd_dev_req_event_done(&h->shm.dev); /* its wait is queued: pending work holds no event */
 }
 
 void fosd_held_end(fosd_held *h)

@@ -119,7 +119,8 @@ static inline fosd_devres *fosd_device_res(fosd_device *d)
 /* What a request answered before its GPU work ended (executor.c, Response.cuda_done_event) still
  * needs until that work is done: its message (a source of queued h2d copies), its decoded request
  * and its references to shared-memory regions and to the client's GPU memory (which keep those
- * mapped). fosd_job_hold moves them out of the job, whose answer then frees none of them;
+ * mapped), not its input event (its wait is queued). fosd_job_hold moves them out of the job, whose
+ * answer then frees none of them;
  * fosd_held_end frees them. */
 typedef struct fosd_held {
 	nng_msg *msg;

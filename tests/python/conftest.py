@@ -201,3 +201,31 @@ def shape_refused(e):
     the any-M cases skip on it until fosd takes those shapes."""
     return (isinstance(e, fosd.Error) and e.code == "INVALID_ARGUMENT"
             and ("divisible by" in e.message or "multiple of" in e.message))
+
+
+def standin_client(monkeypatch, lib, cuda_stream):
+    """A Client over lib (a stand-in libfos) with device tensors on: CPU tensors stand in for CUDA
+    ones (torch.cuda's current stream and device context patched), the connection's plane already
+    past its checks. Returns (client, connection, stream stand-in)."""
+    import contextlib
+    import ctypes
+    import threading
+    import types
+
+    import torch
+    from fosd import _conn, _devcall, _plane, client as fclient
+
+    stream = types.SimpleNamespace(synchronize=lambda: None, cuda_stream=cuda_stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: stream)
+    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(_devcall, "CUDA_ATTR", "is_cpu")
+    c = fclient.Client.__new__(fclient.Client)
+    c.url = "ipc:///fake"
+    conn = _conn._Conn(lib, ctypes.c_void_p(1))
+    conn.plane = _plane.Plane(lib, conn.handle, False, True)
+    conn.plane.device = True
+    conn.plane.mps_checked = True
+    c._holder = [conn]
+    c._weight_n, c._wmu, c._reput, c._put_pid, c._opts = {}, threading.Lock(), None, {}, {}
+    c._fin = lambda: None
+    return c, conn, stream

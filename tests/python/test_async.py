@@ -15,16 +15,13 @@ one without (async_calls=False), and a failed asynchronous forward surfaces at s
 next call with its name.
 """
 
-import contextlib
-import ctypes
-import types
 
 import numpy as np
 import pytest
 
 import fosd
-from fosd import _conn, _devcall, _lib, _plane, client as fclient
-from conftest import bits
+from fosd import _lib
+from conftest import bits, standin_client
 
 torch = pytest.importorskip("torch")
 
@@ -122,19 +119,7 @@ def fake(monkeypatch):
     """(client, lib, stream stand-in) over a FakeLib, CPU tensors standing in for CUDA ones."""
     def make(**kw):
         lib = FakeLib(**kw)
-        stream = types.SimpleNamespace(synchronize=lambda: None, cuda_stream=77)
-        monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: stream)
-        monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
-        monkeypatch.setattr(_devcall, "CUDA_ATTR", "is_cpu")
-        c = fclient.Client.__new__(fclient.Client)
-        c.url = "ipc:///fake"
-        conn = _conn._Conn(lib, ctypes.c_void_p(1))
-        conn.plane = _plane.Plane(lib, conn.handle, False, True)
-        conn.plane.device = True
-        conn.plane.mps_checked = True
-        c._holder = [conn]
-        c._weight_n, c._wmu, c._reput, c._put_pid, c._opts = {}, __import__("threading").Lock(), None, {}, {}
-        c._fin = lambda: None
+        c, conn, stream = standin_client(monkeypatch, lib, 77)
         made.append(conn)
         return c, lib, stream
     made = []

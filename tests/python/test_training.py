@@ -1,8 +1,8 @@
 """Training through fosd.torch against a real CPU fosd: a 20-step SGD loop on a two-layer model
 (its loss goes down; each layer's weight is put once per step, counted by the layer and by fosd's
 weight versions, inside the layer's forward: Stats counts one forward per layer and step and no
-put_weight; the same bits as with separate puts, and separate puts where fosd refuses a put inside
-a forward), two layers with different options in one process, contexts that
+put_weight; the same bits as with separate puts, and separate puts where fosd serves several
+devices, known from its Health without a refused request), two layers with different options in one process, contexts that
 never leak (Stats contexts back to the start once the graphs are gone, also without a backward),
 an expired context recomputed from X, a second backward (retain_graph), a weight fosd lost put
 again, and a layer's weight dropped from fosd when the layer is garbage collected."""
@@ -102,15 +102,21 @@ def test_fused_put_same_bits_as_separate_puts(server):
 
 def test_fused_put_refused_by_a_fosd_of_several_devices(start_fosd):
     """A fosd serving several devices refuses a put inside a forward (FAILED_PRECONDITION): the
-    layer puts separately from then on, with the same bits, and says why."""
+    layer puts separately from then on, with the same bits, and says why. libfos knows it from
+    fosd's Health at connect: no Forward is sent for it (Stats: every forward request ran)."""
     s = start_fosd("--devices", "0,1", backend="cpu")
     with fosd.connect(s.url) as c:
         assert c.fused_put
-        p0 = c.stats()["ops"]["put_weight"]["requests"]
+        ops0 = c.stats()["ops"]
+        p0, f0 = ops0["put_weight"]["requests"], ops0.get("forward", {}).get("requests", 0)
         losses, w, m = _train(c, steps=2)
         assert not c.fused_put
         assert "put inside a forward" in c.fused_put_off_reason
-        assert c.stats()["ops"]["put_weight"]["requests"] - p0 == 4
+        assert "serves 2 devices" in c.fused_put_off_reason
+        ops = c.stats()["ops"]
+        assert ops["put_weight"]["requests"] - p0 == 4
+        assert ops["forward"]["requests"] - f0 == 4  # 2 layers x 2 steps, none refused
+        assert "FAILED_PRECONDITION" not in ops["forward"]["by_code"]
         del m
     with fosd.connect(s.url) as c1:
         c1._fused_off = "off"

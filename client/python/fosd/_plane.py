@@ -417,19 +417,19 @@ class Plane:
                 raise
             return self._refused(e, inputs, outputs, fn)
 
-    def call_fast(self, fast, slow):
-        """A call through fast() (a fosd._devcall function bound to its arguments), which returns
+    def call_fast(self, fast, args, slow, slow_args=()):
+        """A call through fast(*args) (a fosd._devcall function and its arguments), which returns
         its results or _HOST when its tensors do not all go as device tensors as they are; then
-        through call(*slow()), slow() giving call's (inputs, outputs, fn) of the same call. A
-        refusal of fast()'s device memory is handled as call()'s first try's."""
+        through call(*slow(*slow_args)), slow giving call's (inputs, outputs, fn) of the same call
+        (made only then). A refusal of fast's device memory is handled as call()'s first try's."""
         try:
-            r = fast()
+            r = fast(*args)
         except Error as e:
             if not _device_refusal(e):
                 raise
-            return self._refused(e, *slow())
+            return self._refused(e, *slow(*slow_args))
         if r is _HOST:
-            return self.call(*slow())
+            return self.call(*slow(*slow_args))
         return r
 
     def _refused(self, err, inputs, outputs, fn):

@@ -107,6 +107,31 @@ def _u64(v, what):
     return v
 
 
+def _backward_layout(lib, h, s, dy, keep, need_dx, need_dw, ax=None, ab=None):
+    """Plane.call's (inputs, outputs, fn) of Client.backward's fos_backward of context structure s
+    (with ax, the Arr of X, and ab, of the bias or None: recomputed from them)."""
+    ad = _need(dy, "dy", 2)
+    m, n = ad.shape
+    k = s.k
+    outs = [Out((m, k), BF16, ad) if need_dx else None, Out((n, k), BF16, ad) if need_dw else None,
+            Out((n,), BF16, ad) if s.has_bias else None]
+    bo = _lib.BackwardOpts(keep, None, None)
+    ins = [(ad, _wire(ad, "dy", (BF16,)))]
+    if ax is not None:
+        ins.append((ax, _wire(ax, "x", (BF16,))))
+        ins.append((ab, _wire(ab, "bias", (BF16,))))
+
+    def fn(i, o):
+        st = _lib.Status()
+        if ax is not None:
+            bo.recompute_x = ctypes.pointer(i[1]._obj)
+            bo.recompute_bias = ctypes.pointer(i[2]._obj) if i[2] is not None else None
+        return lib.fos_backward(h, ctypes.byref(s), i[0], ctypes.byref(bo), o[0], o[1], o[2],
+                                ctypes.byref(st)), st
+
+    return ins, outs, fn
+
+
 class Client(Connection):
     """A connection to fosd (see fosd.connect)."""
 
@@ -544,10 +569,6 @@ class Client(Connection):
         bt = bias.obj if type(bias) is Arr else bias
         wt = put and (put[0].obj if type(put[0]) is Arr else put[0])
 
-        def fast():
-            return _devcall.forward(plane, lib, h, bname, xt, bt, n, version, override, row_scaled, ctx, scope,
-                                    put and (wt, put[1]))
-
         def slow():
             ax = x if type(x) is Arr else _arr(x, "x", 2)
             ab = bias if type(bias) is Arr or bias is None else _arr(bias, "bias", 1)
@@ -567,7 +588,8 @@ class Client(Connection):
 
             return ins, [Out((ax.shape[0], n) if n is not None else None, BF16, ax)], fn
 
-        (y,) = plane.call_fast(fast, slow)
+        (y,) = plane.call_fast(_devcall.forward, (plane, lib, h, bname, xt, bt, n, version, override, row_scaled,
+                                                  ctx, scope, put and (wt, put[1])), slow)
         if put is not None:
             self._put_done(name, put[0], version, put[1], None)
         if save_context:
@@ -586,45 +608,20 @@ class Client(Connection):
         h, lib, plane = conn.handle, conn.lib, conn.plane
         if h is None:
             raise Error(_lib.FAILED_PRECONDITION, "the client is closed")
-        keep = int(bool(keep_context))
-        if getattr(dy, _devcall.CUDA_ATTR, False) and dy.dim() == 2:
-            def fast():
-                return _devcall.backward(plane, lib, h, s, dy, s.k, s.has_bias, need_dx, need_dw, keep)
-        else:
-            fast = None
-
-        def slow(ax=None, ab=None):
-            ad = _need(dy, "dy", 2)
-            m, n = ad.shape
-            k = s.k
-            outs = [Out((m, k), BF16, ad) if need_dx else None, Out((n, k), BF16, ad) if need_dw else None,
-                    Out((n,), BF16, ad) if s.has_bias else None]
-            bo = _lib.BackwardOpts(keep, None, None)
-            ins = [(ad, _wire(ad, "dy", (BF16,)))]
-            if ax is not None:
-                ins.append((ax, _wire(ax, "x", (BF16,))))
-                ins.append((ab, _wire(ab, "bias", (BF16,))))
-
-            def fn(i, o):
-                st = _lib.Status()
-                if ax is not None:
-                    bo.recompute_x = ctypes.pointer(i[1]._obj)
-                    bo.recompute_bias = ctypes.pointer(i[2]._obj) if i[2] is not None else None
-                return lib.fos_backward(h, ctypes.byref(s), i[0], ctypes.byref(bo), o[0], o[1], o[2],
-                                        ctypes.byref(st)), st
-
-            return ins, outs, fn
-
+        keep = 1 if keep_context else 0
         try:
-            if fast is not None:
-                dx, dw, db = plane.call_fast(fast, slow)
+            if getattr(dy, _devcall.CUDA_ATTR, False) and dy.dim() == 2:
+                args = (plane, lib, h, s, dy, s.k, s.has_bias, need_dx, need_dw, keep)
+                dx, dw, db = plane.call_fast(_devcall.backward, args, _backward_layout,
+                                             (lib, h, s, dy, keep, need_dx, need_dw))
             else:
-                dx, dw, db = plane.call(*slow())
+                dx, dw, db = plane.call(*_backward_layout(lib, h, s, dy, keep, need_dx, need_dw))
         except Error as e:
             if e.code_number != _lib.NOT_FOUND or x is None or is_async_failure(e):
                 raise
             # the context expired or was consumed: send X (and bias) and let libfos recompute it
-            dx, dw, db = plane.call(*slow(_arr(x, "x", 2), _arr(bias, "bias", 1)))
+            dx, dw, db = plane.call(*_backward_layout(lib, h, s, dy, keep, need_dx, need_dw, _arr(x, "x", 2),
+                                                      _arr(bias, "bias", 1)))
         return dx, dw, db
 
     def release(self, ctx):
