@@ -286,11 +286,14 @@ struct fos_backend {
 	 * instance's stream order, after the work queued so far and visible to other processes'
 	 * streams waiting on it (cuStreamWriteValue32). mark_record records a plain event (made on
 	 * first use into *ev, reused after) after the work queued so far; mark_done says whether it
-	 * completed (1), not yet (0) or failed (-1; thread-safe, any thread); mark_free destroys it. */
+	 * completed (1), not yet (0) or failed (-1; thread-safe, any thread); mark_free destroys it;
+	 * mark_wait makes this instance's later work wait until a mark another instance recorded has
+	 * completed (cudaStreamWaitEvent: the device waits, not the host). */
 	int (*write_u32)(fos_backend *be, void *dst, uint32_t v, fos_err *err);
 	int (*mark_record)(fos_backend *be, void **ev, fos_err *err);
 	int (*mark_done)(fos_backend *be, void *ev);
 	void (*mark_free)(fos_backend *be, void *ev);
+	int (*mark_wait)(fos_backend *be, void *ev, fos_err *err);
 };
 
 /* Backend constructors. fos_backend_cuda returns NULL (with err) when built without CUDA or when

@@ -1,7 +1,8 @@
 /* cuda_async.cu: the cuda backend's part of asynchronous requests (backend.h write_u32, mark_*):
  * a 32-bit store into a client's mapped word in stream order, which the client's stream waits on
  * (cuStreamWaitValue32), and plain events that tell fosd when a request's queued work is done, so
- * that its held sources can be freed without synchronizing the stream.
+ * that its held sources can be freed without synchronizing the stream, and that another lane's
+ * stream waits on before it reads what that work made.
  *
  * The store is the driver's cuStreamWriteValue32 (reached through cudaGetDriverEntryPointByVersion,
  * so nothing links libcuda; its default flags put a system-wide fence before the write, so the
@@ -85,6 +86,15 @@ static int fcu_mark_done(fos_backend *be, void *ev)
 	return -1;
 }
 
+static int fcu_mark_wait(fos_backend *be, void *ev, fos_err *err)
+{
+	int rc = fcu_enter(be, err);
+	if (rc)
+		return rc;
+	return fcu_check(cudaStreamWaitEvent(fcu(be)->st, (cudaEvent_t)ev, 0), err,
+			 "cudaStreamWaitEvent (another lane's work)");
+}
+
 static void fcu_mark_free(fos_backend *be, void *ev)
 {
 	fos_err e;
@@ -98,4 +108,5 @@ void fcu_async_install(fos_backend *be)
 	be->mark_record = fcu_mark_record;
 	be->mark_done = fcu_mark_done;
 	be->mark_free = fcu_mark_free;
+	be->mark_wait = fcu_mark_wait;
 }

@@ -8,7 +8,7 @@
  * channel, and with fos_set_cuda_stream's event ordering (an input copied asynchronously on the
  * stream, not synchronized), and with fos_set_cuda_order's outputs ordered on a stream too (calls
  * answered before their GPU work ended), and with FOS_CUDA_ORDER_ASYNC (calls that return before fosd
- * read them; a failure reported by the next call). A weight put from device memory is put again from libfos's host copy
+ * read them; a failure reported by the next call), also from two clients at once on two lanes. A weight put from device memory is put again from libfos's host copy
  * (reput_weights) after fosd lost it. Also: fos_cuda_release closes fosd's mappings (Stats
  * device_mappings); memory freed and allocated again at the same address gets a new handle and
  * fosd reads the new bytes; a client process that exits with its mappings open leaves none behind
@@ -467,6 +467,100 @@ static void test_every_op_async(void **state)
 #endif
 }
 
+/* FOS_CUDA_ORDER_ASYNC from two clients at once, each ordered on its own stream (fosd runs each
+ * connection's calls on a lane of its own): their calls interleaved, each putting its own weight
+ * inside every forward (a new version each time, the old one freed while the other lane runs),
+ * forwards saving contexts and their backwards into per-iteration buffers; every result is the
+ * synchronous host path's bits. */
+static void test_two_clients_async(void **state)
+{
+	(void)state;
+	NEED();
+#ifdef FOS_HAVE_CUDA
+	enum { IT = 12 };
+	static uint16_t w2[N * K], ry[2][M * N], rdx[2][M * K], rdw[2][N * K], rdb[2][N];
+	tsrv_fill_bf16(w2, N * K, 45, 0.05f);
+	const uint16_t *hw[2] = {g_w, w2};
+	fos_client *c[2];
+	void *str[2];
+	char wn[2][32];
+	fos_status st;
+	fos_tensor hx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, g_x), hb = fos_tensor_1d(FOS_DTYPE_BF16, N, g_b),
+		   hdy = fos_tensor_2d(FOS_DTYPE_BF16, M, N, g_dy);
+	fos_forward_opts fo = {0, 0, 0, 1, 0};
+	for (int i = 0; i < 2; i++) { /* the references: the synchronous host path */
+		c[i] = conn();
+		snprintf(wn[i], sizeof wn[i], "two.%d", i);
+		fos_tensor w = fos_tensor_2d(FOS_DTYPE_BF16, N, K, (void *)hw[i]);
+		fos_tensor y = fos_tensor_2d(FOS_DTYPE_BF16, M, N, ry[i]), gx = fos_tensor_2d(FOS_DTYPE_BF16, M, K, rdx[i]),
+			   gw = fos_tensor_2d(FOS_DTYPE_BF16, N, K, rdw[i]), gb = fos_tensor_1d(FOS_DTYPE_BF16, N, rdb[i]);
+		fos_context ctx;
+		ASSERT_OK(fos_put_weight(c[i], wn[i], 1, &w, NULL, NULL, &st), st);
+		ASSERT_OK(fos_forward(c[i], wn[i], &hx, &hb, &fo, &y, &ctx, &st), st);
+		ASSERT_OK(fos_backward(c[i], &ctx, &hdy, NULL, &gx, &gw, &gb, &st), st);
+		ASSERT_OK(fos_drop_weight(c[i], wn[i], &st), st);
+	}
+	uint16_t *dX = dcopy(g_x, sizeof g_x), *dDY = dcopy(g_dy, sizeof g_dy), *dB = dcopy(g_b, sizeof g_b);
+	uint16_t *dW[2], *dY[2], *dGX[2], *dGW[2], *dGB[2];
+	fos_tensor dx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dX), ddy = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dDY),
+		   db = fos_tensor_cuda(FOS_DTYPE_BF16, N, 0, dB);
+	for (int i = 0; i < 2; i++) {
+		dW[i] = dcopy(hw[i], sizeof g_w);
+		dY[i] = dalloc((size_t)IT * M * N * 2);
+		dGX[i] = dalloc((size_t)IT * M * K * 2);
+		dGW[i] = dalloc((size_t)IT * N * K * 2);
+		dGB[i] = dalloc((size_t)IT * N * 2);
+		assert_int_equal(cudaStreamCreate(&str[i]), 0);
+		ASSERT_OK(fos_set_cuda_order(c[i], str[i], FOS_CUDA_ORDER_INPUTS | FOS_CUDA_ORDER_OUTPUTS | FOS_CUDA_ORDER_ASYNC,
+					     &st),
+			  st);
+	}
+	for (int it = 0; it < IT; it++)
+		for (int i = 0; i < 2; i++) {
+			fos_tensor w = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dW[i]);
+			fos_tensor y = fos_tensor_cuda(FOS_DTYPE_BF16, M, N, dY[i] + (size_t)it * M * N),
+				   gx = fos_tensor_cuda(FOS_DTYPE_BF16, M, K, dGX[i] + (size_t)it * M * K),
+				   gw = fos_tensor_cuda(FOS_DTYPE_BF16, N, K, dGW[i] + (size_t)it * N * K),
+				   gb = fos_tensor_cuda(FOS_DTYPE_BF16, N, 0, dGB[i] + (size_t)it * N);
+			fos_context ctx;
+			ASSERT_OK(fos_forward_put(c[i], wn[i], 2 + (uint64_t)it, &w, NULL, &dx, &db, &fo, &y, &ctx, &st), st);
+			ASSERT_OK(fos_backward(c[i], &ctx, &ddy, NULL, &gx, &gw, &gb, &st), st);
+		}
+	for (int i = 0; i < 2; i++) {
+		ASSERT_OK(fos_sync(c[i], &st), st);
+		assert_true(fos_async_count(c[i]) >= 2 * IT);
+		assert_int_equal(cudaStreamSynchronize(str[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int it = 0; it < IT; it++) {
+			char what[64];
+			snprintf(what, sizeof what, "client %d iteration %d y", i, it);
+			same_dev(dY[i] + (size_t)it * M * N, ry[i], sizeof ry[i], what);
+			snprintf(what, sizeof what, "client %d iteration %d dx", i, it);
+			same_dev(dGX[i] + (size_t)it * M * K, rdx[i], sizeof rdx[i], what);
+			snprintf(what, sizeof what, "client %d iteration %d dw", i, it);
+			same_dev(dGW[i] + (size_t)it * N * K, rdw[i], sizeof rdw[i], what);
+			snprintf(what, sizeof what, "client %d iteration %d db", i, it);
+			same_dev(dGB[i] + (size_t)it * N, rdb[i], sizeof rdb[i], what);
+		}
+	for (int i = 0; i < 2; i++) {
+		ASSERT_OK(fos_set_cuda_order(c[i], NULL, 0, &st), st);
+		void *mine[] = {dW[i], dY[i], dGX[i], dGW[i], dGB[i], dX, dDY, dB};
+		for (size_t j = 0; j < sizeof mine / sizeof mine[0]; j++)
+			fos_cuda_release(c[i], mine[j], &st);
+		ASSERT_OK(fos_drop_weight(c[i], wn[i], &st), st);
+		fos_close(c[i]);
+		cudaStreamDestroy(str[i]);
+		void *bufs[] = {dW[i], dY[i], dGX[i], dGW[i], dGB[i]};
+		for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
+			cudaFree(bufs[j]);
+	}
+	cudaFree(dX);
+	cudaFree(dDY);
+	cudaFree(dB);
+#endif
+}
+
 /* A weight put from device memory by a handle with reput_weights is put again from libfos's host
  * copy when fosd lost it (here: dropped by another handle of the same tenant). */
 static void test_reput_device_weight(void **state)
@@ -676,6 +770,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_event_stream),
 		cmocka_unit_test(test_every_op_stream_order),
 		cmocka_unit_test(test_every_op_async),
+		cmocka_unit_test(test_two_clients_async),
 		cmocka_unit_test(test_reput_device_weight),
 		cmocka_unit_test(test_release_closes),
 		cmocka_unit_test(test_realloc_same_address),

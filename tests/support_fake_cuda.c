@@ -204,17 +204,20 @@ static int f_release(int dev)
 }
 
 /* cuMemAlloc: a fake allocation in slot 5 (out of memory past 1 GiB); with g_alloc_host, host
- * memory in slot 11 (an in-process fosd reads and writes it) */
-static void *g_host_alloc;
+ * memory in the last FAKE_HOST_SLOTS slots in turn (an in-process fosd reads and writes it) */
+static void *g_host_alloc[FAKE_HOST_SLOTS];
+static int g_host_next;
 static int f_alloc(uint64_t *p, size_t n)
 {
 	if (n > (1u << 30))
 		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
 	if (g_alloc_host) {
-		free(g_host_alloc);
-		if (posix_memalign(&g_host_alloc, 4096, n))
+		int i = g_host_next++ % FAKE_HOST_SLOTS;
+		free(g_host_alloc[i]);
+		if (posix_memalign(&g_host_alloc[i], 4096, n))
 			return 2;
-		*p = (uint64_t)(uintptr_t)fake_alloc_at(FAKE_SLOTS - 1, (uint64_t)(uintptr_t)g_host_alloc, n, 78);
+		*p = (uint64_t)(uintptr_t)fake_alloc_at(FAKE_SLOTS - FAKE_HOST_SLOTS + i,
+							(uint64_t)(uintptr_t)g_host_alloc[i], n, 78 + (uint64_t)i);
 		return 0;
 	}
 	*p = (uint64_t)(uintptr_t)fake_alloc_at(5, FAKE_BASE + (4ull << 30), n, 77);
@@ -327,6 +330,7 @@ const fosc_cuda_api g_fake = {
 void fake_reset(void)
 {
 	memset(g_fa, 0, sizeof g_fa);
+	g_host_next = 0;
 	g_exports = g_records = g_events_made = g_many = g_retained = g_freed = g_copies = g_syncs = 0;
 	g_destroyed = g_opened = g_waits = 0;
 	g_wv_n = g_self_writes = g_alloc_host = 0;

@@ -20,7 +20,8 @@ typedef struct fake_alloc {
 /* With g_many, every MiB of [MANY_BASE, MANY_BASE + 2 GiB) is an allocation of its own too. */
 #define MANY_BASE 0x7d0000000000ull
 
-#define FAKE_SLOTS 12 /* allocations in the table; cuMemAlloc's host memory takes the last */
+#define FAKE_SLOTS 16 /* allocations in the table; cuMemAlloc's host memory takes the last four */
+#define FAKE_HOST_SLOTS 4
 extern fake_alloc g_fa[FAKE_SLOTS];
 extern int g_many;
 /* calls counted: handles exported, events recorded / made / destroyed, fosd's done events opened
@@ -44,7 +45,8 @@ int f_uuid(uint8_t u[16], int dev);
 int f_open_event(void **ev, fosc_cu_ipc_event_handle h);
 int f_wait_event(void *stream, void *ev, unsigned flags);
 /* FOS_CUDA_ORDER_ASYNC: the waits on done words queued (address, value, stream), the writes of
- * words libfos made itself; g_alloc_host: cuMemAlloc gives host memory (slot FAKE_SLOTS - 1). */
+ * words libfos made itself; g_alloc_host: cuMemAlloc gives host memory (the last FAKE_HOST_SLOTS slots in turn: a client
+ * handle's word buffer each). */
 #define FAKE_WAITS_MAX 4096
 extern uint64_t g_wv_addr[FAKE_WAITS_MAX];
 extern uint32_t g_wv_val[FAKE_WAITS_MAX];

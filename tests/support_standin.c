@@ -41,12 +41,39 @@ static int read_sync(fos_backend *be, void *dst, const void *src, size_t n, fos_
 	return FOS_OK;
 }
 
-int standin_start(fosd_server *srv, fosd_config *cfg, const char *tag, char *url, size_t urlsz, fos_backend *cpu,
-		  void (*hooks)(fos_backend *be))
+static void (*g_hooks)(fos_backend *be);
+
+/* A stand-in backend: the cpu one with the common hooks, then the test's. */
+static fos_backend *standin_backend(fos_backend *cpu, fos_err *e)
 {
-	char msg[1024], sizes[512];
+	fos_backend *be = fos_backend_cpu(2, e);
+	if (!be)
+		return NULL;
+	if (cpu)
+		*cpu = *be;
+	be->ipc_event_open = ev_open;
+	be->ipc_event_close = ev_close;
+	be->ipc_event_sync = ev_sync;
+	be->read_sync = read_sync;
+	g_hooks(be);
+	f_uuid(be->uuid, 0); /* the fake driver's GPU */
+	be->has_uuid = 1;
+	return be;
+}
+
+static fos_backend *lane_open(fosd_exec *x, fosd_device *d, int i, fos_err *e)
+{
+	(void)x, (void)d, (void)i;
+	return standin_backend(NULL, e);
+}
+
+int standin_start_lanes(fosd_server *srv, fosd_config *cfg, const char *tag, char *url, size_t urlsz,
+			fos_backend *cpu, void (*hooks)(fos_backend *be), int lanes)
+{
+	char msg[1024], sizes[512], nl[16];
 	snprintf(url, urlsz, "ipc:///tmp/fos-%s-%d.sock", tag, (int)getpid());
-	char *argv[] = {"fosd", "--backend", "cpu", "--listen", url, "--streams", "1", "--workers", "2", NULL};
+	snprintf(nl, sizeof nl, "%d", lanes);
+	char *argv[] = {"fosd", "--backend", "cpu", "--listen", url, "--streams", nl, "--workers", lanes > 2 ? nl : "2", NULL};
 	fosd_config_defaults(cfg);
 	if (fosd_config_parse_args(cfg, 9, argv, msg, sizeof msg) || fosd_config_finish(cfg, msg, sizeof msg)) {
 		fprintf(stderr, "config: %s\n", msg);
@@ -55,28 +82,31 @@ int standin_start(fosd_server *srv, fosd_config *cfg, const char *tag, char *url
 	fosd_config_size_auto(cfg, 0, fosd_host_memory_bytes(), sizes, sizeof sizes);
 	fos_err e;
 	memset(&e, 0, sizeof e);
-	fos_backend *be = fos_backend_cpu(2, &e);
+	g_hooks = hooks;
+	fos_backend *be = standin_backend(cpu, &e);
 	if (!be) {
 		fprintf(stderr, "cpu backend: %s\n", e.msg);
 		return -1;
 	}
-	*cpu = *be;
-	be->ipc_event_open = ev_open;
-	be->ipc_event_close = ev_close;
-	be->ipc_event_sync = ev_sync;
-	be->read_sync = read_sync;
-	hooks(be);
-	f_uuid(be->uuid, 0); /* the fake driver's GPU */
-	be->has_uuid = 1;
 	fos_backend *bes[1] = {be};
 	int ids[1] = {0};
-	if (fosd_server_init(srv, cfg, bes, ids, 1, msg, sizeof msg) || fosd_fdlimit_setup(srv, msg, sizeof msg) ||
-	    fosd_executor_start(fosd_srv_exec(srv), msg, sizeof msg) ||
+	if (fosd_server_init(srv, cfg, bes, ids, 1, msg, sizeof msg) || fosd_fdlimit_setup(srv, msg, sizeof msg)) {
+		fprintf(stderr, "fosd: %s\n", msg);
+		return -1;
+	}
+	fosd_srv_exec(srv)->lane_open = lane_open;
+	if (fosd_executor_start(fosd_srv_exec(srv), msg, sizeof msg) ||
 	    fosd_transport_start(fosd_srv_tp(srv), msg, sizeof msg)) {
 		fprintf(stderr, "fosd: %s\n", msg);
 		return -1;
 	}
 	return 0;
+}
+
+int standin_start(fosd_server *srv, fosd_config *cfg, const char *tag, char *url, size_t urlsz, fos_backend *cpu,
+		  void (*hooks)(fos_backend *be))
+{
+	return standin_start_lanes(srv, cfg, tag, url, urlsz, cpu, hooks, 1);
 }
 
 void standin_stop(fosd_server *srv, fosd_config *cfg)

@@ -20,6 +20,10 @@ int standin_start(fosd_server *srv, fosd_config *cfg, const char *tag, char *url
 		  void (*hooks)(fos_backend *be));
 /* Stops srv, frees cfg and removes the fake driver from libfos. */
 void standin_stop(fosd_server *srv, fosd_config *cfg);
+/* The same with lanes executor lanes (--streams lanes, a worker each): lanes 1.. and the instance
+ * the caches free through are cpu backends with the same hooks as be. */
+int standin_start_lanes(fosd_server *srv, fosd_config *cfg, const char *tag, char *url, size_t urlsz,
+			fos_backend *cpu, void (*hooks)(fos_backend *be), int lanes);
 /* n bytes of page-aligned host memory (a copy of init, or zeros) as the fake driver's allocation in
  * slot (buffer id 100 + slot). */
 void *standin_dev_buf(int slot, size_t n, const void *init);

@@ -27,12 +27,23 @@ int fosd_contexts_init(fosd_contexts *cx, fos_backend *be, fosd_wcache *wc, uint
 	return 0;
 }
 
-void fosd_context_free(fosd_contexts *cx, fosd_context *c)
+static void cx_free_now(fosd_contexts *cx, fosd_context *c)
 {
+	fosd_retire_mark(&cx->retire, cx->be, c->made_ev);
 	fos_saved_free(cx->be, &c->saved);
 	if (c->w)
 		fosd_wcache_release(cx->wc, c->w);
 	free(c);
+}
+
+static void cx_free_cb(void *owner, void *obj)
+{
+	cx_free_now(owner, obj);
+}
+
+void fosd_context_free(fosd_contexts *cx, fosd_context *c)
+{
+	fosd_retire(&cx->retire, cx_free_cb, cx, c); /* lanes may still read it (retire.h) */
 }
 
 void fosd_contexts_destroy(fosd_contexts *cx)
@@ -40,7 +51,7 @@ void fosd_contexts_destroy(fosd_contexts *cx)
 	fosd_context *c = cx->oldest;
 	while (c) {
 		fosd_context *n = c->next;
-		fosd_context_free(cx, c);
+		cx_free_now(cx, c);
 		c = n;
 	}
 	free(cx->buckets);
@@ -69,6 +80,9 @@ static fosd_context *cx_find_locked(fosd_contexts *cx, uint64_t id)
 /* Unlinks c from the table and the age list; called with cx->mu held. */
 static void cx_unlink_locked(fosd_contexts *cx, fosd_context *c, int why)
 {
+	if (!c->linked)
+		return;
+	c->linked = 0;
 	fosd_context **pp = &cx->buckets[cx_bucket(cx, c->id)];
 	while (*pp && *pp != c)
 		pp = &(*pp)->hnext;
@@ -99,9 +113,11 @@ static void cx_unlink_locked(fosd_contexts *cx, fosd_context *c, int why)
 void fosd_contexts_remove(fosd_contexts *cx, fosd_context *c, int why)
 {
 	pthread_mutex_lock(&cx->mu);
+	int was = c->linked;
 	cx_unlink_locked(cx, c, why);
 	pthread_mutex_unlock(&cx->mu);
-	fosd_context_free(cx, c);
+	if (was) /* else whoever removed it frees it */
+		fosd_context_free(cx, c);
 }
 
 int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgsz)
@@ -160,6 +176,7 @@ int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgs
 	else
 		cx->oldest = c;
 	cx->newest = c;
+	c->linked = 1;
 	cx->bytes += c->bytes;
 	if (owner)
 		owner->context_bytes += c->bytes;

@@ -2,8 +2,10 @@
  * 64-bit id, with a TTL and a memory budget (oldest evicted first). A context holds a reference on
  * its weight entry, so the backward uses exactly the weight of its forward.
  *
- * Locking as in wcache.h: changes are made by executor workers holding the backend lock; cx->mu
- * guards the table for readers (stats). */
+ * Locking: cx->mu guards the table; asynchronous requests on different lanes add, find and remove
+ * contexts at once, so a context found (get) may be evicted by another lane's add before its
+ * backward removes it: removal is idempotent (linked), and the free is retired (retire.h) until
+ * every request begun before it ended, the backward that still reads it included. */
 #ifndef FOSD_CONTEXTS_H
 #define FOSD_CONTEXTS_H
 
@@ -12,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "retire.h"
 #include "wcache.h"
 
 typedef struct fosd_context {
@@ -20,6 +23,12 @@ typedef struct fosd_context {
 	fosd_weight *w; /* reference held */
 	size_t bytes;
 	uint64_t expires_ns;
+	int linked;     /* in the table (a backward on one lane may find it evicted by another's add) */
+	/* Saved by an asynchronous forward: a mark recorded on its lane's stream after the saved
+	 * operands' work (a backward on another lane makes its stream wait for it), and that lane;
+	 * NULL: the forward synchronized. Freed with the context. */
+	void *made_ev;
+	int made_lane;
 	struct fosd_context *hnext;       /* hash chain */
 	struct fosd_context *prev, *next; /* age list, oldest first */
 } fosd_context;
@@ -28,7 +37,8 @@ typedef struct fosd_context {
 
 typedef struct fosd_contexts {
 	pthread_mutex_t mu;
-	fos_backend *be;
+	fos_backend *be;     /* frees saved operands (any thread may use it) */
+	fosd_retirer retire; /* contexts are freed through it (retire.h) */
 	fosd_wcache *wc;
 	uint64_t budget, bytes, count, ttl_ms;
 	uint64_t expired, evicted;
@@ -60,7 +70,7 @@ int fosd_contexts_knows(fosd_contexts *cx, const fosd_tenant *owner, uint64_t id
 int fosd_contexts_add(fosd_contexts *cx, fosd_context *c, char *msg, size_t msgsz);
 /* The live context of this id, or NOT_FOUND with msg (an expired one is freed here). */
 int fosd_contexts_get(fosd_contexts *cx, uint64_t id, fosd_context **out, char *msg, size_t msgsz);
-/* Removes and frees a context (why: FOSD_CTX_*). */
+/* Removes and frees a context (why: FOSD_CTX_*); nothing when another already removed it. */
 void fosd_contexts_remove(fosd_contexts *cx, fosd_context *c, int why);
 /* ReleaseContext: 0 or NOT_FOUND with msg. */
 int fosd_contexts_release(fosd_contexts *cx, uint64_t id, char *msg, size_t msgsz);

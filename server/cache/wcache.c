@@ -33,6 +33,7 @@ int fosd_wcache_init(fosd_wcache *wc, fos_backend *be, uint64_t budget)
 
 static void wc_free_entry(fosd_wcache *wc, fosd_weight *w)
 {
+	fosd_retire_mark(&wc->retire, wc->be, w->made_ev);
 	w->alt.master = NULL; /* qw's, borrowed */
 	fos_qweight_free(wc->be, &w->alt);
 	fos_qweight_free(wc->be, &w->qw);
@@ -199,12 +200,18 @@ static fosd_weight *wc_detach_locked(fosd_wcache *wc, fosd_weight *w)
 	return NULL;
 }
 
-/* Frees a list of entries linked by next (after wc->mu was released). */
+static void wc_free_cb(void *owner, void *obj)
+{
+	wc_free_entry(owner, obj);
+}
+
+/* Frees a list of entries linked by next (after wc->mu was released), through the retirer: lanes
+ * may still read them (retire.h). */
 static void wc_free_list(fosd_wcache *wc, fosd_weight *w)
 {
 	while (w) {
 		fosd_weight *n = w->next;
-		wc_free_entry(wc, w);
+		fosd_retire(&wc->retire, wc_free_cb, wc, w);
 		w = n;
 	}
 }
@@ -710,7 +717,8 @@ int fosd_wcache_form(fosd_wcache *wc, fosd_weight *w, fos_backend *be, int scope
 	}
 	size_t bytes = fos_qweight_bytes_for(w->qw.n, w->qw.k, w->qw.uses & ~FOS_USE_HIGH_PRECISION, NULL);
 	int rc = fosd_wcache_reserve_in(wc, w->owner, bytes, NULL, msg, msgsz);
-	if (!rc && wc_form_make(w, be, scope, &w->alt, &e)) {
+	/* other lanes read alt once it is published: an asynchronous lane's work is waited for too */
+	if (!rc && (wc_form_make(w, be, scope, &w->alt, &e) || (be->defer_sync && be->sync(be, &e)))) {
 		snprintf(msg, msgsz, "quantizing weight '%s' for four_over_six '%s': %s", w->name, fos_scope_name(scope),
 			 e.msg);
 		rc = e.rc == FOS_ENOMEM ? FOS__CODE__RESOURCE_EXHAUSTED : FOS__CODE__INTERNAL;

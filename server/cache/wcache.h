@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "fos.pb-c.h"
+#include "retire.h"
 #include "tenants.h"
 
 #define FOSD_NAME_MAX 128
@@ -56,13 +57,19 @@ typedef struct fosd_weight {
 	uint64_t last_used_ns;
 	uint64_t uses;
 	fosd_tenant *owner; /* its tenant (NULL: anonymous): names are per tenant */
+	/* Put by an asynchronous request: a mark recorded on its lane's stream after the quantization
+	 * (a request on another lane makes its stream wait for it before reading qw), and that lane;
+	 * made_ev NULL: its work was synchronized before it was inserted. Freed with the entry. */
+	void *made_ev;
+	int made_lane;
 	struct fosd_weight *prev, *next; /* attached entries, most recently used first */
 	struct fosd_weight *hnext;       /* the name index's chain (attached entries) */
 } fosd_weight;
 
 typedef struct fosd_wcache {
 	pthread_mutex_t mu;
-	fos_backend *be;
+	fos_backend *be;     /* frees entries, tier copies and scratch (any thread may use it) */
+	fosd_retirer retire; /* entries are freed through it (retire.h) */
 	uint64_t budget;
 	uint64_t bytes;      /* all live entries, attached or not */
 	uint64_t entries;    /* attached entries */

@@ -6,8 +6,9 @@
  *
  * Which ops run side by side: a Forward without a saved context, Quantize, Dequantize and Linear
  * only read shared state (the weight cache through references) and make their own buffers, so
- * they run on any free lane at once. Every other op (PutWeight, DropWeight, Forward with a saved
- * context, Backward, ReleaseContext, the regions' ops, context sweeps) runs alone: it holds be_mu,
+ * they run on any free lane at once; asynchronous requests run on their connection's lane beside
+ * the others (below). Every other op (PutWeight, DropWeight, Forward with a saved context,
+ * Backward, ReleaseContext, the regions' ops, context sweeps) runs alone: it holds be_mu,
  * waits for the running lanes to finish and uses lane 0. be_mu is the gate both kinds take first
  * (deadline-bounded, deadline.c); a side-by-side op lets it go once it has a lane.
  *
@@ -16,18 +17,39 @@
  * queued: Response.cuda_done_event, run_early), so a result never depends on which lane ran it,
  * and an error on one lane (a failed allocation, a refused shape) leaves the others' state alone;
  * a lane that cannot even sync (a sticky CUDA error, which poisons the whole device context) stops
- * fosd. The one exception is an asynchronous request (Request.done_word, run_async): it runs alone
- * on lane 0, is answered once its work and the write of its done word are queued, and leaves lane
- * 0 unsynchronized, its held resources on the device's pending list (pending.c: released when a
- * mark recorded after its work completes, polled by the deadline reaper). So asynchronous requests
- * run back to back on lane 0 with no synchronize between them, and the invariant becomes: lane 0
- * is settled (synchronized, its pending list released) before anything that is not an
- * asynchronous request runs on the device: run_one settles under be_mu before it takes any lane
- * (other lanes, ops that free device memory outside stream order, host outputs), as do the context
- * sweep and the executor's stop; an asynchronous request that fails settles before it is answered
- * (an error path); fosd_executor_try_now runs nothing at once while anything is pending. With one
- * lane (the cpu default) every op holds be_mu throughout. Context expiry sweeps free backend
- * memory, so they run alone too.
+ * fosd. The exception is an asynchronous request (Request.done_word, run_async): it is answered
+ * once its work and the write of its done word are queued, leaves its lane unsynchronized and its
+ * held resources on that lane's pending list (pending.c: released when a mark recorded after its
+ * work completes, polled by the deadline reaper). The invariant, per lane:
+ *  - Which lane: an asynchronous request runs on its connection's lane (lanes.c
+ *    fosd_lane_pick_async: the lane it used last while that lane holds its pending work, else a
+ *    free one no other connection's pending work holds), beside other connections' asynchronous
+ *    requests on other lanes; it takes be_mu only to pick the lane. So one connection's requests
+ *    run in order on one stream, back to back with no synchronize, and a lane's pending list holds
+ *    one connection's work. With one lane they run alone on lane 0 as any op that runs alone.
+ *  - What is settled: a lane is settled (synchronized, its pending list released) before anything
+ *    that is not an asynchronous request of its connection runs on it. Every other request
+ *    settles every lane: run_one waits under be_mu until no asynchronous request runs (none can
+ *    start meanwhile) and settles all lanes before it takes a lane (ops that free device memory
+ *    outside stream order such as CloseDeviceMemory, host outputs, PutWeight and DropWeight, and
+ *    side-by-side ops alike), as do the context sweep and the executor's stop; an asynchronous
+ *    request that fails settles its own lane before it is answered, and no other.
+ *    fosd_executor_try_now runs nothing at once while any asynchronous request runs or is pending.
+ *  - What lanes share, between asynchronous requests running at once: a weight entry or saved
+ *    context made by an asynchronous request carries a mark recorded on its lane after the work
+ *    that made it; a request on another lane makes its stream wait on that mark before reading it
+ *    (ops fosd_mark_made, fosd_wait_made; the device waits, not the host); another form of a weight
+ *    (fosd_wcache_form) is synchronized before it is published. Memory the caches free (a replaced,
+ *    dropped or evicted weight, a consumed, released, expired or evicted context) is not freed at
+ *    once but retired (lanes.c): freed once every request that had begun on any lane when its last
+ *    reference went has completed its work (the lanes' tickets), through an instance of its own;
+ *    so no stream reads memory freed under it, whichever lane freed it. A context found by a
+ *    backward may be evicted meanwhile by another lane's forward: removal is idempotent, and the
+ *    retired free waits for that backward.
+ *  - What still serializes: be_mu for the moment a lane is picked; every request that is not
+ *    asynchronous (it settles all lanes first); one connection's requests (one lane, in order).
+ * With one lane (the cpu default) every op holds be_mu throughout. Context expiry sweeps free
+ * backend memory, so they run alone too.
  *
  * This file alone owns the queue, the lanes and be_mu: the deadline reaper (deadline.c) asks it to
  * answer the expired queued requests (fosd_executor_reap). An op learns its lane only through the
@@ -35,14 +57,12 @@
  * run at once on the receiving thread, the op table says. */
 #include "executor.h"
 #include "deadline.h"
+#include "lanes.h"
 #include "ops.h"
 #include "pending.h"
 #include "response.h"
 #include "log.h"
 #include "util.h"
-#ifdef FOS_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
 
 #include <errno.h>
 #include <stdio.h>
@@ -52,7 +72,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FOSD_MAX_LANES 64
 #define FOSD_PENDING_POLL_NS 1000000ull /* the reaper looks at pending asynchronous work this often */
 
 /* Waits on lane_cv (lane_mu held) until woken or s's deadline; returns ETIMEDOUT once it passed. */
@@ -143,122 +162,77 @@ static void lane_give(fosd_device *d, int lane, int parallel)
 
 static void check_backend(fosd_exec *srv, fos_backend *be);
 
-/* A pending asynchronous request's resources (fosd_job_hold) are let go. */
-static void held_release(void *item)
+/* With be_mu held and no asynchronous request running, before anything that is not an
+ * asynchronous request runs on d: every lane's asynchronous work is done and its pending
+ * resources are released (a failed sync: a broken device, check_backend). */
+static void settle_all(fosd_device *d)
 {
-	fosd_held_end(item);
-	free(item);
-}
-
-/* With be_mu held, before anything that is not an asynchronous request runs on d: lane 0's
- * asynchronous work is done and its pending resources are released (a failed sync: a broken
- * device, check_backend). */
-static void settle_async(fosd_device *d)
-{
-	fos_err e;
-	memset(&e, 0, sizeof e);
-	if (fosd_pending_settle(d->pend, &e)) {
-		fosd_error("device %d: asynchronous requests' GPU work failed: %s", d->index, e.msg);
-		check_backend(d->srv, d->be);
-	}
-}
-
-/* Opens d's lanes 1.. like d->be (lane 0): the same backend and device; on the cpu, the threads
- * shared out between the lanes (the results do not depend on the thread count). */
-static int lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
-{
-	int n = srv->cfg->streams > 0 ? srv->cfg->streams : (!strcmp(d->be->name, "cuda") ? 8 : 1);
-	if (n > FOSD_MAX_LANES)
-		n = FOSD_MAX_LANES;
-	d->lanes = calloc((size_t)n, sizeof *d->lanes);
-	if (!d->lanes || pthread_mutex_init(&d->lane_mu, NULL)) {
-		free(d->lanes);
-		d->lanes = NULL;
-		snprintf(msg, msgsz, "out of memory");
-		return -1;
-	}
-	pthread_condattr_t ca;
-	int rv = pthread_condattr_init(&ca);
-	if (!rv) {
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		rv = pthread_cond_init(&d->lane_cv, &ca);
-		pthread_condattr_destroy(&ca);
-	}
-	if (rv) {
-		pthread_mutex_destroy(&d->lane_mu);
-		free(d->lanes);
-		d->lanes = NULL;
-		snprintf(msg, msgsz, "cannot create a condition variable: %s", strerror(rv));
-		return -1;
-	}
-	d->lane_bufs = calloc((size_t)n, sizeof *d->lane_bufs);
-	if (!d->lane_bufs) {
-		snprintf(msg, msgsz, "out of memory");
-		return -1;
-	}
-	d->lanes[0] = d->be;
-	d->n_lanes = 1;
-	int cpu = strcmp(d->be->name, "cuda") != 0;
-	int threads = 0;
-	if (cpu && n > 1) {
-		long online = sysconf(_SC_NPROCESSORS_ONLN);
-		int total = srv->cfg->threads > 0 ? srv->cfg->threads : (online > 0 ? (int)online : 1);
-		threads = total / n > 0 ? total / n : 1;
-	}
-	for (int i = 1; i < n; i++) {
+	for (int i = 0; i < d->n_lanes; i++) {
 		fos_err e;
 		memset(&e, 0, sizeof e);
-		fos_backend *b = cpu ? fos_backend_cpu(threads, &e) : fos_backend_cuda(d->ordinal, &e);
-		if (!b) {
-			snprintf(msg, msgsz, "device %d: cannot open backend instance %d of %d for the executor's lanes: %s",
-				 d->index, i + 1, n, e.msg);
-			return -1;
-		}
-		d->lanes[d->n_lanes++] = b;
-	}
-#ifdef FOS_HAVE_CUDA
-	/* Every lane syncs after each request and every source (message, region) lives until then
-	 * (run_early holds them past an early answer): h2d need not wait for its copy (cuda_backend.h). */
-	for (int i = 0; !cpu && i < d->n_lanes; i++) {
-		fos_err e;
-		if (fos_cuda_set_h2d_nowait(d->lanes[i], 1, &e)) {
-			snprintf(msg, msgsz, "device %d lane %d: %s", d->index, i, e.msg);
-			return -1;
+		if (fosd_lane_settle_pending(d, i, &e)) {
+			fosd_error("device %d lane %d: asynchronous requests' GPU work failed: %s", d->index, i, e.msg);
+			check_backend(d->srv, d->lanes[i]);
 		}
 	}
-#endif
-	if (!(d->pend = fosd_pending_new(d->be, held_release))) {
-		snprintf(msg, msgsz, "out of memory");
-		return -1;
-	}
-	char of[224] = "";
-	if (srv->n_devs > 1)
-		snprintf(of, sizeof of, " of device %d, %s", d->index, d->name);
-	fosd_info("executor%s: %d lane%s (%s backend instances%s), %d workers", of, d->n_lanes, d->n_lanes == 1 ? "" : "s",
-		  d->be->name, cpu ? "" : ", one stream each",
-		  srv->cfg->workers > d->n_lanes ? srv->cfg->workers : d->n_lanes);
+}
+
+/* With be_mu held: waits until no asynchronous request runs on d (none can start meanwhile: they
+ * take be_mu first). 0, or -1 (be_mu released) when s's deadline passed first. */
+static int async_idle(fosd_device *d, const fosd_job *s)
+{
+	pthread_mutex_lock(&d->lane_mu);
+	while (d->async_running)
+		if (lane_wait(d, s) == ETIMEDOUT && fosd_past_deadline(s)) {
+			pthread_mutex_unlock(&d->lane_mu);
+			pthread_mutex_unlock(&d->be_mu);
+			return -1;
+		}
+	pthread_mutex_unlock(&d->lane_mu);
 	return 0;
 }
 
-static void lanes_close(fosd_device *d)
+/* The connection an asynchronous request came from (its lane's owner while it has pending work). */
+static uint64_t async_key(const fosd_job *s)
 {
-	fosd_pending_free(d->pend); /* lane 0 settled first */
-	d->pend = NULL;
-	if (!d->lanes)
-		return;
-	for (int i = 0; d->lane_bufs && i < d->n_lanes; i++)
-		for (int w = 0; w < 2; w++)
-			if (d->lane_bufs[i].p[w])
-				d->lanes[i]->free(d->lanes[i], d->lane_bufs[i].p[w]);
-	free(d->lane_bufs);
-	d->lane_bufs = NULL;
-	for (int i = 1; i < d->n_lanes; i++) /* lane 0 is d->be, destroyed with the server */
-		d->lanes[i]->destroy(d->lanes[i]);
-	free(d->lanes);
-	d->lanes = NULL;
-	d->n_lanes = 0;
-	pthread_cond_destroy(&d->lane_cv);
-	pthread_mutex_destroy(&d->lane_mu);
+	return s->shm.dev.pipe ? s->shm.dev.pipe : (uint64_t)(uintptr_t)s->shm.dev.word;
+}
+
+/* With be_mu held (backend_lock), on a device of several lanes: the lane of asynchronous request
+ * s (fosd_lane_pick_async: its connection's, else a free one), taken; be_mu is let go. -1 (be_mu
+ * released) when s's deadline passed first. A lane held by another connection's pending work
+ * frees up when that work completes, which nobody signals: the wait looks again every ms. */
+static int lane_take_async(fosd_device *d, fosd_job *s)
+{
+	uint64_t key = async_key(s);
+	int lane;
+	pthread_mutex_lock(&d->lane_mu);
+	while ((lane = fosd_lane_pick_async(d, key)) < 0) {
+		if (fosd_past_deadline(s)) {
+			pthread_mutex_unlock(&d->lane_mu);
+			pthread_mutex_unlock(&d->be_mu);
+			return -1;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&d->lane_cv, &d->lane_mu, &ts);
+		pthread_mutex_unlock(&d->lane_mu);
+		fosd_lanes_poll(d);
+		pthread_mutex_lock(&d->lane_mu);
+	}
+	d->lane_busy |= 1ull << lane;
+	d->lane_active++;
+	d->async_running++;
+	d->lstate[lane].owner = key;
+	d->lstate[lane].taken = fosd_now_ns();
+	pthread_mutex_unlock(&d->lane_mu);
+	pthread_mutex_unlock(&d->be_mu);
+	return lane;
 }
 
 static void run_sweep(fosd_device *d)
@@ -270,7 +244,7 @@ static void run_sweep(fosd_device *d)
 			pthread_cond_wait(&d->lane_cv, &d->lane_mu);
 		pthread_mutex_unlock(&d->lane_mu);
 	}
-	settle_async(d);
+	settle_all(d);
 	uint64_t n = fosd_contexts_sweep(&d->cx, fosd_now_ns());
 	pthread_mutex_unlock(&d->be_mu);
 	if (n)
@@ -325,9 +299,12 @@ static nng_msg *op_reply(fosd_job *s, fosd_opctx *c, int code, int *out)
 	return c->reply;
 }
 
-/* A request's lane is settled: gives it back and counts the request and its busy time on d. */
-static void lane_end(fosd_device *d, int lane, int parallel, uint64_t busy_ns)
+/* A request's lane is settled (ended: its work is done; else it waits on the lane's pending
+ * list): gives it back and counts the request and its busy time on d. */
+static void lane_end(fosd_device *d, int lane, int parallel, uint64_t busy_ns, int ended)
 {
+	if (ended)
+		fosd_lane_ended(d, lane);
 	lane_give(d, lane, parallel);
 	atomic_fetch_add(&d->requests, 1);
 	atomic_fetch_add(&d->busy_ns, busy_ns);
@@ -379,16 +356,16 @@ static void run_early(fosd_device *d, fosd_job *s, nng_msg *r, int lane, int par
 	}
 	uint64_t t_end = fosd_now_ns();
 	fosd_held_end(&held);
-	lane_end(d, lane, parallel, t_end - t_lane);
+	lane_end(d, lane, parallel, t_end - t_lane, 1);
 	fosd_debug("request %llu (%s): answered early, ran %llu us on device %d lane %d", (unsigned long long)id, name,
 		   (unsigned long long)((t_end - t_lane) / 1000), d->index, lane);
 }
 
-/* The end of an asynchronous request (Request.done_word, PROTOCOL.md "Asynchronous requests"),
- * run alone on lane 0: the done word is written in stream order after whatever the op queued,
- * success or failure. An OK request is answered at once, its lane left unsynchronized and its
- * sources and mappings kept on d's pending list until its work is done; a failed one (or one
- * whose word or mark could not be queued) settles lane 0 first, as any error path does. */
+/* The end of an asynchronous request (Request.done_word, PROTOCOL.md "Asynchronous requests")
+ * on its lane: the done word is written in stream order after whatever the op queued, success or
+ * failure. An OK request is answered at once, its lane left unsynchronized and its sources and
+ * mappings kept on the lane's pending list until its work is done; a failed one (or one whose word
+ * or mark could not be queued) settles its lane first, as any error path does. */
 static void run_async(fosd_device *d, fosd_job *s, fos_backend *be, nng_msg *r, int code, int lane, atomic_int *gate)
 {
 	fos_err e;
@@ -401,32 +378,39 @@ static void run_async(fosd_device *d, fosd_job *s, fos_backend *be, nng_msg *r, 
 		code = FOS__CODE__INTERNAL;
 		r = fosd_error_reply(s->req_id, code, m);
 	}
-	fosd_held *h = !code && r ? malloc(sizeof *h) : NULL;
-	if (h) {
-		fosd_job_hold(s, h);
+	int held = 0;
+	if (!code && r) {
 		memset(&e, 0, sizeof e);
-		if (fosd_pending_add(d->pend, h, &e)) { /* no mark: settle now, then let it go */
-			fosd_warn("device %d: request %llu: %s; settling the lane", d->index, (unsigned long long)s->req_id,
-				  e.msg);
-			settle_async(d);
-			lane_settle(be, s, &r, &code);
-			held_release(h);
-		}
-	} else { /* an error path: the device settles before the answer */
+		if (fosd_lane_hold(d, lane, s, &e)) /* no mark: settled, then let go */
+			fosd_warn("device %d lane %d: request %llu: %s; the lane was synchronized", d->index, lane,
+				  (unsigned long long)s->req_id, e.msg);
+		else
+			held = 1;
+	} else { /* an error path: its lane settles before the answer */
 		lane_settle(be, s, &r, &code);
-		settle_async(d);
+		memset(&e, 0, sizeof e);
+		if (fosd_lane_settle_pending(d, lane, &e)) {
+			fosd_error("device %d lane %d: asynchronous requests' GPU work failed: %s", d->index, lane, e.msg);
+			check_backend(d->srv, be);
+		}
+		fosd_lane_ended(d, lane);
 	}
 	s->t_done_ns = fosd_now_ns();
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(d->srv, be);
-	lane_end(d, lane, 0, s->t_done_ns - s->t_lane_ns);
+	if (d->n_lanes > 1) {
+		pthread_mutex_lock(&d->lane_mu);
+		d->async_running--; /* lane_end wakes whoever waits for that */
+		pthread_mutex_unlock(&d->lane_mu);
+	}
+	lane_end(d, lane, d->n_lanes > 1, s->t_done_ns - s->t_lane_ns, 0);
 	fosd_debug("request %llu (%s): asynchronous, queued %llu us, ran %llu us on device %d lane %d, %s",
 		   (unsigned long long)s->req_id, s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
 		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), d->index, lane, fosw_code_name(code));
 	if (gate)
 		atomic_store(gate, 0);
-	if (h)
-		fosd_deadline_kick(d->srv); /* the reaper polls the pending list */
+	if (held)
+		fosd_deadline_kick(d->srv); /* the reaper polls the pending lists */
 	d->srv->finish(s, r, code);
 }
 
@@ -444,11 +428,12 @@ static void run_on_lane(fosd_device *d, fosd_job *s, int lane, int parallel, ato
 	if (d->lanes && d->lane_bufs)
 		c.buf = &d->lane_bufs[lane];
 	unsigned char done_h[64];
-	const int async = s->shm.dev.word != NULL; /* run alone on lane 0 (run_one) */
+	const int async = s->shm.dev.word != NULL; /* on its connection's lane (run_one) */
 	c.done_event = async ? NULL : early_event(d, s, be, done_h);
 	atomic_fetch_add(&d->running, 1);
+	fosd_lane_begun(d, lane);
 	s->t_lane_ns = fosd_now_ns();
-	be->defer_sync = async; /* lane 0 is settled before anything else uses what it makes */
+	be->defer_sync = async; /* other lanes wait on its marks; the rest on its settle */
 	nng_msg *r = op_reply(s, &c, fosd_op_run(&c), &code);
 	be->defer_sync = 0;
 	if (async) {
@@ -463,7 +448,7 @@ static void run_on_lane(fosd_device *d, fosd_job *s, int lane, int parallel, ato
 	s->t_done_ns = fosd_now_ns();
 	if (code == FOS__CODE__INTERNAL)
 		check_backend(srv, be);
-	lane_end(d, lane, parallel, s->t_done_ns - s->t_lane_ns);
+	lane_end(d, lane, parallel, s->t_done_ns - s->t_lane_ns, 1);
 	fosd_debug("request %llu (%s): queued %llu us, ran %llu us on device %d lane %d, %s",
 		   (unsigned long long)s->req_id, s->def->name, (unsigned long long)((s->t_lane_ns - s->t_recv_ns) / 1000),
 		   (unsigned long long)((s->t_done_ns - s->t_lane_ns) / 1000), d->index, lane, fosw_code_name(code));
@@ -497,10 +482,24 @@ static void run_one(fosd_device *d, fosd_job *s)
 		fosd_deadline_answer(d->srv, s);
 		return;
 	}
-	const int async = s->shm.dev.word != NULL; /* runs alone, on lane 0, after the last one */
+	const int async = s->shm.dev.word != NULL;
+	if (async && d->n_lanes > 1) { /* on its connection's lane, beside the others */
+		int lane = lane_take_async(d, s);
+		if (lane < 0) {
+			fosd_deadline_answer(d->srv, s);
+			return;
+		}
+		run_on_lane(d, s, lane, 1, NULL);
+		return;
+	}
 	int parallel = !async && fosd_def_beside(s->def, &s->args);
-	if (!async)
-		settle_async(d);
+	if (!async) { /* after every lane's asynchronous work */
+		if (d->n_lanes > 1 && async_idle(d, s)) {
+			fosd_deadline_answer(d->srv, s);
+			return;
+		}
+		settle_all(d);
+	}
 	int lane = lane_take(d, s, parallel);
 	if (lane < 0) { /* the deadline passed while the lanes were busy */
 		fosd_deadline_answer(d->srv, s);
@@ -534,19 +533,20 @@ int fosd_executor_try_now(fosd_exec *srv, fosd_job *s)
 		run_one(d, s);
 		return 1;
 	}
-	if (d->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || s->shm.dev.word || fosd_pending_count(d->pend) ||
+	if (d->n_lanes <= 1 || !fosd_def_small(s->def, &s->args) || s->shm.dev.word || fosd_lanes_pending(d) ||
 	    (gate && atomic_exchange(&srv->running_now, 1)))
 		return 0; /* an asynchronous request, or one that must settle lane 0 first: run_one */
 	int idle = queue_idle(d);
 	int lane = -1;
 	if (idle && !pthread_mutex_trylock(&d->be_mu)) { /* no op that runs alone holds or waits for it */
-		if (fosd_pending_count(d->pend)) { /* an asynchronous request ended meanwhile: run_one settles */
+		pthread_mutex_lock(&d->lane_mu);
+		if (d->async_running || fosd_lanes_pending(d)) { /* asynchronous work: run_one settles */
+			pthread_mutex_unlock(&d->lane_mu);
 			pthread_mutex_unlock(&d->be_mu);
 			if (gate)
 				atomic_store(&srv->running_now, 0);
 			return 0;
 		}
-		pthread_mutex_lock(&d->lane_mu);
 		for (int i = 0; i < d->n_lanes; i++)
 			if (!(d->lane_busy >> i & 1)) {
 				lane = i;
@@ -598,7 +598,7 @@ static void *worker_main(void *arg)
 
 static int device_start(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 {
-	if (lanes_open(srv, d, msg, msgsz))
+	if (fosd_lanes_open(srv, d, msg, msgsz))
 		return -1;
 	int n = srv->cfg->workers > d->n_lanes ? srv->cfg->workers : d->n_lanes; /* a worker per lane at least */
 	d->workers = calloc((size_t)n, sizeof *d->workers);
@@ -683,7 +683,7 @@ uint64_t fosd_executor_reap(fosd_exec *srv, uint64_t now, uint64_t *reaped)
 	for (int i = 0; i < srv->n_devs; i++) {
 		uint64_t t = reap_device(&srv->devs[i], now, reaped);
 		/* asynchronous requests' resources whose work is done; the rest looked at again soon */
-		if (fosd_pending_poll(srv->devs[i].pend) && (!t || t > now + FOSD_PENDING_POLL_NS))
+		if (fosd_lanes_poll(&srv->devs[i]) && (!t || t > now + FOSD_PENDING_POLL_NS))
 			t = now + FOSD_PENDING_POLL_NS;
 		if (t && (!next || t < next))
 			next = t;
@@ -746,7 +746,7 @@ void fosd_executor_stop(fosd_exec *srv)
 		free(d->workers);
 		d->workers = NULL;
 		d->n_workers = 0;
-		lanes_close(d);
+		fosd_lanes_close(d);
 	}
 }
 

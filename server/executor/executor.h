@@ -53,8 +53,9 @@ typedef struct fosd_device {
 
 	/* executor lanes (executor.c): backend instances that run requests at the same time, each on
 	 * its own stream (cuda). lanes[0] is be. Forwards without a saved context, Quantize, Dequantize
-	 * and Linear run on any free lane; every other op runs alone on lane 0, after the running ones
-	 * finished (see executor.c). */
+	 * and Linear run on any free lane; asynchronous requests on their connection's lane; every other
+	 * op runs alone on lane 0, after the running ones finished and every lane settled (see
+	 * executor.c). */
 	fos_backend **lanes;
 	int n_lanes;
 	fosd_lane_buf *lane_bufs; /* per lane: device buffers of small requests (executor.c) */
@@ -62,7 +63,13 @@ typedef struct fosd_device {
 	pthread_cond_t lane_cv;  /* CLOCK_MONOTONIC */
 	uint64_t lane_busy;      /* bit i: lane i runs a request */
 	int lane_active;         /* requests running on lanes without holding be_mu */
-	struct fosd_pending *pend; /* asynchronous requests' held resources on lane 0 (pending.c) */
+	struct fosd_lane *lstate;  /* per lane: its connection, pending list and tickets (lanes.h) */
+	int async_running;       /* asynchronous requests running on lanes now; under lane_mu */
+	fos_backend *free_be;    /* the instance the caches free through (lanes.c), NULL before start */
+	pthread_mutex_t retire_mu;
+	struct fosd_retired *retired; /* frees waiting for the lanes' work (lanes.c) */
+	void **mark_pool;        /* marks of freed weights and contexts, to record again (lanes.c) */
+	int mark_n;              /* under retire_mu */
 
 	/* the device's queue and workers */
 	pthread_mutex_t q_mu;
@@ -87,6 +94,9 @@ typedef struct fosd_exec {
 	/* Answers j with reply (NULL: none) and code, and every duplicate that waited on it; j is then
 	 * the transport's again. Takes reply. (reply.c's fosd_finish) */
 	void (*finish)(fosd_job *j, nng_msg *reply, int code);
+	/* Tests only (NULL in fosd): opens lane i (1..) of d, or with i 0 the instance its caches free
+	 * through, instead of a backend like d->be (lanes.c). */
+	fos_backend *(*lane_open)(struct fosd_exec *x, fosd_device *d, int i, fos_err *e);
 	/* Drops j unanswered when its client's connection is gone and no resent copy waits on it; 1
 	 * when dropped, 0 to run it. (reply.c's fosd_drop_if_client_gone) */
 	int (*drop_if_gone)(fosd_job *j);

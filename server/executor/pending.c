@@ -1,16 +1,16 @@
-/* pending.c: a device's requests that were answered before their GPU work ended (asynchronous
+/* pending.c: one lane's requests that were answered before their GPU work ended (asynchronous
  * requests, executor.c) and the resources they still hold (their message, the client mappings
  * they use): a ring of at most FOSD_PENDING_MAX items, oldest first, each with a plain event (a
- * "mark") recorded on lane 0 after its work. An item is released when its mark has completed
- * (fosd_pending_poll, from the deadline reaper's thread) or at the next settle (lane 0
+ * "mark") recorded on the lane after its work. An item is released when its mark has completed
+ * (fosd_pending_poll, from the deadline reaper's thread) or at the next settle (the lane
  * synchronized: fosd_pending_settle, before anything that is not an asynchronous request runs on
- * the device). Marks complete in the order they were recorded (one stream), so the ring is
- * released from its head. A backend without marks (the cpu stand-in of the tests) releases only
- * at settles.
+ * the device, or when the lane's request fails). Marks complete in the order they were recorded
+ * (one stream), so the ring is released from its head. A backend without marks (the cpu stand-in
+ * of the tests) releases only at settles.
  *
- * Locking: mu guards the ring; the gate (be_mu) is held by the callers of add and settle, so lane
- * 0 is theirs; poll only queries events (thread-safe) and may run beside them. Items are released
- * outside mu. */
+ * Locking: mu guards the ring; add and settle are called by whoever holds the lane (its running
+ * request, or the gate with no asynchronous request running); poll only queries events
+ * (thread-safe) and may run beside them. Items are released outside mu. */
 #include "pending.h"
 
 #include <pthread.h>

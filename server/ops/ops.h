@@ -194,6 +194,16 @@ void fosd_dev_free(fosd_opctx *c, void *p);
 #define FOSD_LANE_BUF_MAX FOSD_RUN_NOW_BYTES
 void *fosd_lane_buffer(fosd_opctx *c, int which, size_t n);
 
+/* Cross-lane order of what an asynchronous request makes for others (a weight entry, a saved
+ * context): when c's lane defers its syncs (an asynchronous request), fosd_mark_made records a mark
+ * after the work queued so far into *ev (a mark of the device's pool: retire.h; and c's lane into
+ * *lane); else leaves *ev NULL (that work
+ * is synchronized before the op ends). 0, or -1 with e. fosd_wait_made makes c's lane wait for such
+ * a mark when it was recorded on another lane (a no-op for NULL, its own lane, or a backend without
+ * streams). */
+int fosd_mark_made(fosd_opctx *c, void **ev, int *lane, fos_err *e);
+int fosd_wait_made(fosd_opctx *c, void *ev, int lane, fos_err *e);
+
 /* Output tensors of a reply, described first, then copied from backend memory into the message. */
 typedef struct fosd_outs {
 	fosw_placer pl;

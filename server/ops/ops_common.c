@@ -92,6 +92,31 @@ void *fosd_lane_buffer(fosd_opctx *c, int which, size_t n)
 	return b->p[which];
 }
 
+int fosd_mark_made(fosd_opctx *c, void **ev, int *lane, fos_err *e)
+{
+	*ev = NULL;
+	*lane = c->lane;
+	if (!c->be->defer_sync)
+		return 0;
+	const fosd_retirer *r = &c->dev->wc.retire;
+	if (c->be->mark_record) {
+		*ev = r->mark_get ? r->mark_get(r->arg) : NULL; /* a pooled one, else made now */
+		if (!c->be->mark_record(c->be, ev, e))
+			return 0;
+		fosd_retire_mark(r, c->be, *ev);
+		*ev = NULL;
+		return -1;
+	}
+	return c->be->sync(c->be, e) ? -1 : 0; /* no marks: done now */
+}
+
+int fosd_wait_made(fosd_opctx *c, void *ev, int lane, fos_err *e)
+{
+	if (!ev || lane == c->lane || !c->be->mark_wait)
+		return 0;
+	return c->be->mark_wait(c->be, ev, e) ? -1 : 0;
+}
+
 void fosd_outs_init(fosd_outs *o)
 {
 	memset(o, 0, sizeof *o);

@@ -157,6 +157,10 @@ int fosd_op_forward(fosd_opctx *c)
 	rc = fosd_wcache_acquire_in(&c->dev->wc, s->tenant, a->weight, a->version, &w, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(c, rc, "%s", msg);
+	if (fosd_wait_made(c, w->made_ev, w->made_lane, &e)) { /* put on another lane: its work first */
+		r = fosd_fail_be(c, e.rc, "waiting for the weight's put on another lane", &e);
+		goto out;
+	}
 	int64_t m = a->x.shape[0], k = a->x.shape[1], n = w->qw.n;
 	fos_linear_opts o = w->qw.opts;
 	o.override = a->override;
@@ -257,6 +261,13 @@ int fosd_op_forward(fosd_opctx *c)
 		have_saved = 0;
 		ctx->w = w;
 		ctx->id = s->rq->forward->context_id; /* 0: fosd chooses */
+		if (fosd_mark_made(c, &ctx->made_ev, &ctx->made_lane, &e)) { /* a backward on another lane waits */
+			free(ctx);
+			ctx = NULL;
+			have_saved = 1; /* freed at out */
+			r = fosd_fail_be(c, e.rc, "marking the saved context's work", &e);
+			goto out;
+		}
 		fosd_wcache_acquire_ref(&c->dev->wc, w);
 		rc = fosd_contexts_add(&c->dev->cx, ctx, msg, sizeof msg); /* frees ctx on failure */
 		if (rc) {
@@ -350,6 +361,8 @@ int fosd_op_backward(fosd_opctx *oc)
 	int rc = fosd_contexts_get_in(&oc->dev->cx, s->tenant, a->id, &c, msg, sizeof msg);
 	if (rc)
 		return fosd_fail(oc, rc, "%s", msg);
+	if (fosd_wait_made(oc, c->made_ev, c->made_lane, &e)) /* saved on another lane: its work first */
+		return fosd_fail_be(oc, e.rc, "waiting for the context's forward on another lane", &e);
 	const fos_saved *sv = &c->saved;
 	int64_t m = sv->m, n = sv->n, k = sv->k;
 	const fos_qweight *wf = fosd_weight_form_of(c->w, sv->four_over_six); /* the forward's form of W */

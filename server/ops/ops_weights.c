@@ -100,6 +100,10 @@ int fosd_put_cache(fosd_opctx *c, const fosd_put_args *a, const Fos__PutWeightRe
 	}
 	rc = fos_qweight_make_uses(c->be, wd, n, k, &a->opts, uses, &w->qw, &e);
 	fosd_dev_free(c, wd);
+	if (!rc && fosd_mark_made(c, &w->made_ev, &w->made_lane, &e)) { /* other lanes wait for it */
+		fos_qweight_free(c->be, &w->qw);
+		rc = e.rc ? e.rc : FOS_EINTERNAL;
+	}
 	if (rc) {
 		free(w);
 		snprintf(msg, msgsz, "quantizing weight '%s': %s", a->name, e.msg);
