@@ -5,10 +5,13 @@
  * default), forward with a saved context, and backward (dX, dW, db; the columnwise weight is
  * built there, as in fosd's cache). Also timed: forward + backward with the weight already
  * quantized. Wall clock from the first queued op to the device sync, median of --steps after
- * --warmup; inputs are random bf16, uploaded once.
+ * --warmup; inputs are random bf16, uploaded once. Also the host's time to queue the put, the
+ * forward and the backward with the ops' own syncs deferred (as fosd's lanes run asynchronous
+ * requests): what launching a layer's work costs the CPU, whatever the GPU's time.
  *   bench_linear_step [--m M] [--n N] [--k K] [--steps S] [--warmup W] [--override O] [--bias]
  *                     [--backend cuda|cpu]
- * Prints one JSON line: {"m":..,"n":..,"k":..,"backend":..,"step_ms":..,"fwd_bwd_ms":..,"put_ms":..}.
+ * Prints one JSON line: {"m":..,"n":..,"k":..,"backend":..,"step_ms":..,"fwd_bwd_ms":..,"put_ms":..,
+ * "queue_put_us":..,"queue_fwd_us":..,"queue_bwd_us":..}.
  * Without a usable backend it prints {"error": "..."} and exits 1. */
 #include "backend.h"
 #include "bench_util.h"
@@ -100,6 +103,8 @@ int main(int argc, char **argv)
 	}
 	double *t_step = calloc((size_t)steps, sizeof *t_step), *t_fb = calloc((size_t)steps, sizeof *t_fb);
 	double *t_put = calloc((size_t)steps, sizeof *t_put);
+	double *q_put = calloc((size_t)steps, sizeof *q_put), *q_fwd = calloc((size_t)steps, sizeof *q_fwd);
+	double *q_bwd = calloc((size_t)steps, sizeof *q_bwd);
 	for (int s = -warmup; s < steps; s++) {
 		fos_qweight qw;
 		fos_saved sv;
@@ -124,16 +129,36 @@ int main(int argc, char **argv)
 		double t4 = bench_now();
 		fos_saved_free(be, &sv);
 		fos_qweight_free(be, &qw);
+		/* the host's time to queue each op (as fosd's lanes run asynchronous requests: no syncs
+		 * inside the ops), then one sync */
+		memset(&sv, 0, sizeof sv);
+		be->defer_sync = 1;
+		double h0 = bench_now();
+		CK(fos_qweight_make(be, w, n, k, &o, 1, 0, &qw, &err));
+		double h1 = bench_now();
+		CK(fos_linear_forward(be, x, m, &qw, &o, b, y, &sv, &err));
+		double h2 = bench_now();
+		CK(fos_linear_backward(be, &sv, &qw, dy, dx, dw, db, &err));
+		double h3 = bench_now();
+		be->defer_sync = 0;
+		CK(be->sync(be, &err));
+		fos_saved_free(be, &sv);
+		fos_qweight_free(be, &qw);
 		if (s >= 0) {
+			q_put[s] = (h1 - h0) * 1e6;
+			q_fwd[s] = (h2 - h1) * 1e6;
+			q_bwd[s] = (h3 - h2) * 1e6;
 			t_step[s] = (t2 - t0) * 1e3;
 			t_put[s] = (t1 - t0) * 1e3;
 			t_fb[s] = (t4 - t3) * 1e3;
 		}
 	}
 	printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"backend\": \"%s\", \"device\": \"%s\", \"steps\": %d, "
-	       "\"step_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"put_ms\": %.4f}\n",
+	       "\"step_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"put_ms\": %.4f, \"queue_put_us\": %.1f, "
+	       "\"queue_fwd_us\": %.1f, \"queue_bwd_us\": %.1f}\n",
 	       (long long)m, (long long)n, (long long)k, be->name, be->device, steps, bench_quantile(t_step, steps, 0.5),
-	       bench_quantile(t_fb, steps, 0.5), bench_quantile(t_put, steps, 0.5));
+	       bench_quantile(t_fb, steps, 0.5), bench_quantile(t_put, steps, 0.5), bench_quantile(q_put, steps, 0.5),
+	       bench_quantile(q_fwd, steps, 0.5), bench_quantile(q_bwd, steps, 0.5));
 	void *bufs[] = {x, w, dy, b, y, dx, dw, db};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
@@ -141,6 +166,9 @@ int main(int argc, char **argv)
 	free(t_step);
 	free(t_fb);
 	free(t_put);
+	free(q_put);
+	free(q_fwd);
+	free(q_bwd);
 	be->destroy(be);
 	return 0;
 }

@@ -145,24 +145,74 @@ def worker(a):
 
     losses = []
     for _ in range(a.warmup):
-        losses.append(float(step()))
+        losses.append(float(step().detach()))
     sync()
     print("ready", flush=True)
     sys.stdin.readline()
     times = []
+    cpu0 = time.process_time()
     for _ in range(a.steps):
         t0 = time.perf_counter()
         loss = step()
         sync()
         times.append((time.perf_counter() - t0) * 1e3)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
+    cpu_ms = (time.process_time() - cpu0) * 1e3 / a.steps
     if client is not None:
         client.close()
-    print(json.dumps({"median_ms": statistics.median(times), "losses": losses}), flush=True)
+    print(json.dumps({"median_ms": statistics.median(times), "cpu_ms": cpu_ms, "losses": losses}), flush=True)
 
 
-def run_trainers(a, mode, n, url, env):
-    """n trainer processes of one mode, their timed steps started together; their results."""
+def proc_cpu_s(pid):
+    """CPU seconds (user + system, every thread) process pid has used; None where /proc has none."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_busy_s():
+    """CPU seconds every core of this machine has spent not idle; None without /proc/stat."""
+    try:
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def fosd_stats(url):
+    """fosd's Stats, through a connection of this process (no CUDA here)."""
+    import fosd
+
+    with fosd.connect(url, timeout=10.0, shm=False) as c:
+        return c.stats()
+
+
+def ops_window(s0, s1, steps):
+    """Per op between two Stats: requests per trainer step and fosd's mean latency (receipt to
+    reply) and run time in us; the timed steps' ops and a few around them (warm-up's last, close)."""
+    out = {}
+    for op, o1 in s1.get("ops", {}).items():
+        o0 = s0.get("ops", {}).get(op, {})
+        n = o1.get("requests", 0) - o0.get("requests", 0)
+        if n <= 0:
+            continue
+        r = {"per_step": n / steps}
+        for k in ("lat", "run"):
+            c0, c1 = o0.get(k + "_count", 0), o1.get(k + "_count", 0)
+            if c1 > c0:
+                r[k + "_us"] = (o1.get(k + "_mean_us", 0.0) * c1 - o0.get(k + "_mean_us", 0.0) * c0) / (c1 - c0)
+        out[op] = r
+    return out
+
+
+def run_trainers(a, mode, n, url, env, fosd_pid=None):
+    """n trainer processes of one mode, their timed steps started together; their results (each
+    with the CPU time it used per step) and, over the timed steps, the CPU time per trainer step of
+    fosd (fosd_pid) and of the whole machine."""
     argv = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode]
     for k in ("layers", "width", "heads", "ctx", "batch", "steps", "warmup"):
         argv += ["--" + k, str(getattr(a, k))]
@@ -177,6 +227,8 @@ def run_trainers(a, mode, n, url, env):
             for q in procs:
                 q.kill()
             raise SystemExit("a %s trainer failed before its timed steps (%r)" % (mode, line))
+    st0 = fosd_stats(url) if fosd_pid else None
+    f0, m0, t0 = proc_cpu_s(fosd_pid) if fosd_pid else None, machine_busy_s(), time.monotonic()
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -186,7 +238,14 @@ def run_trainers(a, mode, n, url, env):
         if p.returncode:
             raise SystemExit("a %s trainer exited with %d" % (mode, p.returncode))
         out.append(json.loads(res.strip().splitlines()[-1]))
-    return out
+    f1, m1, wall = proc_cpu_s(fosd_pid) if fosd_pid else None, machine_busy_s(), time.monotonic() - t0
+    per = 1e3 / (n * a.steps)
+    cpu = {"machine_cores_busy": (m1 - m0) / wall if m0 is not None and m1 is not None else None}
+    if f0 is not None and f1 is not None:
+        cpu["fosd_ms_per_step"] = (f1 - f0) * per
+    if st0 is not None:
+        cpu["fosd_ops"] = ops_window(st0, fosd_stats(url), n * a.steps)
+    return {"trainers": out, "cpu": cpu}
 
 
 def start_mps(tmp, env):
@@ -247,7 +306,9 @@ def main():
             for n in sorted({1, a.trainers}):
                 for mode in ("bf16", "fosd"):
                     log("%d %s trainer(s)" % (n, mode))
-                    results["%s_x%d" % (mode, n)] = run_trainers(a, mode, n, url if mode == "fosd" else None, env)
+                    r = run_trainers(a, mode, n, url if mode == "fosd" else None, env,
+                                     fosd_proc.pid if mode == "fosd" else None)
+                    results["%s_x%d" % (mode, n)], results["%s_x%d_cpu" % (mode, n)] = r["trainers"], r["cpu"]
         finally:
             if fosd_proc is not None:
                 fosd_proc.terminate()
@@ -262,6 +323,28 @@ def main():
         f = [r["median_ms"] for r in results["fosd_x%d" % n]]
         print("| %d | %s | %s | %.2fx | %s |" % (n, " / ".join("%.2f" % t for t in b), " / ".join("%.2f" % t for t in f),
                                                 statistics.median(f) / statistics.median(b), shape))
+    print()
+    print("CPU per trainer step, over the timed steps (the trainers' own, fosd's; cores busy machine-wide):")
+    print()
+    print("| trainers | bf16 trainer CPU ms | fosd.torch trainer CPU ms | fosd CPU ms | cores busy bf16 / fosd |")
+    print("|---|---|---|---|---|")
+    for n in sorted({1, a.trainers}):
+        cb = [r.get("cpu_ms", 0) for r in results["bf16_x%d" % n]]
+        cf = [r.get("cpu_ms", 0) for r in results["fosd_x%d" % n]]
+        fo = results["fosd_x%d_cpu" % n].get("fosd_ms_per_step")
+        busy = [results["%s_x%d_cpu" % (m, n)]["machine_cores_busy"] for m in ("bf16", "fosd")]
+        print("| %d | %s | %s | %s | %s |" % (n, " / ".join("%.2f" % t for t in cb), " / ".join("%.2f" % t for t in cf),
+                                           "-" if fo is None else "%.2f" % fo,
+                                           " / ".join("-" if b is None else "%.1f" % b for b in busy)))
+    print()
+    print("fosd's requests per trainer step, mean latency (receipt to reply) and run time:")
+    print()
+    print("| trainers | op | per step | latency us | run us |")
+    print("|---|---|---|---|---|")
+    for n in sorted({1, a.trainers}):
+        for op, r in sorted(results["fosd_x%d_cpu" % n].get("fosd_ops", {}).items()):
+            print("| %d | %s | %.1f | %.1f | %.1f |" % (n, op, r["per_step"], r.get("lat_us", float("nan")),
+                                                   r.get("run_us", float("nan"))))
     print()
     print("| step | bf16 loss | fosd.torch loss |")
     print("|---|---|---|")
