@@ -78,11 +78,12 @@ __global__ void __launch_bounds__(ET) k_bias(uint16_t *__restrict__ y, int64_t m
 	const int64_t stride = (int64_t)gridDim.x * ET;
 	const int64_t tid = (int64_t)blockIdx.x * ET + threadIdx.x;
 	if (vec8) {
-		const int64_t nv = m * n / 8;
-		for (int64_t i = tid; i < nv; i += stride) {
-			const int64_t c = (8 * i) % n;
+		/* the vector's column group advances by stride mod (n / 8) per step: no division per vector */
+		const int64_t nv = m * n / 8, nc = n / 8, step = stride % nc;
+		int64_t cg = tid % nc;
+		for (int64_t i = tid; i < nv; i += stride, cg = cg + step < nc ? cg + step : cg + step - nc) {
 			uint4 v = reinterpret_cast<uint4 *>(y)[i];
-			const uint4 bv = *reinterpret_cast<const uint4 *>(bias + c);
+			const uint4 bv = *reinterpret_cast<const uint4 *>(bias + 8 * cg);
 			uint32_t w[4] = {v.x, v.y, v.z, v.w}, bw[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
@@ -101,31 +102,60 @@ __global__ void __launch_bounds__(ET) k_bias(uint16_t *__restrict__ y, int64_t m
 }
 
 /* db[c] = bf16(sum over rows, strictly in row order, of dy[r, c]) like the CPU. A block owns 32
- * columns and stages 256-row chunks through shared memory with 16-byte loads (many bytes in
- * flight), then one warp adds each column's chunk in order. Needs n % 8 == 0, 16-byte aligned. */
+ * columns and stages 256-row chunks through two shared tiles with 16-byte loads (many bytes in
+ * flight): while one warp adds chunk i's rows in order (16 rows' loads, then their 16 dependent
+ * adds), every thread's loads of chunk i + 1 are in flight; one barrier per chunk. The sum is one
+ * FP32 chain per column in row order, so the time is about m chain steps whatever n. Needs
+ * n % 8 == 0, 16-byte aligned. */
 #define CS_ROWS 256
+__device__ __forceinline__ void cs_load(const uint16_t *__restrict__ dy, int64_t m, int64_t n, int64_t r0, int64_t c,
+					int lr, uint4 (&v)[CS_ROWS / 64])
+{
+#pragma unroll
+	for (int j = 0; j < CS_ROWS / 64; j++) {
+		const int64_t r = r0 + lr + 64 * j;
+		v[j] = (r < m && c < n) ? *reinterpret_cast<const uint4 *>(dy + r * n + c) : make_uint4(0, 0, 0, 0);
+	}
+}
+
 __global__ void __launch_bounds__(256) k_colsum(const uint16_t *__restrict__ dy, int64_t m, int64_t n,
 						uint16_t *__restrict__ db)
 {
-	__shared__ uint16_t tile[CS_ROWS][32];
+	__shared__ uint16_t tile[2][CS_ROWS][32];
 	const int64_t c0 = (int64_t)blockIdx.x * 32;
 	const int t = threadIdx.x, lr = t / 4, lc = (t % 4) * 8;
+	const int64_t chunks = (m + CS_ROWS - 1) / CS_ROWS;
+	uint4 v[CS_ROWS / 64];
+	cs_load(dy, m, n, 0, c0 + lc, lr, v);
+#pragma unroll
+	for (int j = 0; j < CS_ROWS / 64; j++)
+		*reinterpret_cast<uint4 *>(&tile[0][lr + 64 * j][lc]) = v[j];
+	__syncthreads();
 	float s = 0.0f;
-	for (int64_t r0 = 0; r0 < m; r0 += CS_ROWS) {
-		uint4 v[CS_ROWS / 64];
-#pragma unroll
-		for (int j = 0; j < CS_ROWS / 64; j++) {
-			const int64_t r = r0 + lr + 64 * j, c = c0 + lc;
-			v[j] = (r < m && c < n) ? *reinterpret_cast<const uint4 *>(dy + r * n + c) : make_uint4(0, 0, 0, 0);
-		}
-#pragma unroll
-		for (int j = 0; j < CS_ROWS / 64; j++)
-			*reinterpret_cast<uint4 *>(&tile[lr + 64 * j][lc]) = v[j];
-		__syncthreads();
+	for (int64_t i = 0; i < chunks; i++) {
+		const int b = (int)(i & 1);
+		if (i + 1 < chunks)
+			cs_load(dy, m, n, (i + 1) * CS_ROWS, c0 + lc, lr, v);
 		if (t < 32) {
-			const int64_t rn = m - r0 < CS_ROWS ? m - r0 : CS_ROWS;
-			for (int r = 0; r < rn; r++)
-				s = FOS_ADD(s, fos_bf16_to_f32(tile[r][t]));
+			const int rn = (int)(m - i * CS_ROWS < CS_ROWS ? m - i * CS_ROWS : CS_ROWS);
+			const uint16_t *col = &tile[b][0][t];
+			int r = 0;
+			for (; r + 16 <= rn; r += 16) {
+				float f[16];
+#pragma unroll
+				for (int j = 0; j < 16; j++)
+					f[j] = fos_bf16_to_f32(col[(r + j) * 32]);
+#pragma unroll
+				for (int j = 0; j < 16; j++)
+					s = FOS_ADD(s, f[j]);
+			}
+			for (; r < rn; r++)
+				s = FOS_ADD(s, fos_bf16_to_f32(col[r * 32]));
+		}
+		if (i + 1 < chunks) {
+#pragma unroll
+			for (int j = 0; j < CS_ROWS / 64; j++)
+				*reinterpret_cast<uint4 *>(&tile[b ^ 1][lr + 64 * j][lc]) = v[j];
 		}
 		__syncthreads();
 	}

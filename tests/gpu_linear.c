@@ -206,6 +206,24 @@ static void test_gemm_epilogue_exact(void **state)
 	assert_true(bad[0] == 0 && bad[1] == 0);
 }
 
+/* The bias pass over more 8-wide vectors than its grid has threads (each thread walks several, its
+ * column group carried from step to step), n a multiple of 8 that does not divide the grid's
+ * stride: the CPU's bytes. */
+static void test_gemm_bias_grid_stride(void **state)
+{
+	(void)state;
+	NEED_GPU();
+	const int64_t m = 24000, n = 104, k = 64;
+	uint16_t *a = exact_operand(m, k), *b = exact_operand(n, k), *bias = rand_bf16(n, 50.0f), *yc, *yg;
+	gemm_both(a, b, m, n, k, NULL, NULL, 1.0f, 1.0f, NULL, bias, &yc, &yg);
+	assert_memory_equal(yc, yg, (size_t)(m * n) * 2);
+	free(a);
+	free(b);
+	free(bias);
+	free(yc);
+	free(yg);
+}
+
 /* Random data: SQNR against the CPU, repeat runs identical, both epilogue paths close. */
 static void test_gemm_random(void **state)
 {
@@ -420,17 +438,21 @@ static void test_colsum(void **state)
 {
 	(void)state;
 	NEED_GPU();
-	const int64_t sh[][2] = {{1024, 512}, {300, 72}, {129, 13}};
+	/* one chunk and a part, several chunks with a partial last one (both tiles used), a partial
+	 * block of columns, the scalar kernel (n % 8 != 0), a layer of the small GPT's shape */
+	const int64_t sh[][2] = {{1024, 512}, {300, 72}, {129, 13}, {1000, 40}, {257, 8}, {4096, 1536}};
 	fos_err e;
-	for (int s = 0; s < 3; s++) {
+	for (int s = 0; s < (int)(sizeof sh / sizeof sh[0]); s++) {
 		int64_t m = sh[s][0], n = sh[s][1];
-		uint16_t *dy = rand_bf16(m * n, 2.0f), dbc[512];
+		uint16_t *dy = rand_bf16(m * n, 2.0f), *dbc = malloc((size_t)n * 2);
+		assert_non_null(dbc);
 		assert_int_equal(g_cpu->colsum(g_cpu, dy, m, n, dbc, &e), FOS_OK);
 		uint16_t *d = dev_copy(g_gpu, dy, (size_t)(m * n) * 2), *db = g_gpu->alloc(g_gpu, (size_t)n * 2);
 		assert_int_equal(g_gpu->colsum(g_gpu, d, m, n, db, &e), FOS_OK);
 		uint16_t *dbg = host_copy(g_gpu, db, (size_t)n * 2);
 		assert_memory_equal(dbc, dbg, (size_t)n * 2); /* same strict row order */
 		free(dbg);
+		free(dbc);
 		free(dy);
 		g_gpu->free(g_gpu, d);
 		g_gpu->free(g_gpu, db);
@@ -921,7 +943,8 @@ static int setup(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_gemm_epilogue_exact), cmocka_unit_test(test_gemm_random),
+		cmocka_unit_test(test_gemm_epilogue_exact), cmocka_unit_test(test_gemm_bias_grid_stride),
+		cmocka_unit_test(test_gemm_random),
 		cmocka_unit_test(test_gemm_ex_exact),	    cmocka_unit_test(test_gemm_ex_layouts),
 		cmocka_unit_test(test_colsum),		    cmocka_unit_test(test_linear_all_overrides),
 		cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_linear_quantize_t),
