@@ -7,20 +7,24 @@
  * quantized. Wall clock from the first queued op to the device sync, median of --steps after
  * --warmup; inputs are random bf16, uploaded once. Also the host's time to queue the put, the
  * forward and the backward with the ops' own syncs deferred (as fosd's lanes run asynchronous
- * requests): what launching a layer's work costs the CPU, whatever the GPU's time.
+ * requests): what launching a layer's work costs the CPU, whatever the GPU's time. --threads T
+ * runs T such loops at once, each on a backend instance of its own (its own stream, as fosd's lanes
+ * are), their timed steps started together; every number is then the median over all T threads'
+ * steps: what one layer step costs while T lanes launch beside it.
  *   bench_linear_step [--m M] [--n N] [--k K] [--steps S] [--warmup W] [--override O] [--bias]
- *                     [--backend cuda|cpu]
+ *                     [--backend cuda|cpu] [--threads T]
  * Prints one JSON line: {"m":..,"n":..,"k":..,"backend":..,"step_ms":..,"fwd_bwd_ms":..,"put_ms":..,
- * "queue_put_us":..,"queue_fwd_us":..,"queue_bwd_us":..}.
+ * "queue_put_us":..,"queue_fwd_us":..,"queue_bwd_us":..,"threads":..}.
  * Without a usable backend it prints {"error": "..."} and exits 1. */
 #include "backend.h"
 #include "bench_util.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static fos_err err;
+static _Thread_local fos_err err;
 
 #define CK(x)                                                                                                  \
 	do {                                                                                                   \
@@ -44,77 +48,51 @@ static void *dev_random(fos_backend *be, size_t n, uint64_t seed, float scale)
 	return d;
 }
 
-int main(int argc, char **argv)
+enum { T_STEP, T_FB, T_PUT, Q_PUT, Q_FWD, Q_BWD, N_TIMES };
+
+/* One loop of --steps: its arguments, and where its times go (times[i] + steps * thread). */
+typedef struct {
+	const char *backend;
+	int64_t m, n, k;
+	int steps, warmup, bias, thread;
+	fos_linear_opts o;
+	double *times[N_TIMES];
+	pthread_barrier_t *start; /* the threads' timed steps begin together */
+	char name[64], device[160];
+} run_arg;
+
+static void *run(void *arg)
 {
-	int64_t m = 8192, n = 4096, k = 4096;
-	int steps = 10, warmup = 3, bias = 0;
-	const char *backend = "cuda";
-	fos_linear_opts o = fos_linear_opts_default();
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--bias")) {
-			bias = 1;
-			continue;
-		}
-		if (!v) {
-			printf("{\"error\": \"%s needs a value\"}\n", a);
-			return 2;
-		}
-		i++;
-		if (!strcmp(a, "--m"))
-			m = atoll(v);
-		else if (!strcmp(a, "--n"))
-			n = atoll(v);
-		else if (!strcmp(a, "--k"))
-			k = atoll(v);
-		else if (!strcmp(a, "--steps"))
-			steps = atoi(v);
-		else if (!strcmp(a, "--warmup"))
-			warmup = atoi(v);
-		else if (!strcmp(a, "--backend"))
-			backend = v;
-		else if (!strcmp(a, "--override"))
-			o.override = !strcmp(v, "quantized")        ? FOS_OVR_QUANTIZED
-				     : !strcmp(v, "high_precision") ? FOS_OVR_HIGH_PRECISION
-				     : !strcmp(v, "dequantized")    ? FOS_OVR_DEQUANTIZED
-								    : FOS_OVR_DEFAULT;
-		else {
-			printf("{\"error\": \"unknown argument %s\"}\n", a);
-			return 2;
-		}
-	}
-	if (steps < 1 || steps > 1000) {
-		printf("{\"error\": \"--steps must be 1 to 1000\"}\n");
-		return 2;
-	}
-	fos_backend *be = !strcmp(backend, "cpu") ? fos_backend_cpu(0, &err) : fos_backend_open(backend, &err);
+	run_arg *a = arg;
+	const int64_t m = a->m, n = a->n, k = a->k;
+	fos_backend *be = !strcmp(a->backend, "cpu") ? fos_backend_cpu(0, &err) : fos_backend_open(a->backend, &err);
 	if (!be) {
-		printf("{\"error\": \"backend %s: %s\"}\n", backend, err.msg);
-		return 1;
+		printf("{\"error\": \"backend %s: %s\"}\n", a->backend, err.msg);
+		exit(1);
 	}
-	CK(fos_linear_check(&o, m, n, k, NULL, &err));
+	snprintf(a->name, sizeof a->name, "%s", be->name);
+	snprintf(a->device, sizeof a->device, "%s", be->device);
+	const fos_linear_opts *o = &a->o;
 	uint16_t *x = dev_random(be, (size_t)(m * k), 1, 1.0f), *w = dev_random(be, (size_t)(n * k), 2, 0.05f);
-	uint16_t *dy = dev_random(be, (size_t)(m * n), 3, 1.0f), *b = bias ? dev_random(be, (size_t)n, 4, 1.0f) : NULL;
+	uint16_t *dy = dev_random(be, (size_t)(m * n), 3, 1.0f), *b = a->bias ? dev_random(be, (size_t)n, 4, 1.0f) : NULL;
 	uint16_t *y = be->alloc(be, (size_t)(m * n) * 2), *dx = be->alloc(be, (size_t)(m * k) * 2);
-	uint16_t *dw = be->alloc(be, (size_t)(n * k) * 2), *db = bias ? be->alloc(be, (size_t)n * 2) : NULL;
-	if (!y || !dx || !dw || (bias && !db)) {
+	uint16_t *dw = be->alloc(be, (size_t)(n * k) * 2), *db = a->bias ? be->alloc(be, (size_t)n * 2) : NULL;
+	if (!y || !dx || !dw || (a->bias && !db)) {
 		printf("{\"error\": \"out of device memory\"}\n");
-		return 1;
+		exit(1);
 	}
-	double *t_step = calloc((size_t)steps, sizeof *t_step), *t_fb = calloc((size_t)steps, sizeof *t_fb);
-	double *t_put = calloc((size_t)steps, sizeof *t_put);
-	double *q_put = calloc((size_t)steps, sizeof *q_put), *q_fwd = calloc((size_t)steps, sizeof *q_fwd);
-	double *q_bwd = calloc((size_t)steps, sizeof *q_bwd);
-	for (int s = -warmup; s < steps; s++) {
+	for (int s = -a->warmup; s < a->steps; s++) {
+		if (s == 0 && a->start)
+			pthread_barrier_wait(a->start);
 		fos_qweight qw;
 		fos_saved sv;
 		memset(&sv, 0, sizeof sv);
 		CK(be->sync(be, &err));
 		double t0 = bench_now();
-		CK(fos_qweight_make(be, w, n, k, &o, 1, 0, &qw, &err));
+		CK(fos_qweight_make(be, w, n, k, o, 1, 0, &qw, &err));
 		CK(be->sync(be, &err));
 		double t1 = bench_now();
-		CK(fos_linear_forward(be, x, m, &qw, &o, b, y, &sv, &err));
+		CK(fos_linear_forward(be, x, m, &qw, o, b, y, &sv, &err));
 		CK(fos_linear_backward(be, &sv, &qw, dy, dx, dw, db, &err));
 		CK(be->sync(be, &err));
 		double t2 = bench_now();
@@ -123,7 +101,7 @@ int main(int argc, char **argv)
 		memset(&sv, 0, sizeof sv);
 		CK(be->sync(be, &err));
 		double t3 = bench_now();
-		CK(fos_linear_forward(be, x, m, &qw, &o, b, y, &sv, &err));
+		CK(fos_linear_forward(be, x, m, &qw, o, b, y, &sv, &err));
 		CK(fos_linear_backward(be, &sv, &qw, dy, dx, dw, db, &err));
 		CK(be->sync(be, &err));
 		double t4 = bench_now();
@@ -134,9 +112,9 @@ int main(int argc, char **argv)
 		memset(&sv, 0, sizeof sv);
 		be->defer_sync = 1;
 		double h0 = bench_now();
-		CK(fos_qweight_make(be, w, n, k, &o, 1, 0, &qw, &err));
+		CK(fos_qweight_make(be, w, n, k, o, 1, 0, &qw, &err));
 		double h1 = bench_now();
-		CK(fos_linear_forward(be, x, m, &qw, &o, b, y, &sv, &err));
+		CK(fos_linear_forward(be, x, m, &qw, o, b, y, &sv, &err));
 		double h2 = bench_now();
 		CK(fos_linear_backward(be, &sv, &qw, dy, dx, dw, db, &err));
 		double h3 = bench_now();
@@ -145,30 +123,110 @@ int main(int argc, char **argv)
 		fos_saved_free(be, &sv);
 		fos_qweight_free(be, &qw);
 		if (s >= 0) {
-			q_put[s] = (h1 - h0) * 1e6;
-			q_fwd[s] = (h2 - h1) * 1e6;
-			q_bwd[s] = (h3 - h2) * 1e6;
-			t_step[s] = (t2 - t0) * 1e3;
-			t_put[s] = (t1 - t0) * 1e3;
-			t_fb[s] = (t4 - t3) * 1e3;
+			const double v[N_TIMES] = {(t2 - t0) * 1e3, (t4 - t3) * 1e3, (t1 - t0) * 1e3,
+						   (h1 - h0) * 1e6, (h2 - h1) * 1e6, (h3 - h2) * 1e6};
+			for (int i = 0; i < N_TIMES; i++)
+				a->times[i][a->thread * a->steps + s] = v[i];
 		}
 	}
-	printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"backend\": \"%s\", \"device\": \"%s\", \"steps\": %d, "
-	       "\"step_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"put_ms\": %.4f, \"queue_put_us\": %.1f, "
-	       "\"queue_fwd_us\": %.1f, \"queue_bwd_us\": %.1f}\n",
-	       (long long)m, (long long)n, (long long)k, be->name, be->device, steps, bench_quantile(t_step, steps, 0.5),
-	       bench_quantile(t_fb, steps, 0.5), bench_quantile(t_put, steps, 0.5), bench_quantile(q_put, steps, 0.5),
-	       bench_quantile(q_fwd, steps, 0.5), bench_quantile(q_bwd, steps, 0.5));
 	void *bufs[] = {x, w, dy, b, y, dx, dw, db};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);
-	free(t_step);
-	free(t_fb);
-	free(t_put);
-	free(q_put);
-	free(q_fwd);
-	free(q_bwd);
 	be->destroy(be);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	run_arg base = {.backend = "cuda", .m = 8192, .n = 4096, .k = 4096, .steps = 10, .warmup = 3};
+	int threads = 1;
+	base.o = fos_linear_opts_default();
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--bias")) {
+			base.bias = 1;
+			continue;
+		}
+		if (!v) {
+			printf("{\"error\": \"%s needs a value\"}\n", a);
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--m"))
+			base.m = atoll(v);
+		else if (!strcmp(a, "--n"))
+			base.n = atoll(v);
+		else if (!strcmp(a, "--k"))
+			base.k = atoll(v);
+		else if (!strcmp(a, "--steps"))
+			base.steps = atoi(v);
+		else if (!strcmp(a, "--warmup"))
+			base.warmup = atoi(v);
+		else if (!strcmp(a, "--threads"))
+			threads = atoi(v);
+		else if (!strcmp(a, "--backend"))
+			base.backend = v;
+		else if (!strcmp(a, "--override"))
+			base.o.override = !strcmp(v, "quantized")        ? FOS_OVR_QUANTIZED
+					  : !strcmp(v, "high_precision") ? FOS_OVR_HIGH_PRECISION
+					  : !strcmp(v, "dequantized")    ? FOS_OVR_DEQUANTIZED
+									 : FOS_OVR_DEFAULT;
+		else {
+			printf("{\"error\": \"unknown argument %s\"}\n", a);
+			return 2;
+		}
+	}
+	if (base.steps < 1 || base.steps > 1000) {
+		printf("{\"error\": \"--steps must be 1 to 1000\"}\n");
+		return 2;
+	}
+	if (threads < 1 || threads > 64) {
+		printf("{\"error\": \"--threads must be 1 to 64\"}\n");
+		return 2;
+	}
+	CK(fos_linear_check(&base.o, base.m, base.n, base.k, NULL, &err));
+	const int total = threads * base.steps;
+	for (int i = 0; i < N_TIMES; i++)
+		if (!(base.times[i] = calloc((size_t)total, sizeof(double)))) {
+			printf("{\"error\": \"out of memory\"}\n");
+			return 1;
+		}
+	run_arg *args = calloc((size_t)threads, sizeof *args);
+	pthread_t *th = calloc((size_t)threads, sizeof *th);
+	pthread_barrier_t start;
+	if (!args || !th || pthread_barrier_init(&start, NULL, (unsigned)threads)) {
+		printf("{\"error\": \"cannot start %d threads\"}\n", threads);
+		return 1;
+	}
+	for (int t = 0; t < threads; t++) {
+		args[t] = base;
+		args[t].thread = t;
+		args[t].start = threads > 1 ? &start : NULL;
+	}
+	if (threads == 1)
+		run(&args[0]);
+	else {
+		for (int t = 0; t < threads; t++)
+			if (pthread_create(&th[t], NULL, run, &args[t])) {
+				printf("{\"error\": \"cannot start thread %d\"}\n", t);
+				return 1;
+			}
+		for (int t = 0; t < threads; t++)
+			pthread_join(th[t], NULL);
+	}
+	double med[N_TIMES];
+	for (int i = 0; i < N_TIMES; i++)
+		med[i] = bench_quantile(base.times[i], total, 0.5);
+	printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"backend\": \"%s\", \"device\": \"%s\", \"steps\": %d, "
+	       "\"step_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"put_ms\": %.4f, \"queue_put_us\": %.1f, "
+	       "\"queue_fwd_us\": %.1f, \"queue_bwd_us\": %.1f, \"threads\": %d}\n",
+	       (long long)base.m, (long long)base.n, (long long)base.k, args[0].name, args[0].device, base.steps,
+	       med[T_STEP], med[T_FB], med[T_PUT], med[Q_PUT], med[Q_FWD], med[Q_BWD], threads);
+	pthread_barrier_destroy(&start);
+	for (int i = 0; i < N_TIMES; i++)
+		free(base.times[i]);
+	free(args);
+	free(th);
 	return 0;
 }
