@@ -261,6 +261,10 @@ $(BUILD)/bench/bench_ctx_switch: bench/bench_ctx_switch.cu
 $(BUILD)/bench/bench_mma_chain: bench/bench_mma_chain.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -gencode=%,$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a $< -o $@ -lcudart
+# bench/bench_host_cost.cu (issue 27): the host's time per CUDA call of a layer's ops, 1 and 4 threads
+$(BUILD)/bench/bench_host_cost: bench/bench_host_cost.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcudart
 # bench/probe_wait_value.cu (issue 27): a client stream's wait on a word another process writes
 $(BUILD)/bench/probe_wait_value: bench/probe_wait_value.cu
 	@mkdir -p $(dir $@)
