@@ -18,7 +18,9 @@ after --warmup; the N processes start their timed steps together). fosd is a cud
 --build on a private ipc socket; --mps starts a private MPS control daemon first (its pipe and
 log folders in the run's temporary folder), so fosd and every trainer share the GPU through MPS,
 as README "Sharing a GPU with trainers" recommends, and stops it at the end. Prints markdown rows
-for bench/BENCHMARKS.md (median step ms, ratio to bf16's row of the same kind) and the loss curve
+for bench/BENCHMARKS.md (median step ms, ratio to bf16's row of the same kind), the CPU time each
+group used per trainer step (each trainer's own, fosd's, and the cores busy machine-wide), fosd's
+requests per trainer step with their mean latency and run time (its Stats), and the loss curve
 (every --loss-every steps); --json FILE writes every number.
 
 Usage (repository root, GPU host):
@@ -40,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench_python_step import log, start_fosd  # noqa: E402
+from bench_python_step import _op_window, log, start_fosd  # noqa: E402
 
 DEFAULT_CORPUS = "/usr/share/common-licenses"
 
@@ -193,19 +195,13 @@ def fosd_stats(url):
 
 def ops_window(s0, s1, steps):
     """Per op between two Stats: requests per trainer step and fosd's mean latency (receipt to
-    reply) and run time in us; the timed steps' ops and a few around them (warm-up's last, close)."""
+    reply) and run time in us; the timed steps' ops and a few around them (warm-up's last, close,
+    this process's own Stats)."""
     out = {}
-    for op, o1 in s1.get("ops", {}).items():
-        o0 = s0.get("ops", {}).get(op, {})
-        n = o1.get("requests", 0) - o0.get("requests", 0)
-        if n <= 0:
-            continue
-        r = {"per_step": n / steps}
-        for k in ("lat", "run"):
-            c0, c1 = o0.get(k + "_count", 0), o1.get(k + "_count", 0)
-            if c1 > c0:
-                r[k + "_us"] = (o1.get(k + "_mean_us", 0.0) * c1 - o0.get(k + "_mean_us", 0.0) * c0) / (c1 - c0)
-        out[op] = r
+    for op in s1.get("ops", {}):
+        lat_ms, run_ms, n = _op_window(s0, s1, op)
+        if n > 0:
+            out[op] = {"per_step": n / steps, "lat_us": lat_ms * 1e3, "run_us": run_ms * 1e3}
     return out
 
 
@@ -343,8 +339,7 @@ def main():
     print("|---|---|---|---|---|")
     for n in sorted({1, a.trainers}):
         for op, r in sorted(results["fosd_x%d_cpu" % n].get("fosd_ops", {}).items()):
-            print("| %d | %s | %.1f | %.1f | %.1f |" % (n, op, r["per_step"], r.get("lat_us", float("nan")),
-                                                   r.get("run_us", float("nan"))))
+            print("| %d | %s | %.1f | %.1f | %.1f |" % (n, op, r["per_step"], r["lat_us"], r["run_us"]))
     print()
     print("| step | bf16 loss | fosd.torch loss |")
     print("|---|---|---|")
