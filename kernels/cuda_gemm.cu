@@ -78,12 +78,11 @@ __global__ void __launch_bounds__(ET) k_bias(uint16_t *__restrict__ y, int64_t m
 	const int64_t stride = (int64_t)gridDim.x * ET;
 	const int64_t tid = (int64_t)blockIdx.x * ET + threadIdx.x;
 	if (vec8) {
-		/* the vector's column group advances by stride mod (n / 8) per step: no division per vector */
-		const int64_t nv = m * n / 8, nc = n / 8, step = stride % nc;
-		int64_t cg = tid % nc;
-		for (int64_t i = tid; i < nv; i += stride, cg = cg + step < nc ? cg + step : cg + step - nc) {
+		const int64_t nv = m * n / 8;
+		for (int64_t i = tid; i < nv; i += stride) {
+			const int64_t c = (8 * i) % n;
 			uint4 v = reinterpret_cast<uint4 *>(y)[i];
-			const uint4 bv = *reinterpret_cast<const uint4 *>(bias + 8 * cg);
+			const uint4 bv = *reinterpret_cast<const uint4 *>(bias + c);
 			uint32_t w[4] = {v.x, v.y, v.z, v.w}, bw[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
 			for (int j = 0; j < 4; j++) {

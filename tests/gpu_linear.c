@@ -206,9 +206,8 @@ static void test_gemm_epilogue_exact(void **state)
 	assert_true(bad[0] == 0 && bad[1] == 0);
 }
 
-/* The bias pass over more 8-wide vectors than its grid has threads (each thread walks several, its
- * column group carried from step to step), n a multiple of 8 that does not divide the grid's
- * stride: the CPU's bytes. */
+/* The bias pass over more 8-wide vectors than its grid has threads (each thread walks several
+ * rows' worth), n a multiple of 8 that does not divide the grid's stride: the CPU's bytes. */
 static void test_gemm_bias_grid_stride(void **state)
 {
 	(void)state;
