@@ -51,7 +51,6 @@ static double now_us(void)
 }
 
 typedef struct {
-	int nthreads;
 	pthread_barrier_t *bar;
 	double us[N_CALLS][BATCHES]; /* per call, each timed batch */
 } thread_arg;
@@ -129,7 +128,6 @@ static void measure(int n, double med[N_CALLS])
 		exit(1);
 	}
 	for (int t = 0; t < n; t++) {
-		args[t].nthreads = n;
 		args[t].bar = &bar;
 		if (pthread_create(&th[t], NULL, run, &args[t])) {
 			fprintf(stderr, "cannot start thread %d\n", t);
