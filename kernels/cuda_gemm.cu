@@ -22,6 +22,7 @@
  * FP32 acc and k_epilogue applies alpha, the row scale and the cast. A bias is added afterwards,
  * after the bf16 cast, exactly as specified: y = bf16(float(y) + float(bias)). */
 #include "cuda_internal.cuh"
+#include "cuda_ring.cuh"
 #include "fos_format.h"
 
 #include <stdio.h>
@@ -101,43 +102,41 @@ __global__ void __launch_bounds__(ET) k_bias(uint16_t *__restrict__ y, int64_t m
 }
 
 /* db[c] = bf16(sum over rows, strictly in row order, of dy[r, c]) like the CPU. A block owns 32
- * columns and stages 256-row chunks through two shared tiles with 16-byte loads (many bytes in
- * flight): while one warp adds chunk i's rows in order (16 rows' loads, then their 16 dependent
- * adds), every thread's loads of chunk i + 1 are in flight; one barrier per chunk. The sum is one
- * FP32 chain per column in row order, so the time is about m chain steps whatever n. Needs
+ * columns and streams 128-row chunks of them through a cp.async ring of CS_NS shared buffers
+ * (cuda_ring.cuh's protocol: CS_NS - 1 chunks in flight while one warp adds the current chunk's
+ * rows in order, 16 rows' loads before their 16 dependent adds; one barrier per chunk). The sum is
+ * one FP32 chain per column in row order, so the time is about m chain steps whatever n. Needs
  * n % 8 == 0, 16-byte aligned. */
-#define CS_ROWS 256
-__device__ __forceinline__ void cs_load(const uint16_t *__restrict__ dy, int64_t m, int64_t n, int64_t r0, int64_t c,
-					int lr, uint4 (&v)[CS_ROWS / 64])
-{
-#pragma unroll
-	for (int j = 0; j < CS_ROWS / 64; j++) {
-		const int64_t r = r0 + lr + 64 * j;
-		v[j] = (r < m && c < n) ? *reinterpret_cast<const uint4 *>(dy + r * n + c) : make_uint4(0, 0, 0, 0);
-	}
-}
-
+#define CS_ROWS 128
+#define CS_NS 4
 __global__ void __launch_bounds__(256) k_colsum(const uint16_t *__restrict__ dy, int64_t m, int64_t n,
 						uint16_t *__restrict__ db)
 {
-	__shared__ uint16_t tile[2][CS_ROWS][32];
+	__shared__ __align__(16) uint16_t tile[CS_NS][CS_ROWS][32];
 	const int64_t c0 = (int64_t)blockIdx.x * 32;
 	const int t = threadIdx.x, lr = t / 4, lc = (t % 4) * 8;
 	const int64_t chunks = (m + CS_ROWS - 1) / CS_ROWS;
-	uint4 v[CS_ROWS / 64];
-	cs_load(dy, m, n, 0, c0 + lc, lr, v);
-#pragma unroll
-	for (int j = 0; j < CS_ROWS / 64; j++)
-		*reinterpret_cast<uint4 *>(&tile[0][lr + 64 * j][lc]) = v[j];
-	__syncthreads();
+	const bool col_on = c0 + lc < n;
+	/* chunk k of this block into buffer k % CS_NS: each thread copies rows lr and lr + 64 */
+	auto issue = [&](int64_t k) {
+		for (int j = 0; j < CS_ROWS / 64; j++) {
+			const int64_t r = k * CS_ROWS + lr + 64 * j;
+			const bool on = k < chunks && r < m && col_on;
+			const uint16_t *src = on ? dy + r * n + c0 + lc : dy;
+			fcu_cp_async16((uint32_t)__cvta_generic_to_shared(&tile[k % CS_NS][lr + 64 * j][lc]), src, on);
+		}
+		fcu_cp_commit();
+	};
+	for (int k = 0; k < CS_NS - 1; k++)
+		issue(k);
 	float s = 0.0f;
-	for (int64_t i = 0; i < chunks; i++) {
-		const int b = (int)(i & 1);
-		if (i + 1 < chunks)
-			cs_load(dy, m, n, (i + 1) * CS_ROWS, c0 + lc, lr, v);
+	for (int64_t k = 0; k < chunks; k++) {
+		fcu_cp_wait_ring(CS_NS);
+		__syncthreads(); /* chunk k landed for all; chunk k - 1's buffer is free */
+		issue(k + CS_NS - 1);
 		if (t < 32) {
-			const int rn = (int)(m - i * CS_ROWS < CS_ROWS ? m - i * CS_ROWS : CS_ROWS);
-			const uint16_t *col = &tile[b][0][t];
+			const int rn = (int)(m - k * CS_ROWS < CS_ROWS ? m - k * CS_ROWS : CS_ROWS);
+			const uint16_t *col = &tile[k % CS_NS][0][t];
 			int r = 0;
 			for (; r + 16 <= rn; r += 16) {
 				float f[16];
@@ -151,12 +150,6 @@ __global__ void __launch_bounds__(256) k_colsum(const uint16_t *__restrict__ dy,
 			for (; r < rn; r++)
 				s = FOS_ADD(s, fos_bf16_to_f32(col[r * 32]));
 		}
-		if (i + 1 < chunks) {
-#pragma unroll
-			for (int j = 0; j < CS_ROWS / 64; j++)
-				*reinterpret_cast<uint4 *>(&tile[b ^ 1][lr + 64 * j][lc]) = v[j];
-		}
-		__syncthreads();
 	}
 	if (t < 32 && c0 + t < n)
 		db[c0 + t] = fos_f32_to_bf16(s);
