@@ -11,7 +11,10 @@
  *   - a kernel launch (an empty kernel of 1 block; of 132 blocks);
  *   - cudaMemcpyAsync of 4 bytes device to device (the saved amax);
  *   - cudaEventRecord + cudaStreamWaitEvent (a mark and a wait on it);
- *   - cudaSetDevice (the backend calls it before each op and each allocation).
+ *   - cudaSetDevice (the backend calls it before each op and each allocation);
+ *   - cudaMallocFromPoolAsync + cudaFreeAsync of 256 KiB from a pool of the thread's own (what
+ *     per-lane pools would cost);
+ *   - cudaGraphLaunch of a graph of 10 empty kernels (what one graph per op would cost).
  *   bench_host_cost [threads...]     (default: 1 4; needs a GPU)
  * Prints one markdown table: a column per thread count. */
 #include <cuda_runtime.h>
@@ -32,10 +35,19 @@
 	} while (0)
 
 enum { BATCH = 100, BATCHES = 20, WARM = 2, MAX_THREADS = 64 };
-enum { C_ALLOC, C_LAUNCH1, C_LAUNCH132, C_MEMCPY4, C_EVENT, C_SETDEV, N_CALLS };
+enum { C_ALLOC, C_LAUNCH1, C_LAUNCH132, C_MEMCPY4, C_EVENT, C_SETDEV, C_ALLOC_OWN, C_GRAPH10, N_CALLS };
 static const char *call_name[N_CALLS] = {
 	"cudaMallocAsync + cudaFreeAsync, 256 KiB", "kernel launch, 1 block", "kernel launch, 132 blocks",
-	"cudaMemcpyAsync, 4 bytes device to device", "cudaEventRecord + cudaStreamWaitEvent", "cudaSetDevice"};
+	"cudaMemcpyAsync, 4 bytes device to device", "cudaEventRecord + cudaStreamWaitEvent", "cudaSetDevice",
+	"cudaMallocFromPoolAsync + cudaFreeAsync, 256 KiB, the thread's own pool", "cudaGraphLaunch, 10 empty kernels"};
+
+typedef struct {
+	cudaStream_t st;
+	cudaEvent_t ev;
+	int *word;
+	cudaMemPool_t own;
+	cudaGraphExec_t g10;
+} thread_res;
 
 __global__ void k_empty(int *p)
 {
@@ -55,8 +67,11 @@ typedef struct {
 	double us[N_CALLS][BATCHES]; /* per call, each timed batch */
 } thread_arg;
 
-static void one_call(int c, cudaStream_t st, cudaEvent_t ev, int *word)
+static void one_call(int c, const thread_res *r)
 {
+	cudaStream_t st = r->st;
+	cudaEvent_t ev = r->ev;
+	int *word = r->word;
 	switch (c) {
 	case C_ALLOC: {
 		void *p = 0;
@@ -80,6 +95,15 @@ static void one_call(int c, cudaStream_t st, cudaEvent_t ev, int *word)
 	case C_SETDEV:
 		CK(cudaSetDevice(0));
 		break;
+	case C_ALLOC_OWN: {
+		void *p = 0;
+		CK(cudaMallocFromPoolAsync(&p, 256 << 10, r->own, st));
+		CK(cudaFreeAsync(p, st));
+		break;
+	}
+	case C_GRAPH10:
+		CK(cudaGraphLaunch(r->g10, st));
+		break;
 	}
 }
 
@@ -87,27 +111,43 @@ static void *run(void *p)
 {
 	thread_arg *a = (thread_arg *)p;
 	CK(cudaSetDevice(0));
-	cudaStream_t st;
-	cudaEvent_t ev;
-	int *word;
-	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-	CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-	CK(cudaMalloc(&word, 64));
+	thread_res r;
+	CK(cudaStreamCreateWithFlags(&r.st, cudaStreamNonBlocking));
+	CK(cudaEventCreateWithFlags(&r.ev, cudaEventDisableTiming));
+	CK(cudaMalloc(&r.word, 64));
+	cudaMemPoolProps pp;
+	memset(&pp, 0, sizeof pp);
+	pp.allocType = cudaMemAllocationTypePinned;
+	pp.location.type = cudaMemLocationTypeDevice;
+	pp.location.id = 0;
+	CK(cudaMemPoolCreate(&r.own, &pp));
+	uint64_t keep = UINT64_MAX;
+	CK(cudaMemPoolSetAttribute(r.own, cudaMemPoolAttrReleaseThreshold, &keep));
+	cudaGraph_t g;
+	CK(cudaStreamBeginCapture(r.st, cudaStreamCaptureModeThreadLocal));
+	for (int i = 0; i < 10; i++)
+		k_empty<<<132, 128, 0, r.st>>>(0);
+	CK(cudaStreamEndCapture(r.st, &g));
+	CK(cudaGraphInstantiate(&r.g10, g, 0));
+	CK(cudaGraphDestroy(g));
+	cudaStream_t st = r.st;
 	for (int c = 0; c < N_CALLS; c++) {
 		pthread_barrier_wait(a->bar); /* every thread makes the same kind of call at once */
 		for (int b = -WARM; b < BATCHES; b++) {
 			double t0 = now_us();
 			for (int i = 0; i < BATCH; i++)
-				one_call(c, st, ev, word);
+				one_call(c, &r);
 			double t = (now_us() - t0) / BATCH;
 			CK(cudaStreamSynchronize(st));
 			if (b >= 0)
 				a->us[c][b] = t;
 		}
 	}
-	CK(cudaFree(word));
-	CK(cudaEventDestroy(ev));
-	CK(cudaStreamDestroy(st));
+	CK(cudaGraphExecDestroy(r.g10));
+	CK(cudaMemPoolDestroy(r.own));
+	CK(cudaFree(r.word));
+	CK(cudaEventDestroy(r.ev));
+	CK(cudaStreamDestroy(r.st));
 	return NULL;
 }
 
