@@ -14,7 +14,7 @@ T="$BUILD/fosd $BUILD/fos $BUILD/lib/libcmocka.so.0 $BUILD/libfos.so.1"
 # fos's CUDA backend plugin (fos --local --backend cuda), beside fos as in a build
 [ ! -e "$BUILD/libfos-cuda.so" ] || T="$T $BUILD/libfos-cuda.so"
 for b in bench_nng bench_service bench_small_fwd bench_cuda bench_devmem bench_devices bench_linear_step bench_nvfp4_gemm bench_nvfp4_wgmma bench_ctx_switch bench_mma_chain bench_host_cost probe_wait_value; do T="$T $BUILD/bench/$b"; done
-for t in gpu_devices gpu_e2e_devmem gpu_device_tensors test_libfos_cuda test_cli_load_device test_e2e_weights_repo gpu_quant gpu_linear gpu_grad_pair gpu_shapes gpu_wcache gpu_smallm gpu_mps test_e2e_four_over_six test_cli_four_over_six test_libfos_reconnect test_cli_cuda_plugin test_wcache_uses test_linear_shapes test_fault_fairness test_e2e_check test_e2e_chan test_e2e_linear test_e2e_shm test_e2e_lanes test_e2e_metrics test_cli_shm \
+for t in gpu_devices gpu_e2e_devmem gpu_device_tensors test_libfos_cuda test_cli_load_device test_e2e_weights_repo gpu_quant gpu_linear gpu_grad_pair gpu_shapes gpu_wcache gpu_smallm gpu_mps gpu_blocks test_e2e_four_over_six test_cli_four_over_six test_libfos_reconnect test_cli_cuda_plugin test_wcache_uses test_linear_shapes test_fault_fairness test_e2e_check test_e2e_chan test_e2e_linear test_e2e_shm test_e2e_lanes test_e2e_metrics test_cli_shm \
 	test_cli_remote test_cli_linear test_cli_quantize test_msg_pool; do
 	T="$T $BUILD/tests/$t"
 done

@@ -1,7 +1,8 @@
 /* cuda_backend.cu: the CUDA backend's constructor (fos_backend_cuda), its memory ops and the
  * CUDA-only extras of cuda_backend.h that are not kernels (events, switches). One stream per
  * instance; every op is queued on it. Device memory comes from the device's stream-ordered pool
- * (cudaMallocAsync, kept cached), so the per-request allocations of linear.c cost no device sync.
+ * (cudaMallocAsync, kept cached), so the per-request allocations of linear.c cost no device sync,
+ * through a host-side cache of freed blocks (cuda_blocks.cu) that spares most of them the driver.
  *
  * Several instances may live in one process (fosd runs one per executor lane): each has its own
  * stream, cuBLASLt handle, plans and scratch, and they share the device's primary context and its
@@ -26,6 +27,8 @@ static void *fcu_alloc(fos_backend *be, size_t bytes)
 	size_t n = bytes ? (bytes + 255) / 256 * 256 : 256;
 	if (im->recording) /* being recorded into a graph: memory the graph keeps (cuda_graph.cu) */
 		return fcu_graph_alloc(be, n);
+	if (im->blocks)
+		return fcu_blocks_alloc(be, n);
 	cudaError_t e = im->pools ? cudaMallocAsync(&p, n, im->st) : cudaMalloc(&p, n);
 	if (e != cudaSuccess) {
 		cudaGetLastError(); /* an out-of-memory is not sticky: clear it */
@@ -47,7 +50,9 @@ static void fcu_free(fos_backend *be, void *p)
 	if (!p || (im->recording && fcu_graph_owns(be, p)))
 		return;
 	cudaSetDevice(im->dev);
-	if (im->pools)
+	if (im->blocks)
+		fcu_blocks_free(be, p);
+	else if (im->pools)
 		cudaFreeAsync(p, im->st); /* stream-ordered: after every queued use */
 	else
 		cudaFree(p);
@@ -154,6 +159,7 @@ static void fcu_destroy(fos_backend *be)
 			cudaStreamSynchronize(im->st);
 		fcu_graph_release(be);
 		fcu_gemm_release(be);
+		fcu_blocks_close(be);
 		for (int i = 0; i < FCU_NEVENTS; i++)
 			if (im->ev[i])
 				cudaEventDestroy(im->ev[i]);
@@ -286,6 +292,9 @@ extern "C" fos_backend *fos_backend_cuda(int device, fos_err *err)
 		else
 			rc = fcu_check(cudaMemsetAsync(im->scal, 0, 2 * sizeof(float), im->st), err, "cudaMemsetAsync");
 	}
+	/* after the scalars: fcu_gemm_release gives them straight back to the pool */
+	if (!rc && im->pools)
+		rc = fcu_blocks_open(be, err);
 	if (!rc)
 		rc = fcu_check(cudaStreamSynchronize(im->st), err, "cudaStreamSynchronize");
 	if (rc) {

@@ -29,6 +29,14 @@ int fos_cuda_elapsed_ms(fos_backend *be, int a, int b, float *ms, fos_err *err);
  * for the DMA, during which the following kernels are now queued. */
 int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err);
 
+/* 1: no queued work, on any stream, reads the memory be->free is given on this instance (fosd's
+ * retired cache frees run only once every request that could read it has completed), so its
+ * blocks go to a list that every instance of the device takes from; 0 (default): its blocks are
+ * reused by this instance only, in its stream order (kernels/cuda_blocks.cu). */
+int fos_cuda_set_frees_idle(fos_backend *be, int on, fos_err *err);
+/* Bytes the block cache keeps for this instance and on its device's idle list. */
+int fos_cuda_blocks_kept(fos_backend *be, size_t *own, size_t *idle, fos_err *err);
+
 /* 1 (default; $FOS_CUDA_GRAPHS=0 at creation turns it off): be->replay records a key's work into a
  * CUDA graph the second time it sees the key and launches the graph afterwards; 0: replay just runs
  * the work. Same bytes either way. Counters: graphs recorded, graph launches, failed recordings

@@ -48,6 +48,7 @@ struct fcu_impl {
 	int h2d_nowait; /* h2d returns without waiting for the copy (fos_cuda_set_h2d_nowait) */
 	const void *amax_x; /* input of the last amax pass: a walk-direction hint (atomic, relaxed) */
 	void *graphs;       /* recorded work by key (cuda_graph.cu), made on first use */
+	void *blocks;       /* the block cache (cuda_blocks.cu); NULL: alloc and free go to the pool */
 	void *recording;    /* the entry being recorded: be->alloc/free give and keep its memory */
 	int use_graphs;     /* replay records and launches graphs (default 1; $FOS_CUDA_GRAPHS=0: off) */
 	unsigned long long graph_recorded, graph_launched, graph_failed;
@@ -271,6 +272,11 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 			  int (*run)(fos_backend *be, void *arg, fos_err *err), void *arg, fos_err *err);
 void fcu_graph_release(fos_backend *be);
 void *fcu_graph_alloc(fos_backend *be, size_t n);
+/* cuda_blocks.cu: n a multiple of 256 */
+int fcu_blocks_open(fos_backend *be, fos_err *err);
+void fcu_blocks_close(fos_backend *be);
+void *fcu_blocks_alloc(fos_backend *be, size_t n);
+void fcu_blocks_free(fos_backend *be, void *p);
 int fcu_graph_owns(fos_backend *be, const void *p);
 /* One output of the GEMM epilogue (NUMERICS.md section 7; backend.h fos_gemm_epi): t = rn(acc *
  * alpha), rn(t * rs) when has_rs, bf16 RNE, then bf16(float(y) + float(bias)) when has_bias. The one

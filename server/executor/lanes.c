@@ -336,6 +336,15 @@ int fosd_lanes_open(fosd_exec *srv, fosd_device *d, char *msg, size_t msgsz)
 			 fe.msg);
 		return -1;
 	}
+#ifdef FOS_HAVE_CUDA
+	/* it frees only what the retire list found idle (and, out of memory, after settling every
+	 * lane): its blocks may go to every lane (cuda_blocks.cu) */
+	if (!cpu && !strcmp(free_be->name, "cuda") && fos_cuda_set_frees_idle(free_be, 1, &fe)) {
+		snprintf(msg, msgsz, "device %d: %s", d->index, fe.msg);
+		free_be->destroy(free_be);
+		return -1;
+	}
+#endif
 	if (fosd_lanes_state_open(d, free_be, msg, msgsz)) {
 		free_be->destroy(free_be);
 		return -1;
