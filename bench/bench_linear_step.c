@@ -5,14 +5,15 @@
  * default), forward with a saved context, and backward (dX, dW, db; the columnwise weight is
  * built there, as in fosd's cache). Also timed: forward + backward with the weight already
  * quantized. Wall clock from the first queued op to the device sync, median of --steps after
- * --warmup; inputs are random bf16, uploaded once. Also the host's time to queue the put, the
+ * --warmup (and, with --warmup-ms, until that many milliseconds of untimed steps have run, so that
+ * the GPU's clocks and first uses are behind it); inputs are random bf16, uploaded once. Also the host's time to queue the put, the
  * forward and the backward with the ops' own syncs deferred (as fosd's lanes run asynchronous
  * requests): what launching a layer's work costs the CPU, whatever the GPU's time. --threads T
  * runs T such loops at once, each on a backend instance of its own (its own stream, as fosd's lanes
  * are), their timed steps started together; every number is then the median over all T threads'
  * steps: what one layer step costs while T lanes launch beside it.
- *   bench_linear_step [--m M] [--n N] [--k K] [--steps S] [--warmup W] [--override O] [--bias]
- *                     [--backend cuda|cpu] [--threads T]
+ *   bench_linear_step [--m M] [--n N] [--k K] [--steps S] [--warmup W] [--warmup-ms MS] [--override O]
+ *                     [--bias] [--backend cuda|cpu] [--threads T]
  * Prints one JSON line: {"m":..,"n":..,"k":..,"backend":..,"step_ms":..,"fwd_bwd_ms":..,"put_ms":..,
  * "queue_put_us":..,"queue_fwd_us":..,"queue_bwd_us":..,"threads":..}.
  * Without a usable backend it prints {"error": "..."} and exits 1. */
@@ -54,7 +55,7 @@ enum { T_STEP, T_FB, T_PUT, Q_PUT, Q_FWD, Q_BWD, N_TIMES };
 typedef struct {
 	const char *backend;
 	int64_t m, n, k;
-	int steps, warmup, bias, thread;
+	int steps, warmup, warmup_ms, bias, thread;
 	fos_linear_opts o;
 	double *times[N_TIMES];
 	pthread_barrier_t *start; /* the threads' timed steps begin together */
@@ -81,7 +82,11 @@ static void *run(void *arg)
 		printf("{\"error\": \"out of device memory\"}\n");
 		exit(1);
 	}
-	for (int s = -a->warmup; s < a->steps; s++) {
+	const double warm_until = bench_now() + a->warmup_ms * 1e-3;
+	const int warm = a->warmup_ms > 0 && a->warmup < 1 ? 1 : a->warmup;
+	for (int s = -warm; s < a->steps; s++) {
+		if (s == -1 && bench_now() < warm_until)
+			s = -2; /* --warmup-ms: one more untimed step */
 		if (s == 0 && a->start)
 			pthread_barrier_wait(a->start);
 		fos_qweight qw;
@@ -163,6 +168,8 @@ int main(int argc, char **argv)
 			base.steps = atoi(v);
 		else if (!strcmp(a, "--warmup"))
 			base.warmup = atoi(v);
+		else if (!strcmp(a, "--warmup-ms"))
+			base.warmup_ms = atoi(v);
 		else if (!strcmp(a, "--threads"))
 			threads = atoi(v);
 		else if (!strcmp(a, "--backend"))
@@ -179,6 +186,10 @@ int main(int argc, char **argv)
 	}
 	if (base.steps < 1 || base.steps > 1000) {
 		printf("{\"error\": \"--steps must be 1 to 1000\"}\n");
+		return 2;
+	}
+	if (base.warmup < 0 || base.warmup_ms < 0 || base.warmup_ms > 600000) {
+		printf("{\"error\": \"--warmup must be 0 or more, --warmup-ms 0 to 600000\"}\n");
 		return 2;
 	}
 	if (threads < 1 || threads > 64) {

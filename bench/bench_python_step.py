@@ -46,7 +46,13 @@ per call on the device-tensor path, libfos stubbed; default shape 256x256x256).
 Usage (from the repository root on the GPU host):
   python3 bench/bench_python_step.py [--build BUILD] [--server URL] [--m M --n N --k K]
       [--steps S] [--warmup W] [--no-bias] [--json] [--profile N] [--fosd-channel-spin-us US]
-      [--phases [--phases-profile N]] [--overhead]
+      [--phases [--phases-profile N]] [--target-rounds R] [--target-warm-s S] [--overhead]
+The issue's target (the fosd.torch.Linear step against the in-process step) is also measured
+alternately, after the rows: --target-rounds rounds (default 3; 0: off), each running the
+fosd.torch.Linear step (device tensors) and then the in-process step, each after at least
+--target-warm-s seconds (default 2.0) of its own untimed steps, since the rows above are timed one
+after another after a few warm-up steps (the first ones while the GPU's clocks are still rising
+from idle, the in-process step last); the median of the rounds' ratios is the target's figure.
 --build names the folder with fosd, libfos.so and bench/bench_linear_step (default $FOS_BUILD or
 build); without --server a cuda fosd from there is started on a private ipc socket (with
 --channel-spin-us US when --fosd-channel-spin-us is given). --cpu runs every row on CPU tensors
@@ -83,9 +89,15 @@ def log(msg):
     print("[%6.1f s] %s" % (time.monotonic() - T0, msg), file=sys.stderr, flush=True)
 
 
-def median_ms(fn, steps, warmup, sync):
-    for _ in range(warmup):
+def median_ms(fn, steps, warmup, sync, warm_s=0.0):
+    """Median wall ms of steps calls of fn, each synchronized, after warmup calls (and, with warm_s,
+    after at least that many seconds of calls)."""
+    until = time.monotonic() + warm_s
+    n = 0
+    while n < warmup or time.monotonic() < until:
         fn()
+        sync()
+        n += 1
     sync()
     ts = []
     for _ in range(steps):
@@ -507,6 +519,59 @@ def phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias):
     return out
 
 
+def in_process(build, M, N, K, bias, steps, warmup, warmup_ms=0):
+    """The same step in one process through the backend (C): bench_linear_step's JSON, or None."""
+    cbench = os.path.join(build, "bench", "bench_linear_step")
+    if not os.path.exists(cbench):
+        return None
+    args = [cbench, "--m", str(M), "--n", str(N), "--k", str(K), "--steps", str(steps),
+            "--warmup", str(warmup), "--warmup-ms", str(int(warmup_ms))] + (["--bias"] if bias else [])
+    r = subprocess.run(args, capture_output=True, text=True)
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        out = {"error": (r.stdout + r.stderr).strip()}
+    if "error" in out:
+        print("bench_linear_step: %s" % out["error"], file=sys.stderr)
+        return None
+    return out
+
+
+def target_rounds(a, ft, client, build, xg, dy, dev, sync, sgd, bias):
+    """The issue's target row measured fairly: the fosd.torch.Linear step (device tensors) and the
+    in-process step alternately, a.target_rounds times, each after at least a.target_warm_s seconds
+    of its own steps (so the GPU's clocks and first uses weigh on both alike). Lines to print."""
+    import torch
+    M, K = xg.shape
+    N = dy.shape[1]
+    layer = ft.Linear(K, N, dtype=torch.bfloat16, bias=bias, client=client, device=dev)
+    params = list(layer.parameters())
+
+    def fosd_step():
+        y = layer(xg)
+        y.backward(dy)
+        sgd(params)
+        xg.grad = None
+
+    got = []
+    for r in range(a.target_rounds):
+        log("target round %d: fosd.torch.Linear step, then the in-process step" % (r + 1))
+        f = median_ms(fosd_step, a.steps, a.warmup, sync, a.target_warm_s)
+        ip = in_process(build, M, N, K, bias, a.steps, a.warmup, a.target_warm_s * 1000)
+        if ip is None:
+            return []
+        got.append((f, ip["step_ms"]))
+    lines = ["", "# target: fosd.torch.Linear step (device tensors) against the in-process step, %dx%dx%d, "
+             "alternately, each the median of %d steps after at least %.1f s of its own steps" % (
+                 M, N, K, a.steps, a.target_warm_s),
+             "| round | fosd.torch.Linear step ms | in-process step ms | ratio |", "| --- | --- | --- | --- |"]
+    for i, (f, ip) in enumerate(got):
+        lines.append("| %d | %.3f | %.3f | %.2fx |" % (i + 1, f, ip, f / ip))
+    ratios = sorted(f / ip for f, ip in got)
+    lines.append("| median ratio | | | **%.2fx** |" % statistics.median(ratios))
+    return lines
+
+
 def busy_us(us):
     end = time.perf_counter() + us * 1e-6
     while time.perf_counter() < end:
@@ -531,6 +596,8 @@ def main():
     ap.add_argument("--phases-profile", type=int, default=3)
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--target-rounds", type=int, default=3)
+    ap.add_argument("--target-warm-s", type=float, default=2.0)
     a = ap.parse_args()
     for f, dflt in (("m", 8192), ("n", 4096), ("k", 4096)):  # --overhead: 256 (CPU stand-ins)
         if getattr(a, f) is None:
@@ -637,7 +704,7 @@ def main():
                 profile("fosd.torch.Linear steps (device tensors)", fosd_step, a.profile, sync,
                         None if a.cpu else ft._LinearFn)
             layer = params = None  # frees its fosd weight and GPU memory
-        phase_lines = []
+        phase_lines, target_lines = [], []
         if a.phases:
             log("timing the phases of a fosd.torch.Linear step (device tensors)")
             phase_lines = phases(a, torch, ft, client, x, dy, dev, sync, sgd, bias)
@@ -821,6 +888,8 @@ def main():
 
         rows["torch.nn.Linear bf16 step, dX too"] = median_ms(torch_step_dx, a.steps, a.warmup, sync)
         lin = tparams = None
+        if a.target_rounds > 0 and not a.cpu:
+            target_lines = target_rounds(a, ft, client, build, xg, dy, dev, sync, sgd, bias)
         client.close()
     finally:
         if proc is not None:
@@ -832,20 +901,7 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
 
     log("timing the in-process step")
-    # the same step in one process through the backend (C)
-    cbench = os.path.join(build, "bench", "bench_linear_step")
-    inproc = None
-    if os.path.exists(cbench):
-        args = [cbench, "--m", str(M), "--n", str(N), "--k", str(K), "--steps", str(a.steps),
-                "--warmup", str(a.warmup)] + (["--bias"] if bias else [])
-        r = subprocess.run(args, capture_output=True, text=True)
-        try:
-            inproc = json.loads(r.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            inproc = {"error": (r.stdout + r.stderr).strip()}
-        if "error" in inproc:
-            print("bench_linear_step: %s" % inproc["error"], file=sys.stderr)
-            inproc = None
+    inproc = in_process(build, M, N, K, bias, a.steps, a.warmup)
     log("done")
     if inproc:
         rows["in-process step (bench_linear_step)"] = inproc["step_ms"]
@@ -866,9 +922,11 @@ def main():
         print("| %s | %s | %.3f | %s | %.2fx |" % (name, shape, ms, "%.2fx" % (ms / b) if b else "n/a", ms / tref))
     for line in phase_lines:
         print(line)
+    for line in target_lines:
+        print(line)
     if a.json:
         print(json.dumps({"shape": [M, N, K], "bias": bias, "fosd": health, "torch": torch.__version__,
-                          "ms": rows}))
+                          "ms": rows, "target": target_lines}))
 
 
 if __name__ == "__main__":
