@@ -36,21 +36,16 @@ static fos_backend *open_cuda(void)
 	return b;
 }
 
-static size_t kept_own(fos_backend *b)
+/* Bytes the cache keeps: b's own list (idle 0), or its device's idle list (idle 1). */
+static size_t kept(fos_backend *b, int idle)
 {
-	size_t own = 0, idle = 0;
+	size_t n[2] = {0, 0};
 	fos_err e;
-	assert_int_equal(fos_cuda_blocks_kept(b, &own, &idle, &e), FOS_OK);
-	return own;
+	assert_int_equal(fos_cuda_blocks_kept(b, &n[0], &n[1], &e), FOS_OK);
+	return n[idle != 0];
 }
-
-static size_t kept_idle(fos_backend *b)
-{
-	size_t own = 0, idle = 0;
-	fos_err e;
-	assert_int_equal(fos_cuda_blocks_kept(b, &own, &idle, &e), FOS_OK);
-	return idle;
-}
+#define kept_own(b) kept(b, 0)
+#define kept_idle(b) kept(b, 1)
 #endif
 
 static void test_reuse_own(void **state)
