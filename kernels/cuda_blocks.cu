@@ -6,9 +6,11 @@
  * driver call.
  *
  * Invariants (the same stream-order rules the pool has, so callers see no difference):
- *   - A block freed through instance I goes to I's list and is handed out only by I: the free came
- *     after every use of the block that the caller ordered before it on I's stream, and the next
- *     use is queued on that same stream, after them (the pool's own reuse on one stream).
+ *   - A block freed through instance I goes to I's list with the stream I queues on at that moment
+ *     (its stream, or its side stream during side work), and is handed out only by I while I
+ *     queues on that same stream: the free came after every use of the block that the caller
+ *     ordered before it on that stream, and the next use is queued on it, after them (the pool's
+ *     own reuse on one stream).
  *   - An instance whose frees are of idle memory (fos_cuda_set_frees_idle: no queued work on any
  *     stream reads what it frees, as for fosd's retired cache frees) puts its blocks on its device's
  *     idle list, which every instance of the device takes from.
@@ -35,6 +37,7 @@ struct fcu_block {
 	void *p;
 	size_t n;
 	int dev;
+	cudaStream_t st;             /* on an instance's list: the stream it was freed on */
 	struct fcu_block *reg_next;  /* registry chain */
 	struct fcu_block *list_next; /* on a free list */
 };
@@ -79,11 +82,12 @@ static struct fcu_block *reg_find(const void *p, int take)
 	return 0;
 }
 
-/* The first block of exactly n bytes on l, taken off it; NULL: none. */
-static struct fcu_block *blist_take(struct fcu_blist *l, size_t n)
+/* The first block of exactly n bytes on l freed on stream st (any stream: st NULL), taken off it;
+ * NULL: none. */
+static struct fcu_block *blist_take(struct fcu_blist *l, size_t n, cudaStream_t st)
 {
 	for (struct fcu_block **pp = &l->head; *pp; pp = &(*pp)->list_next)
-		if ((*pp)->n == n) {
+		if ((*pp)->n == n && (!st || (*pp)->st == st)) {
 			struct fcu_block *b = *pp;
 			*pp = b->list_next;
 			l->bytes -= n;
@@ -103,15 +107,15 @@ static int blist_put(struct fcu_blist *l, struct fcu_block *b, size_t cap)
 	return 1;
 }
 
-/* Gives every block of l back to the pool on stream st, and drops them from the registry (reg_mu
- * held). */
+/* Gives every block of l back to the pool, each on the stream it was freed on (idle blocks: on st),
+ * and drops them from the registry (reg_mu held). */
 static void blist_release_locked(struct fcu_blist *l, cudaStream_t st)
 {
 	while (l->head) {
 		struct fcu_block *b = l->head;
 		l->head = b->list_next;
 		reg_find(b->p, 1);
-		cudaFreeAsync(b->p, st);
+		cudaFreeAsync(b->p, b->st ? b->st : st);
 		free(b);
 	}
 	l->bytes = 0;
@@ -167,8 +171,8 @@ void fcu_blocks_close(fos_backend *be)
 	im->blocks = 0;
 }
 
-/* Out of device memory: every list's blocks back to the pool, then the instance's stream waited
- * for, so that at least its own frees have completed. */
+/* Out of device memory: every list's blocks back to the pool (each on the stream it was freed on),
+ * then the instance's stream waited for, so that at least its own frees have completed. */
 static void blocks_release_all(fos_backend *be)
 {
 	struct fcu_impl *im = fcu(be);
@@ -193,13 +197,13 @@ void *fcu_blocks_alloc(fos_backend *be, size_t n)
 	struct fcu_blocks *c = blocks_of(be);
 	struct fcu_block *b = 0;
 	pthread_mutex_lock(&c->mu);
-	b = blist_take(&c->list, n);
+	b = blist_take(&c->list, n, im->st);
 	pthread_mutex_unlock(&c->mu);
 	if (b)
 		return b->p;
 	if (im->dev < FCU_MAX_DEVICES) {
 		pthread_mutex_lock(&reg_mu);
-		b = idle[im->dev].head ? blist_take(&idle[im->dev], n) : 0;
+		b = idle[im->dev].head ? blist_take(&idle[im->dev], n, 0) : 0;
 		pthread_mutex_unlock(&reg_mu);
 		if (b)
 			return b->p;
@@ -241,9 +245,11 @@ void fcu_blocks_free(fos_backend *be, void *p)
 	pthread_mutex_lock(&reg_mu);
 	struct fcu_block *b = reg_find(p, 0);
 	int kept = 0;
-	if (b && c->frees_idle && b->dev < FCU_MAX_DEVICES)
+	if (b && c->frees_idle && b->dev < FCU_MAX_DEVICES) {
+		b->st = 0; /* idle: any stream may take it */
 		kept = blist_put(&idle[b->dev], b, FCU_KEEP_IDLE);
-	else if (b && !c->frees_idle && b->dev == im->dev) {
+	} else if (b && !c->frees_idle && b->dev == im->dev) {
+		b->st = im->st;
 		pthread_mutex_lock(&c->mu);
 		kept = blist_put(&c->list, b, FCU_KEEP_INSTANCE);
 		pthread_mutex_unlock(&c->mu);

@@ -1,6 +1,7 @@
 /* gpu_blocks.c: the CUDA backend's block cache (kernels/cuda_blocks.cu): a block freed on an
- * instance is handed out again by that instance and no other; a block freed on another instance
- * goes to that one's list; an instance whose frees are idle (fos_cuda_set_frees_idle) feeds its
+ * instance is handed out again by that instance and no other, and only on the stream it was freed
+ * on (side work's stream apart from the instance's own); a block freed on another instance goes to
+ * that one's list; an instance whose frees are idle (fos_cuda_set_frees_idle) feeds its
  * device's shared list, which every instance takes from; blocks over the size cap are never kept;
  * an allocation the device refuses returns every kept block and fails cleanly, and the next one
  * works. Then data: four threads, each with its own instance, chain amaxes through blocks that are
@@ -66,6 +67,35 @@ static void test_reuse_own(void **state)
 	assert_ptr_not_equal(r, q);
 	a->free(a, q);
 	a->free(a, r);
+	a->destroy(a);
+#endif
+}
+
+/* Side work queues on another stream: a block freed there is reused there only. */
+static void test_side_stream(void **state)
+{
+	(void)state;
+	NEED_GPU();
+#ifdef FOS_HAVE_CUDA
+	fos_backend *a = open_cuda();
+	fos_err e;
+	void *p = a->alloc(a, 3072);
+	assert_non_null(p);
+	assert_int_equal(a->side_begin(a, &e), FOS_OK);
+	assert_int_equal(a->zero(a, p, 3072, &e), FOS_OK); /* a use on the side stream */
+	a->free(a, p);
+	assert_int_equal(a->side_end(a, &e), FOS_OK);
+	void *q = a->alloc(a, 3072); /* main stream, not joined yet: not the side's block */
+	assert_ptr_not_equal(q, p);
+	assert_int_equal(a->side_join(a, &e), FOS_OK);
+	assert_int_equal(a->side_begin(a, &e), FOS_OK);
+	void *r = a->alloc(a, 3072); /* side again: its own block back */
+	assert_ptr_equal(r, p);
+	a->free(a, r);
+	assert_int_equal(a->side_end(a, &e), FOS_OK);
+	assert_int_equal(a->side_join(a, &e), FOS_OK);
+	a->free(a, q);
+	assert_int_equal(a->sync(a, &e), FOS_OK);
 	a->destroy(a);
 #endif
 }
@@ -268,7 +298,8 @@ static int setup(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_reuse_own),    cmocka_unit_test(test_cross_instance),
+		cmocka_unit_test(test_reuse_own),    cmocka_unit_test(test_side_stream),
+		cmocka_unit_test(test_cross_instance),
 		cmocka_unit_test(test_idle_list),    cmocka_unit_test(test_large_not_kept),
 		cmocka_unit_test(test_refused),      cmocka_unit_test(test_data_threads),
 	};
