@@ -32,7 +32,7 @@ int fos_cuda_set_h2d_nowait(fos_backend *be, int on, fos_err *err);
 /* 1: no queued work, on any stream, reads the memory be->free is given on this instance (fosd's
  * retired cache frees run only once every request that could read it has completed), so its
  * blocks go to a list that every instance of the device takes from; 0 (default): its blocks are
- * reused by this instance only, in its stream order (kernels/cuda_blocks.cu). */
+ * reused by this instance only, on the stream each was freed on (kernels/cuda_blocks.cu). */
 int fos_cuda_set_frees_idle(fos_backend *be, int on, fos_err *err);
 /* Bytes the block cache keeps for this instance and on its device's idle list. */
 int fos_cuda_blocks_kept(fos_backend *be, size_t *own, size_t *idle, fos_err *err);
