@@ -18,9 +18,9 @@
  *     be->free of an address not in it goes straight to cudaFreeAsync.
  *   - Blocks over FCU_KEEP_BLOCK bytes, and frees that would take a list over its byte cap, go
  *     back to the pool at once; an allocation the pool refuses first returns every list's blocks to
- *     the pool (each on its own instance's stream) and tries again once.
+ *     the pool (each on the stream it was freed on) and tries again once.
  * Locks: the registry's mutex (which also guards the instance list and the idle lists) and each
- * instance's own; only the out-of-memory path holds both, registry first. */
+ * instance's own (its list); a path that holds both takes the registry's first. */
 #include "cuda_internal.cuh"
 
 #include <stdint.h>

@@ -272,12 +272,12 @@ extern "C" int fcu_replay(fos_backend *be, const void *key, size_t keylen,
 			  int (*run)(fos_backend *be, void *arg, fos_err *err), void *arg, fos_err *err);
 void fcu_graph_release(fos_backend *be);
 void *fcu_graph_alloc(fos_backend *be, size_t n);
+int fcu_graph_owns(fos_backend *be, const void *p);
 /* cuda_blocks.cu: n a multiple of 256 */
 int fcu_blocks_open(fos_backend *be, fos_err *err);
 void fcu_blocks_close(fos_backend *be);
 void *fcu_blocks_alloc(fos_backend *be, size_t n);
 void fcu_blocks_free(fos_backend *be, void *p);
-int fcu_graph_owns(fos_backend *be, const void *p);
 /* One output of the GEMM epilogue (NUMERICS.md section 7; backend.h fos_gemm_epi): t = rn(acc *
  * alpha), rn(t * rs) when has_rs, bf16 RNE, then bf16(float(y) + float(bias)) when has_bias. The one
  * arithmetic of cuda_gemm.cu's epilogue and of the small-M kernel (cuda_smallm.cu). */
